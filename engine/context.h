@@ -1,0 +1,42 @@
+// Context: where a model runs. It owns the execution handle's resources (CUDA stream or CPU thread
+// pool) and resolves the user's device choice: "auto" takes a usable GPU, else the CPU.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/exec.h"
+#include "kernels/runtime.h"
+
+namespace nt {
+
+struct ContextOptions {
+  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;              // CPU threads, 0 = all cores
+  bool debug_sync = false;      // CUDA: synchronize and check after every launch
+};
+
+class Context {
+ public:
+  // Throws nt::Error naming --device when the choice cannot be honoured.
+  explicit Context(const ContextOptions& options);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const kernels::Exec& exec() const { return exec_; }
+  kernels::Backend backend() const { return exec_.backend; }
+  bool on_cuda() const { return exec_.on_cuda(); }
+  const kernels::DeviceInfo& device_info() const { return device_; }
+  std::string describe() const;  // one line: "cuda:0 NVIDIA H100 80GB HBM3 (132 SMs, 79.1 GiB, sm_90)"
+
+  void set_observer(profile::LaunchObserver* observer) { exec_.observer = observer; }
+
+ private:
+  kernels::Exec exec_;
+  std::unique_ptr<kernels::ThreadPool> pool_;
+  kernels::DeviceInfo device_;
+};
+
+}  // namespace nt

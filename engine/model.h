@@ -1,0 +1,59 @@
+// Model: an ordered graph of layers with named parameters and a static memory plan.
+//
+//   Model m("mlp", Shape{1, 28, 28}, std::move(layers));
+//   m.init_params(ctx, seed);     // once: parameters + gradients in one block
+//   m.compile(ctx, batch);        // once per batch size: every activation and gradient buffer
+//   gather into m.input(); m.forward(exec, rows, Mode::train); loss into m.output_grad(); m.backward(exec, rows);
+//
+// After compile(), forward and backward allocate nothing and never wait for the device, so a whole
+// step can be captured as a CUDA graph.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/context.h"
+#include "engine/layer.h"
+#include "engine/params.h"
+
+namespace nt {
+
+class Model {
+ public:
+  Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers);
+
+  const std::string& name() const { return name_; }
+  const Shape& input_shape() const { return shapes_.front(); }   // per sample
+  const Shape& output_shape() const { return shapes_.back(); }   // per sample
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  std::string summary() const;                                   // one line per layer with shapes
+
+  void init_params(const Context& ctx, uint64_t seed);
+  ParamStore& params() { return params_; }
+  const ParamStore& params() const { return params_; }
+
+  void compile(const Context& ctx, int batch);
+  int batch() const { return batch_; }
+  const Tensor& input() const { return activations_.front(); }        // (batch, input...)
+  const Tensor& output() const { return activations_.back(); }        // (batch, output...)
+  const Tensor& output_grad() const { return activation_grads_.back(); }
+  const Tensor& activation(size_t i) const { return activations_.at(i); }   // 0 = input, i = output of layer i-1
+
+  // rows <= batch(): the first `rows` samples of input() are used.
+  void forward(const kernels::Exec& exec, int rows, Mode mode);
+  void backward(const kernels::Exec& exec, int rows);   // from output_grad(), filling every parameter gradient
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Shape> shapes_;  // per-sample shape of activation i (0 = input)
+  ParamStore params_;
+  int batch_ = 0;
+  Arena arena_;
+  std::vector<Tensor> activations_;       // i = 0..L
+  std::vector<Tensor> activation_grads_;  // i = 1..L used; 0 stays undefined
+};
+
+}  // namespace nt

@@ -1,0 +1,48 @@
+// ParamStore: every parameter of a model, its gradient, and any optimizer state, laid out so that
+// element i of the value block, the gradient block and each state block belong to the same parameter.
+// One flat pass (one launch) can then update the whole model.
+//
+//   values: [ 0.weight | pad | 0.bias | pad | 2.weight | ... ]   total() floats
+//   grads:  [ same offsets ]                                     total() floats
+// Padding between tensors (to 16 floats) is zero in every block and stays zero under any update.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/arena.h"
+#include "engine/layer.h"
+
+namespace nt {
+
+class ParamStore {
+ public:
+  struct Entry {
+    ParamSpec spec;
+    std::string full_name;
+  };
+
+  // Lays out, allocates (one block for values and gradients), initializes from `seed` on the host
+  // in declaration order, and uploads.
+  void build(const std::vector<Entry>& entries, const kernels::Exec& exec, uint64_t seed);
+
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+  const Param& find(const std::string& full_name) const;  // throws nt::Error naming the tensor
+  size_t total() const { return total_; }                 // floats per block, padding included
+  int64_t count() const;                                  // parameters, padding excluded
+  const Tensor& values() const { return values_; }        // (total)
+  const Tensor& grads() const { return grads_; }          // (total)
+
+  // A zeroed block with the same layout, for optimizer state (momentum, Adam moments).
+  Tensor make_state_block(const kernels::Exec& exec, Arena& holder) const;
+
+ private:
+  std::vector<Param> params_;
+  Arena arena_;
+  Tensor values_, grads_;
+  size_t total_ = 0;
+};
+
+}  // namespace nt

@@ -1,0 +1,140 @@
+#include "engine/trainer.h"
+
+#include <chrono>
+
+#include "profile/nvtx.h"
+
+namespace nt {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+}  // namespace
+
+Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimizer, BatchSource& train,
+                 const TrainOptions& options)
+    : ctx_(ctx), model_(model), loss_(loss), optimizer_(optimizer), train_(train), options_(options) {
+  if (options.batch <= 0) throw Error(cat("--batch: must be positive, got ", options.batch));
+  if (train.examples() < options.batch)
+    throw Error(cat("--batch: ", options.batch, " is larger than the training set (", train.examples(), " examples)"));
+  if (model.batch() != options.batch) model.compile(ctx, options.batch);
+  ArenaPlan plan;
+  plan.request(&labels_, Shape{options.batch}, DType::i32);
+  plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);
+  plan.request(&train_totals_.correct, Shape{1}, DType::i64);
+  plan.request(&eval_totals_.loss_sum, Shape{1}, DType::f64);
+  plan.request(&eval_totals_.correct, Shape{1}, DType::i64);
+  arena_ = plan.commit(ctx.exec());
+}
+
+int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.batch; }
+
+void Trainer::enqueue_train_step(int64_t step) {
+  const auto& exec = ctx_.exec();
+  const int rows = options_.batch;
+  train_.gather(exec, step * rows, rows, model_.input(), labels_);
+  model_.forward(exec, rows, Mode::train);
+  const Tensor dlogits = model_.output_grad();
+  loss_.apply(exec, model_.output(), labels_, &dlogits, train_totals_);
+  model_.backward(exec, rows);
+  optimizer_.step(exec);
+}
+
+void Trainer::enqueue_train_epoch() {
+  const auto& exec = ctx_.exec();
+  kernels::fill_zero(exec, train_totals_.loss_sum.raw(), train_totals_.loss_sum.bytes());
+  kernels::fill_zero(exec, train_totals_.correct.raw(), train_totals_.correct.bytes());
+  const int64_t steps = steps_per_epoch();
+  const bool report = options_.on_step && train_graph_.empty() && !(ctx_.on_cuda() && options_.use_graphs);
+  for (int64_t s = 0; s < steps; ++s) {
+    enqueue_train_step(s);
+    if (report) options_.on_step(s + 1, steps);
+  }
+}
+
+std::pair<double, int64_t> Trainer::read_totals(const LossTotals& totals) const {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  kernels::copy_device_to_host(ctx_.exec(), &loss_sum, totals.loss_sum.raw(), sizeof loss_sum);
+  kernels::copy_device_to_host(ctx_.exec(), &correct, totals.correct.raw(), sizeof correct);
+  kernels::synchronize(ctx_.exec());
+  return {loss_sum, correct};
+}
+
+std::pair<double, double> Trainer::read_train_totals(int64_t steps) const {
+  auto [loss_sum, correct] = read_totals(train_totals_);
+  const auto examples = static_cast<double>(steps * options_.batch);
+  return {loss_sum / examples, static_cast<double>(correct) / examples};
+}
+
+EpochMetrics Trainer::train_epoch(int epoch) {
+  profile::NvtxRange range("train_epoch");
+  const auto& exec = ctx_.exec();
+  EpochMetrics m;
+  m.epoch = epoch;
+  const int64_t steps = steps_per_epoch();
+
+  auto t0 = Clock::now();
+  train_.begin_epoch(exec, epoch);
+  if (ctx_.on_cuda() && options_.use_graphs) {
+    if (train_graph_.empty()) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
+    train_graph_.launch(exec);
+  } else {
+    enqueue_train_epoch();
+  }
+  std::tie(m.train_loss, m.train_acc) = read_train_totals(steps);
+  m.epoch_ms = ms_since(t0);
+  m.samples_per_s = static_cast<double>(steps * options_.batch) / (m.epoch_ms / 1000.0);
+  return m;
+}
+
+void Trainer::enqueue_eval(BatchSource& data) {
+  const auto& exec = ctx_.exec();
+  kernels::fill_zero(exec, eval_totals_.loss_sum.raw(), eval_totals_.loss_sum.bytes());
+  kernels::fill_zero(exec, eval_totals_.correct.raw(), eval_totals_.correct.bytes());
+  const int batch = options_.batch;
+  for (int64_t first = 0; first < data.examples(); first += batch) {
+    const int rows = static_cast<int>(std::min<int64_t>(batch, data.examples() - first));
+    data.gather(exec, first, rows, model_.input(), labels_);
+    model_.forward(exec, rows, Mode::eval);
+    loss_.apply(exec, model_.output().rows(rows), labels_.rows(rows), nullptr, eval_totals_);
+  }
+}
+
+EvalResult Trainer::evaluate(BatchSource& data) {
+  profile::NvtxRange range("evaluate");
+  const auto& exec = ctx_.exec();
+  EvalResult r;
+  auto t0 = Clock::now();
+  data.begin_epoch(exec, 0);
+  if (ctx_.on_cuda() && options_.use_graphs) {
+    if (eval_graph_.empty() || eval_graph_source_ != &data) {
+      eval_graph_ = kernels::Graph::capture(exec, [&] { enqueue_eval(data); });
+      eval_graph_source_ = &data;
+    }
+    eval_graph_.launch(exec);
+  } else {
+    enqueue_eval(data);
+  }
+  auto [loss_sum, correct] = read_totals(eval_totals_);
+  r.ms = ms_since(t0);
+  const auto n = static_cast<double>(data.examples());
+  r.loss = loss_sum / n;
+  r.accuracy = static_cast<double>(correct) / n;
+  return r;
+}
+
+EpochMetrics Trainer::run_epoch(int epoch, BatchSource* test) {
+  EpochMetrics m = train_epoch(epoch);
+  if (test) {
+    EvalResult e = evaluate(*test);
+    m.test_loss = e.loss;
+    m.test_acc = e.accuracy;
+    m.eval_ms = e.ms;
+  }
+  return m;
+}
+
+}  // namespace nt

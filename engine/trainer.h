@@ -1,0 +1,77 @@
+// Trainer: epochs of seeded, shuffled mini-batches (drop_last), then evaluation.
+//
+// One training step, entirely enqueued on the execution stream:
+//   gather -> forward -> loss (+ dlogits, totals) -> backward -> optimizer update
+// Loss and accuracy accumulate on the device and are read back once per epoch. On the GPU the
+// whole epoch of steps (and the evaluation pass) is captured once as a CUDA graph and replayed,
+// which removes per-kernel launch overhead; `use_graphs = false` enqueues the same steps eagerly.
+#pragma once
+
+#include <functional>
+
+#include "engine/batch_source.h"
+#include "engine/context.h"
+#include "engine/loss.h"
+#include "engine/model.h"
+#include "engine/optimizer.h"
+
+namespace nt {
+
+struct TrainOptions {
+  int batch = 64;
+  bool use_graphs = true;
+  std::function<void(int64_t step, int64_t steps)> on_step;  // progress (eager mode only)
+};
+
+struct EvalResult {
+  double loss = 0;       // mean over examples of the per-example loss
+  double accuracy = 0;   // in [0, 1]
+  double ms = 0;
+};
+
+struct EpochMetrics {
+  int epoch = 0;
+  double train_loss = 0;   // mean per-example loss over the epoch's steps
+  double train_acc = 0;
+  double test_loss = 0;
+  double test_acc = 0;
+  double epoch_ms = 0;     // training steps only (evaluation excluded), wall clock to completion
+  double eval_ms = 0;
+  double samples_per_s = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimizer, BatchSource& train,
+          const TrainOptions& options);
+
+  int64_t steps_per_epoch() const;      // full batches only (drop_last)
+  EpochMetrics train_epoch(int epoch);  // training only; test fields left 0
+  EvalResult evaluate(BatchSource& data);
+  EpochMetrics run_epoch(int epoch, BatchSource* test);  // train_epoch then evaluate(test)
+
+  // Enqueues step `step` of the current epoch: no allocation, no synchronization, no host copy.
+  void enqueue_train_step(int64_t step);
+  // Reads the training totals accumulated so far this epoch (synchronizes): {mean loss, accuracy}.
+  std::pair<double, double> read_train_totals(int64_t steps) const;
+
+ private:
+  void enqueue_train_epoch();
+  void enqueue_eval(BatchSource& data);
+  std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
+
+  const Context& ctx_;
+  Model& model_;
+  Loss& loss_;
+  Optimizer& optimizer_;
+  BatchSource& train_;
+  TrainOptions options_;
+  Arena arena_;
+  Tensor labels_;
+  LossTotals train_totals_, eval_totals_;
+  kernels::Graph train_graph_;
+  kernels::Graph eval_graph_;
+  BatchSource* eval_graph_source_ = nullptr;
+};
+
+}  // namespace nt

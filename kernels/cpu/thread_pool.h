@@ -1,0 +1,53 @@
+// A small fork-join pool for the CPU backend: parallel_for(n, fn) runs fn(0..n-1) on the workers and
+// the calling thread, and returns when all are done. Workers spin briefly before sleeping, because a
+// training step issues thousands of short jobs and a sleeping thread takes tens of microseconds to wake.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace nt::kernels {
+
+class ThreadPool {
+ public:
+  // threads: total threads including the caller; 0 = std::thread::hardware_concurrency().
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs task(i) for i in [0, tasks); tasks are handed out dynamically. Not reentrant.
+  void parallel_for(int64_t tasks, const std::function<void(int64_t)>& task);
+
+ private:
+  void worker_loop();
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  const std::function<void(int64_t)>* task_ = nullptr;
+  int64_t task_count_ = 0;
+  std::atomic<int64_t> next_task_{0};
+  std::atomic<int> busy_workers_{0};
+  std::atomic<uint64_t> generation_{0};
+  bool stopping_ = false;
+};
+
+// Runs task over [0, tasks) on the pool when there is one, else inline.
+inline void parallel_for(ThreadPool* pool, int64_t tasks, const std::function<void(int64_t)>& task) {
+  if (pool && tasks > 1 && pool->size() > 1) {
+    pool->parallel_for(tasks, task);
+  } else {
+    for (int64_t i = 0; i < tasks; ++i) task(i);
+  }
+}
+
+}  // namespace nt::kernels

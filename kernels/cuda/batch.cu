@@ -1,0 +1,92 @@
+// Batch gather + normalize on the GPU, from the device-resident dataset: one launch per training step.
+//
+// images (N,D) uint8, labels (N) uint8, perm int32; for b in [0,B), row r = perm[first + b]:
+//   x[b,d] = (float(images[r,d]) / 255.0f - mean) / std      x: (B,D) fp32, written (=)
+//   y[b]   = labels[r]                                       y: (B) int32, written (=) by the row's first thread
+// Exactly torchvision's ToTensor (a division by 255, not a multiplication by its reciprocal) then
+// Normalize (subtract, then divide), in fp32: correctly rounded operations (nvcc's default -prec-div)
+// with no multiply-add to contract, so this kernel, the CPU twin and PyTorch give bit-identical inputs.
+// perm entries are trusted to lie in [0,N) (the batcher builds them).
+//
+// Launch: a 2D grid, x over the columns of a row, y over the rows (grid-stride, for batches beyond the
+// grid's y limit). When D % 4 == 0, images is 4-byte and x 16-byte aligned (MNIST: D = 784; the dataset
+// and arena buffers are aligned) a column is 4 values: a uchar4 load from the source row (consecutive
+// threads read consecutive words of it) and a float4 store. Otherwise a column is one value. No integer
+// division in the index math; the label is written by the row's first thread.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/batch.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr int kMaxRowBlocks = 65535;  // the grid's y limit; more rows stride
+
+struct Normalize {
+  float mean, std;
+  __device__ float operator()(uint8_t pixel) const { return (static_cast<float>(pixel) / 255.0f - mean) / std; }
+};
+
+// x: (B,D) fp32; threads over the D/4 columns of 4 values (blockIdx.x, threadIdx.x), rows over blockIdx.y.
+__global__ void __launch_bounds__(kMaxThreads)
+    gather_batch_vec4_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
+                             const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
+                             float* __restrict__ x, int32_t* __restrict__ y) {
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;  // which 4 values of the row
+  const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
+  for (int b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t r = perm[first + b];
+    if (row_leader) y[b] = labels[r];
+    if (q < D / 4) {
+      const uchar4 px = reinterpret_cast<const uchar4*>(images + r * D)[q];
+      reinterpret_cast<float4*>(x + int64_t(b) * D)[q] = float4{norm(px.x), norm(px.y), norm(px.z), norm(px.w)};
+    }
+  }
+}
+
+// x: (B,D) fp32; threads over the D columns (blockIdx.x, threadIdx.x), rows over blockIdx.y.
+__global__ void __launch_bounds__(kMaxThreads)
+    gather_batch_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
+                        const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
+                        float* __restrict__ x, int32_t* __restrict__ y) {
+  const int d = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
+  for (int b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t r = perm[first + b];
+    if (row_leader) y[b] = labels[r];
+    if (d < D) x[int64_t(b) * D + d] = norm(images[r * D + d]);
+  }
+}
+
+bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+// Threads per block: the row's columns rounded up to whole warps, at most kMaxThreads (D = 784 as
+// float4: 196 columns, 224 threads, one block per row).
+int threads_for(int columns) { return std::min(kMaxThreads, div_up(columns, 32) * 32); }
+
+}  // namespace
+
+void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y) {
+  if (B <= 0 || src.D <= 0) return;
+  const int D = src.D;
+  const double values = double(B) * D;
+  // Pixels read once (uint8), perm and labels entries read, x and y written; subtract and two divides.
+  profile::OpCost cost{values * (1 + 4) + B * (4.0 + 1 + 4), values * 3};
+  const Normalize norm{src.mean, src.std};
+  const bool vec = D % 4 == 0 && aligned(src.images, 4) && aligned(x, 16);
+  const int columns = vec ? D / 4 : D;
+  const int threads = threads_for(columns);
+  const dim3 grid(div_up(columns, threads), std::min(B, kMaxRowBlocks));
+  if (vec)
+    launch(exec, "gather_batch", cost, gather_batch_vec4_kernel, grid, dim3(threads), 0, src.images, src.labels,
+           src.perm, first, B, D, norm, x, y);
+  else
+    launch(exec, "gather_batch", cost, gather_batch_kernel, grid, dim3(threads), 0, src.images, src.labels, src.perm,
+           first, B, D, norm, x, y);
+}
+
+}  // namespace nt::kernels::cuda

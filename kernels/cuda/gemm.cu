@@ -1,0 +1,564 @@
+// CUDA GEMM with fused epilogues: fp32 SIMT (FFMA only, no TF32), deterministic.
+//
+// Math (contract in kernels/gemm.h):
+//   C(M,N) = epilogue(op(A)(M,K) · op(B)(K,N)), written with `=`;
+//   optionally a_row_sums[m] = Σ_k op(A)[m,k], written with `=`.
+// Layouts, row-major with leading dimensions:
+//   A (M,K) lda  | trans_a: stored (K,M) lda       B (K,N) ldb | trans_b: stored (N,K) ldb       C (M,N) ldc
+//   bias (N); mask (M,N) with ldc; a_row_sums (M).
+//
+// Tiling. A block owns a BM×BN tile of C and walks K in BK-wide slabs. Each slab of op(A) is stored in
+// shared memory transposed, As[k][m], and the slab of op(B) as Bs[k][n], so the inner loop reads both
+// operands as float4 along m and n. A transposed operand changes only how a slab is loaded (template
+// parameters TransA/TransB): the side that is contiguous along k in memory (A, or B with trans_b) is
+// read as float4 along k and written to shared memory column-wise; the side contiguous along m or n is
+// read and written as float4 rows. Global loads are float4 when the pointer is 16-byte aligned and the
+// leading dimension a multiple of 4 (checked at run time; otherwise the same kernel with scalar loads,
+// template parameter VecLoads), always bounds-checked with zero fill, so M, N, K need not be multiples
+// of anything.
+//   Threads: each warp's 32 lanes form a 4×8 grid; a thread owns a TM×TN micro-tile made of (TM/4)×(TN/4)
+//   4×4 pieces spaced 16 rows and 32 columns apart, so one warp-wide float4 read of As touches 4 distinct
+//   vectors (broadcast) and one of Bs 8 consecutive vectors (all 32 banks), both conflict-free; the warp
+//   tile is (4·TM)×(8·TN), the block (BM/(4·TM))×(BN/(8·TN)) warps.
+//   Pipeline: two shared-memory stages; while a slab is multiplied, each thread already holds the next
+//   slab's global loads in registers and stores them to the other stage afterwards: one __syncthreads
+//   per slab.
+//   Shared memory per block = 2 · BK · ((BM + 4) + (BN + 4)) · 4 bytes (+4 floats of padding per row keep
+//   float4 alignment and spread the column-wise stores over the banks). With split-K the stages are
+//   reused afterwards for the block's partial tile: max(that, (BM·BN + BM) · 4) bytes.
+//
+// Configurations (the launcher picks one from M, N and the SM count; rule in choose_plan):
+//   large  128×128×8,  8×8 per thread, 256 threads, 16.9 KB smem: the classic SIMT SGEMM shape; 64 FFMA per
+//          4 shared loads, so the FMA pipes, not shared memory, are the limit.
+//   medium  64×64×16,  8×4 per thread, 128 threads, 17.4 KB: 4× more blocks for mid-sized problems.
+//   small   32×32×16,  4×4 per thread,  64 threads,  9.2 KB: the MNIST MLP's GEMMs (M = 64 batch rows), where
+//          the large tile would leave all but a handful of SMs idle.
+//   The first whose tile count reaches the SM count wins; when even the small tile gives fewer blocks
+//   than SMs, K is split over S ∈ {2, 4, 8} blocks of a thread-block cluster (sm_90).
+//
+// Determinism. Every output's K-sum runs in one fixed order: k ascending inside a block; with split-K
+// each block of a cluster sums one contiguous K range and block `rank` then adds the S partial tiles
+// from the cluster's distributed shared memory in rank order 0..S-1 before the epilogue: no atomics,
+// no workspace, one launch. The split factor depends only on (M, N, K) and the device's SM count, so
+// a given problem on a given GPU always gives the same bits. a_row_sums is computed by the blocks of
+// tile column 0, k ascending from the shared-memory slabs (zero-filled past K), and written once.
+//
+// Epilogue at the store: bias adds bias[n]; bias_relu then clamps with (v < 0 ? 0 : v) so a NaN
+// propagates as in std::max(v, 0); relu_mask selects (mask[m*ldc+n] > 0 ? v : 0).
+#include "kernels/gemm.h"
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+// Thread-block clusters (split-K) exist from sm_90 on; older device passes compile the split-K kernels
+// as stubs, and the launcher never picks them there (clusters_available).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define NT_GEMM_CLUSTERS 0
+#define NT_GEMM_CLUSTER_DIMS(x, y, z)
+#else
+#define NT_GEMM_CLUSTERS 1
+#define NT_GEMM_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
+#endif
+
+// Everything a kernel needs, by value (one parameter block).
+struct GemmArgs {
+  int M, N, K;
+  const float* A;
+  int lda;
+  const float* B;
+  int ldb;
+  float* C;
+  int ldc;
+  const float* bias;
+  const float* mask;
+  float* a_row_sums;
+  int tiles_m, tiles_n;  // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
+  bool store_vec;        // C is 16-byte aligned and ldc % 4 == 0: float4 stores
+};
+
+// ---- tile configurations -------------------------------------------------------------------------
+
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int MinBlocks_>
+struct TileConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+  static constexpr int kMinBlocks = MinBlocks_;               // __launch_bounds__ occupancy target
+  static constexpr int kLaneRows = 4, kLaneCols = 8;          // a warp's lanes as a 4×8 grid
+  static constexpr int WM = kLaneRows * TM, WN = kLaneCols * TN;  // warp tile
+  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kPad = 4;                              // floats; keeps rows 16-byte aligned
+  static constexpr int kLdA = BM + kPad, kLdB = BN + kPad;    // shared-memory row strides
+  static constexpr int kStageFloats = BK * (kLdA + kLdB);
+  static constexpr int kPipelineFloats = 2 * kStageFloats;
+
+  static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are made of 4x4 pieces: TM, TN multiples of 4");
+  static_assert(BM % WM == 0 && BN % WN == 0, "block tile must be a whole number of warp tiles");
+  static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "tiles are loaded as float4: multiples of 4");
+  static_assert(BM * BK % (4 * kThreads) == 0 && BN * BK % (4 * kThreads) == 0,
+                "every thread must load the same number of float4 per slab: adjust BK or the thread count");
+  static_assert(kThreads >= BM, "one thread per tile row sums op(A): need kThreads >= BM");
+};
+
+using LargeTile = TileConfig<128, 128, 8, 8, 8, 2>;
+using MediumTile = TileConfig<64, 64, 16, 8, 4, 4>;
+using SmallTile = TileConfig<32, 32, 16, 4, 4, 8>;
+
+constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
+
+// ---- global -> registers -> shared memory ----------------------------------------------------------
+
+// Four consecutive elements of one line of a row-major matrix, zero outside [0,line_limit)×[0,u_limit).
+template <bool Vec>
+__device__ __forceinline__ float4 load4(const float* p, int ld, int line, int line_limit, int u, int u_limit) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (line >= line_limit) return v;
+  const float* q = p + static_cast<size_t>(line) * ld + u;
+  if (Vec && u + 3 < u_limit) return __ldg(reinterpret_cast<const float4*>(q));
+  if (u + 0 < u_limit) v.x = __ldg(q + 0);
+  if (u + 1 < u_limit) v.y = __ldg(q + 1);
+  if (u + 2 < u_limit) v.z = __ldg(q + 2);
+  if (u + 3 < u_limit) v.w = __ldg(q + 3);
+  return v;
+}
+
+// One operand's R×BK slab, viewed as a (rows, K) matrix X: op(A) itself, or op(B)ᵀ (rows = N).
+//   KContig:  X[r][k] at p[r*ld + k]   (A, or B with trans_b): float4 runs along k,
+//   otherwise X[r][k] at p[k*ld + r]   (A with trans_a, or B): float4 runs along r.
+// Shared memory holds the slab as s[k][r] with row stride R + kPad.
+template <int R, int BK, int Threads, bool KContig, bool Vec>
+struct SlabLoader {
+  static constexpr int kVecs = R * BK / (4 * Threads);  // float4 per thread per slab
+  static constexpr int kLd = R + 4;
+
+  // Slab-local (r, k) of the first element of float4 number idx.
+  __device__ static int r_of(int idx) { return KContig ? idx / (BK / 4) : (idx % (R / 4)) * 4; }
+  __device__ static int k_of(int idx) { return KContig ? (idx % (BK / 4)) * 4 : idx / (R / 4); }
+
+  __device__ static void load(float4 (&v)[kVecs], const float* p, int ld, int rows, int K, int r0, int k0) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int idx = threadIdx.x + j * Threads;
+      const int r = r0 + r_of(idx), k = k0 + k_of(idx);
+      v[j] = KContig ? load4<Vec>(p, ld, r, rows, k, K) : load4<Vec>(p, ld, k, K, r, rows);
+    }
+  }
+
+  __device__ static void store(float* s, const float4 (&v)[kVecs]) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int idx = threadIdx.x + j * Threads;
+      const int r = r_of(idx), k = k_of(idx);
+      if constexpr (KContig) {  // transpose on the way in: four k rows of one column r
+        s[(k + 0) * kLd + r] = v[j].x;
+        s[(k + 1) * kLd + r] = v[j].y;
+        s[(k + 2) * kLd + r] = v[j].z;
+        s[(k + 3) * kLd + r] = v[j].w;
+      } else {
+        *reinterpret_cast<float4*>(&s[k * kLd + r]) = v[j];
+      }
+    }
+  }
+};
+
+// ---- the multiply ---------------------------------------------------------------------------------
+
+// acc += As·Bs over one slab. a_off/b_off: this thread's first row/column inside the block tile.
+template <class Cfg>
+__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::TM][Cfg::TN], const float* As, const float* Bs,
+                                              int a_off, int b_off) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BK; ++kk) {
+    float a[Cfg::TM], b[Cfg::TN];
+#pragma unroll
+    for (int c = 0; c < Cfg::TM / 4; ++c) {
+      const float4 v = *reinterpret_cast<const float4*>(&As[kk * Cfg::kLdA + a_off + c * Cfg::kLaneRows * 4]);
+      a[4 * c + 0] = v.x, a[4 * c + 1] = v.y, a[4 * c + 2] = v.z, a[4 * c + 3] = v.w;
+    }
+#pragma unroll
+    for (int d = 0; d < Cfg::TN / 4; ++d) {
+      const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * Cfg::kLdB + b_off + d * Cfg::kLaneCols * 4]);
+      b[4 * d + 0] = v.x, b[4 * d + 1] = v.y, b[4 * d + 2] = v.z, b[4 * d + 3] = v.w;
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+  }
+}
+
+// Micro-tile element (i, j) of this thread lies at tile row a_off + row_step(i), column b_off + col_step(j).
+template <class Cfg>
+__device__ __forceinline__ int row_step(int i) {
+  return (i / 4) * Cfg::kLaneRows * 4 + i % 4;
+}
+template <class Cfg>
+__device__ __forceinline__ int col_step(int j) {
+  return (j / 4) * Cfg::kLaneCols * 4 + j % 4;
+}
+
+// ---- epilogue --------------------------------------------------------------------------------------
+
+template <Epilogue E>
+__device__ __forceinline__ float finish(float v, int m, int n, const GemmArgs& p) {
+  if constexpr (E == Epilogue::bias) return v + __ldg(&p.bias[n]);
+  if constexpr (E == Epilogue::bias_relu) {
+    const float x = v + __ldg(&p.bias[n]);
+    return x < 0.f ? 0.f : x;
+  }
+  if constexpr (E == Epilogue::relu_mask) return __ldg(&p.mask[static_cast<size_t>(m) * p.ldc + n]) > 0.f ? v : 0.f;
+  return v;
+}
+
+// Writes this thread's micro-tile: C[m][n] = finish(acc), bounds-checked, float4 where the row allows.
+template <class Cfg, Epilogue E>
+__device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg::TN], int m_base, int n_base,
+                                                 const GemmArgs& p) {
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i) {
+    const int m = m_base + row_step<Cfg>(i);
+    if (m >= p.M) continue;
+    float* crow = p.C + static_cast<size_t>(m) * p.ldc;
+#pragma unroll
+    for (int d = 0; d < Cfg::TN / 4; ++d) {
+      const int n = n_base + col_step<Cfg>(4 * d);
+      if (p.store_vec && n + 3 < p.N) {
+        *reinterpret_cast<float4*>(crow + n) =
+            make_float4(finish<E>(acc[i][4 * d + 0], m, n + 0, p), finish<E>(acc[i][4 * d + 1], m, n + 1, p),
+                        finish<E>(acc[i][4 * d + 2], m, n + 2, p), finish<E>(acc[i][4 * d + 3], m, n + 3, p));
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (n + j < p.N) crow[n + j] = finish<E>(acc[i][4 * d + j], m, n + j, p);
+      }
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg::TN], int m_base, int n_base,
+                                                 const GemmArgs& p, Epilogue e) {
+  switch (e) {  // uniform across the grid; one specialised store loop per epilogue
+    case Epilogue::none: store_micro_tile<Cfg, Epilogue::none>(acc, m_base, n_base, p); break;
+    case Epilogue::bias: store_micro_tile<Cfg, Epilogue::bias>(acc, m_base, n_base, p); break;
+    case Epilogue::bias_relu: store_micro_tile<Cfg, Epilogue::bias_relu>(acc, m_base, n_base, p); break;
+    case Epilogue::relu_mask: store_micro_tile<Cfg, Epilogue::relu_mask>(acc, m_base, n_base, p); break;
+  }
+}
+
+// Split-K: this block's share of the tile, reduced over the cluster's S partial tiles in rank order.
+template <class Cfg, int S, Epilogue E>
+__device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int rank, int m0, int n0,
+                                                 const GemmArgs& p) {
+  constexpr int kElems = Cfg::BM * Cfg::BN, kShare = kElems / S;
+  static_assert(kElems % S == 0, "split factor must divide the tile");
+  for (int e = rank * kShare + threadIdx.x; e < (rank + 1) * kShare; e += Cfg::kThreads) {
+    const int m = m0 + e / Cfg::BN, n = n0 + e % Cfg::BN;
+    if (m >= p.M || n >= p.N) continue;
+    float v = parts[0][e];
+#pragma unroll
+    for (int q = 1; q < S; ++q) v += parts[q][e];
+    p.C[static_cast<size_t>(m) * p.ldc + n] = finish<E>(v, m, n, p);
+  }
+}
+
+// ---- the block's work ------------------------------------------------------------------------------
+
+// Output tile (tile_m, tile_n) of the grid, grouped 8 tile rows at a time so that concurrently running
+// blocks share slabs of A and B in L2.
+__device__ __forceinline__ void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
+  constexpr int kGroup = 8;
+  const int pid = blockIdx.x;
+  const int per_group = kGroup * p.tiles_n;
+  const int first_m = (pid / per_group) * kGroup;
+  const int group_rows = min(p.tiles_m - first_m, kGroup);
+  tile_m = first_m + (pid % per_group) % group_rows;
+  tile_n = (pid % per_group) / group_rows;
+}
+
+// C tile (or, with S > 1, this block's partial of it over K-range `split`) for the tile (tile_m, tile_n).
+// smem: Cfg::kPipelineFloats floats (and BM·BN + BM with S > 1), 16-byte aligned.
+template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
+__device__ __forceinline__ void gemm_block(const GemmArgs& p, float* smem, Epilogue epilogue, int split) {
+  using LoadA = SlabLoader<Cfg::BM, Cfg::BK, Cfg::kThreads, !TransA, Vec>;  // op(A) as (M, K)
+  using LoadB = SlabLoader<Cfg::BN, Cfg::BK, Cfg::kThreads, TransB, Vec>;   // op(B)ᵀ as (N, K)
+
+  int tile_m, tile_n;
+  tile_of_block(p, tile_m, tile_n);
+  const int m0 = tile_m * Cfg::BM, n0 = tile_n * Cfg::BN;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int a_off = (warp / Cfg::kWarpsN) * Cfg::WM + (lane / Cfg::kLaneCols) * 4;
+  const int b_off = (warp % Cfg::kWarpsN) * Cfg::WN + (lane % Cfg::kLaneCols) * 4;
+
+  // This block's slabs: [slab_begin, slab_end) of the K axis in BK steps (all of it when S == 1).
+  const int slabs_total = (p.K + Cfg::BK - 1) / Cfg::BK;
+  const int slabs_per_split = (slabs_total + S - 1) / S;
+  const int slab_begin = min(split * slabs_per_split, slabs_total);
+  const int n_slabs = min(slab_begin + slabs_per_split, slabs_total) - slab_begin;
+
+  // Row sums of op(A): tile column 0 only, thread r owns tile row r.
+  const bool row_sums = p.a_row_sums != nullptr && tile_n == 0;
+  float row_sum = 0.f;
+
+  float acc[Cfg::TM][Cfg::TN];
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = 0.f;
+
+  float4 a_next[LoadA::kVecs], b_next[LoadB::kVecs];
+  auto stage_a = [&](int s) { return smem + s * Cfg::kStageFloats; };
+  auto stage_b = [&](int s) { return smem + s * Cfg::kStageFloats + Cfg::BK * Cfg::kLdA; };
+
+  if (n_slabs > 0) {
+    const int k0 = slab_begin * Cfg::BK;
+    LoadA::load(a_next, p.A, p.lda, p.M, p.K, m0, k0);
+    LoadB::load(b_next, p.B, p.ldb, p.N, p.K, n0, k0);
+    LoadA::store(stage_a(0), a_next);
+    LoadB::store(stage_b(0), b_next);
+  }
+  __syncthreads();
+
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) {  // issue the next slab's global loads now; they land while this slab is multiplied
+      const int k0 = (slab_begin + t + 1) * Cfg::BK;
+      LoadA::load(a_next, p.A, p.lda, p.M, p.K, m0, k0);
+      LoadB::load(b_next, p.B, p.ldb, p.N, p.K, n0, k0);
+    }
+    const float* As = stage_a(cur);
+    if (row_sums && threadIdx.x < Cfg::BM) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BK; ++kk) row_sum += As[kk * Cfg::kLdA + threadIdx.x];
+    }
+    multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off);
+    if (has_next) {
+      LoadA::store(stage_a(cur ^ 1), a_next);
+      LoadB::store(stage_b(cur ^ 1), b_next);
+    }
+    __syncthreads();
+  }
+
+  if constexpr (S == 1) {
+    store_micro_tile<Cfg>(acc, m0 + a_off, n0 + b_off, p, epilogue);
+    if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) p.a_row_sums[m0 + threadIdx.x] = row_sum;
+  } else {
+#if NT_GEMM_CLUSTERS
+    // The stages are free (the loop ended on a barrier): park the partial tile and row sums there.
+    float* part = smem;  // (BM, BN) row-major, then BM row sums
+#pragma unroll
+    for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+      for (int d = 0; d < Cfg::TN / 4; ++d)
+        *reinterpret_cast<float4*>(&part[(a_off + row_step<Cfg>(i)) * Cfg::BN + b_off + col_step<Cfg>(4 * d)]) =
+            make_float4(acc[i][4 * d + 0], acc[i][4 * d + 1], acc[i][4 * d + 2], acc[i][4 * d + 3]);
+    if (threadIdx.x < Cfg::BM) part[Cfg::BM * Cfg::BN + threadIdx.x] = row_sum;
+
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every partial of the cluster is in place
+    float* parts[S];
+#pragma unroll
+    for (int q = 0; q < S; ++q) parts[q] = cluster.map_shared_rank(part, q);
+    const int rank = static_cast<int>(cluster.block_rank());
+    switch (epilogue) {
+      case Epilogue::none: reduce_and_store<Cfg, S, Epilogue::none>(parts, rank, m0, n0, p); break;
+      case Epilogue::bias: reduce_and_store<Cfg, S, Epilogue::bias>(parts, rank, m0, n0, p); break;
+      case Epilogue::bias_relu: reduce_and_store<Cfg, S, Epilogue::bias_relu>(parts, rank, m0, n0, p); break;
+      case Epilogue::relu_mask: reduce_and_store<Cfg, S, Epilogue::relu_mask>(parts, rank, m0, n0, p); break;
+    }
+    if (row_sums && rank == 0 && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) {
+      float v = parts[0][Cfg::BM * Cfg::BN + threadIdx.x];
+#pragma unroll
+      for (int q = 1; q < S; ++q) v += parts[q][Cfg::BM * Cfg::BN + threadIdx.x];
+      p.a_row_sums[m0 + threadIdx.x] = v;
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+  }
+}
+
+// ---- kernels ---------------------------------------------------------------------------------------
+
+// grid: (tiles_m · tiles_n); one block per output tile.
+template <class Cfg, bool TransA, bool TransB, bool Vec>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(GemmArgs p, Epilogue epilogue) {
+  __shared__ __align__(16) float smem[Cfg::kPipelineFloats];
+  gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
+}
+
+// grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
+template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
+__global__ void NT_GEMM_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
+    gemm_splitk_kernel(GemmArgs p, Epilogue epilogue) {
+  static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
+#if NT_GEMM_CLUSTERS
+  constexpr int kPartialFloats = Cfg::BM * Cfg::BN + Cfg::BM;  // the partial tile, then its row sums
+  __shared__ __align__(16) float smem[std::max(Cfg::kPipelineFloats, kPartialFloats)];
+  gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
+#else
+  __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
+#endif
+}
+
+// ---- launchers -------------------------------------------------------------------------------------
+
+enum class TileKind { large, medium, small };
+
+struct Plan {
+  TileKind tile = TileKind::large;
+  int split_k = 1;
+};
+
+int tiles_for(int M, int N, int bm, int bn) { return div_up(M, bm) * std::max(div_up(N, bn), 1); }
+
+// Whether the split-K kernels can run here: a cluster-capable device and an image compiled for one.
+bool clusters_available() {
+  static const bool available = [] {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemm_splitk_kernel<SmallTile, false, false, true, 2>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9 && attr.ptxVersion >= 90;
+  }();
+  return available;
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&dev));
+  NT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+// The rule: the largest tile that still gives at least one block per SM; if even the small tile gives
+// fewer, split K over a cluster so that tiles·S approaches two blocks per SM, keeping at least two
+// slabs (2·BK) of K per block. Depends only on (M, N, K) and the SM count: deterministic per device.
+Plan choose_plan(int M, int N, int K, int sms, bool can_split) {
+  if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
+  if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
+  Plan plan{TileKind::small, 1};
+  const int tiles = tiles_for(M, N, SmallTile::BM, SmallTile::BN);
+  if (!can_split) return plan;
+  while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
+         K >= plan.split_k * 2 * 2 * SmallTile::BK)
+    plan.split_k *= 2;
+  return plan;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+using KernelFn = void (*)(GemmArgs, Epilogue);
+
+template <class Cfg, bool TransA, bool TransB, bool Vec>
+KernelFn pick_split(int split_k) {
+  if constexpr (std::is_same_v<Cfg, SmallTile>) {
+    switch (split_k) {
+      case 2: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
+      case 4: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
+      case 8: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 8>;
+      default: break;
+    }
+  }
+  NT_CHECK(split_k == 1, "gemm: split-K ", split_k, " is not instantiated for this tile");
+  return gemm_kernel<Cfg, TransA, TransB, Vec>;
+}
+
+template <class Cfg>
+KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, int split_k) {
+  const int variant = (trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0);
+  switch (variant) {
+    case 0: return pick_split<Cfg, false, false, false>(split_k);
+    case 1: return pick_split<Cfg, false, false, true>(split_k);
+    case 2: return pick_split<Cfg, false, true, false>(split_k);
+    case 3: return pick_split<Cfg, false, true, true>(split_k);
+    case 4: return pick_split<Cfg, true, false, false>(split_k);
+    case 5: return pick_split<Cfg, true, false, true>(split_k);
+    case 6: return pick_split<Cfg, true, true, false>(split_k);
+    default: return pick_split<Cfg, true, true, true>(split_k);
+  }
+}
+
+template <class Cfg>
+void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
+  GemmArgs p{};
+  p.M = d.M, p.N = d.N, p.K = d.K;
+  p.A = d.A, p.lda = d.lda, p.B = d.B, p.ldb = d.ldb, p.C = d.C, p.ldc = d.ldc;
+  p.bias = d.bias, p.mask = d.mask, p.a_row_sums = d.a_row_sums;
+  p.tiles_m = div_up(d.M, Cfg::BM);
+  p.tiles_n = std::max(div_up(d.N, Cfg::BN), 1);  // N == 0: one tile column still produces the row sums
+  p.store_vec = aligned16(d.C) && d.ldc % 4 == 0;
+  const bool vec = aligned16(d.A) && d.lda % 4 == 0 && aligned16(d.B) && d.ldb % 4 == 0;
+
+  const double M = d.M, N = d.N, K = d.K;
+  double bytes = 4.0 * (M * K + K * N + M * N);
+  if (d.epilogue == Epilogue::bias || d.epilogue == Epilogue::bias_relu) bytes += 4.0 * N;
+  if (d.epilogue == Epilogue::relu_mask) bytes += 4.0 * M * N;
+  if (d.a_row_sums) bytes += 4.0 * M;
+  const profile::OpCost cost{bytes, 2.0 * M * N * K};
+
+  const dim3 grid(static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n), 1,
+                  static_cast<unsigned>(split_k));
+  launch(exec, gemm_kernel_name(d.epilogue), cost, pick_kernel<Cfg>(d.trans_a, d.trans_b, vec, split_k), grid,
+         dim3(Cfg::kThreads), 0, p, d.epilogue);
+}
+
+void check_invariants(const GemmDesc& d) {
+  NT_CHECK(d.M >= 0 && d.N >= 0 && d.K >= 0, "gemm: negative size M=", d.M, " N=", d.N, " K=", d.K);
+  NT_CHECK(d.lda >= (d.trans_a ? d.M : d.K), "gemm: lda=", d.lda, " shorter than a row of A");
+  NT_CHECK(d.ldb >= (d.trans_b ? d.K : d.N), "gemm: ldb=", d.ldb, " shorter than a row of B");
+  NT_CHECK(d.ldc >= d.N, "gemm: ldc=", d.ldc, " shorter than a row of C (N=", d.N, ")");
+  NT_CHECK(d.M == 0 || d.N == 0 || d.C != nullptr, "gemm: C is null");
+  NT_CHECK(d.K == 0 || d.M == 0 || ((d.N == 0 || d.B) && d.A), "gemm: A or B is null");
+  NT_CHECK(!(d.epilogue == Epilogue::bias || d.epilogue == Epilogue::bias_relu) || d.N == 0 || d.bias,
+           "gemm: bias epilogue without bias");
+  NT_CHECK(d.epilogue != Epilogue::relu_mask || d.N == 0 || d.M == 0 || d.mask, "gemm: relu_mask without mask");
+}
+
+void run_plan(const Exec& exec, const GemmDesc& d, const Plan& plan) {
+  if (d.M == 0 || (d.N == 0 && !d.a_row_sums)) return;  // nothing to write
+  switch (plan.tile) {
+    case TileKind::large: launch_gemm<LargeTile>(exec, d, plan.split_k); break;
+    case TileKind::medium: launch_gemm<MediumTile>(exec, d, plan.split_k); break;
+    case TileKind::small: launch_gemm<SmallTile>(exec, d, plan.split_k); break;
+  }
+}
+
+}  // namespace
+
+void gemm(const Exec& exec, const GemmDesc& d) {
+  check_invariants(d);
+  run_plan(exec, d, choose_plan(d.M, d.N, d.K, sm_count(), clusters_available()));
+}
+
+// Kernel-lab entry for bench/bench_gemm.cu and the tests: the same op with the configuration forced
+// (tile 0 = large, 1 = medium, 2 = small; split_k 1, or 2/4/8 with the small tile on sm_90). Not part of
+// the op API: the engine calls gemm() above.
+namespace lab {
+void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
+  check_invariants(d);
+  NT_CHECK(tile >= 0 && tile <= 2, "gemm lab: tile ", tile, " out of range");
+  NT_CHECK(split_k == 1 || (tile == 2 && clusters_available()), "gemm lab: split-K needs the small tile and sm_90");
+  run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k});
+}
+}  // namespace lab
+
+}  // namespace nt::kernels::cuda

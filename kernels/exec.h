@@ -1,0 +1,36 @@
+// The execution handle every op takes: which backend runs it and with what.
+//
+// Ops are functions over raw pointers plus this handle; they know nothing of Tensor or layers.
+// Both backends share one signature per op: kernels/cpu/<family>.cpp and kernels/cuda/<family>.cu
+// implement `cpu::op` and `cuda::op`; the header's `op` picks one by `backend`.
+#pragma once
+
+#include "core/error.h"
+#include "profile/launch_observer.h"
+
+namespace nt::kernels {
+
+enum class Backend { cpu, cuda };
+
+class ThreadPool;
+
+struct Exec {
+  Backend backend = Backend::cpu;
+  void* stream = nullptr;           // cudaStream_t of the CUDA backend; unused on the CPU
+  ThreadPool* pool = nullptr;       // CPU worker threads; nullptr runs on the calling thread alone
+  bool debug_sync = false;          // CUDA: synchronize and check after every launch
+  profile::LaunchObserver* observer = nullptr;  // profiler hook; nullptr = profiling off
+
+  bool on_cuda() const { return backend == Backend::cuda; }
+};
+
+#if NT_WITH_CUDA
+#define NT_DISPATCH(exec, op, ...) \
+  ((exec).on_cuda() ? ::nt::kernels::cuda::op(exec, __VA_ARGS__) : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
+#else
+#define NT_DISPATCH(exec, op, ...)                                                             \
+  ((exec).on_cuda() ? throw ::nt::Error("this build of nanotrain has no CUDA backend")          \
+                    : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
+#endif
+
+}  // namespace nt::kernels

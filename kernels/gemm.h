@@ -1,0 +1,49 @@
+// GEMM with fused epilogues: the workhorse of Linear (and later of Conv2d as implicit GEMM).
+//
+//   C(M,N) = op(A)(M,K) · op(B)(K,N), then the epilogue, written with `=` (never accumulated).
+//
+// Layouts, all row-major with leading dimensions (elements between consecutive rows):
+//   A: (M,K) with lda >= K, or with trans_a its transpose stored (K,M) with lda >= M
+//   B: (K,N) with ldb >= N, or with trans_b its transpose stored (N,K) with ldb >= K
+//   C: (M,N) with ldc >= N
+// Epilogues:
+//   none       C = A·B
+//   bias       C = A·B + bias[n]                          (Linear forward)
+//   bias_relu  C = max(A·B + bias[n], 0)                  (Linear+ReLU forward)
+//   relu_mask  C = (A·B) * (mask[m,n] > 0), mask has ldc  (input gradient through a ReLU whose output is mask)
+// Optionally a_row_sums[m] = Σ_k op(A)[m,k] (written with `=`): the bias gradient of the weight-gradient
+// GEMM dW = dYᵀ·X comes out of the same pass over dY.
+//
+// Numerics: fp32 products accumulated in fp32; each output's K-sum runs in one fixed order on a given
+// backend, so results are bit-reproducible run to run. M, N or K may be any size >= 0 (K == 0 gives
+// C = epilogue(0)).
+#pragma once
+
+#include "kernels/exec.h"
+
+namespace nt::kernels {
+
+enum class Epilogue { none, bias, bias_relu, relu_mask };
+
+struct GemmDesc {
+  int M = 0, N = 0, K = 0;
+  bool trans_a = false, trans_b = false;
+  const float* A = nullptr;
+  int lda = 0;
+  const float* B = nullptr;
+  int ldb = 0;
+  float* C = nullptr;
+  int ldc = 0;
+  Epilogue epilogue = Epilogue::none;
+  const float* bias = nullptr;    // (N), for bias and bias_relu
+  const float* mask = nullptr;    // (M,N) with ldc, for relu_mask
+  float* a_row_sums = nullptr;    // (M) or nullptr
+};
+
+const char* gemm_kernel_name(Epilogue e);  // "gemm", "gemm_bias", "gemm_bias_relu", "gemm_relu_mask"
+
+namespace cpu { void gemm(const Exec& exec, const GemmDesc& d); }
+namespace cuda { void gemm(const Exec& exec, const GemmDesc& d); }
+inline void gemm(const Exec& exec, const GemmDesc& d) { NT_DISPATCH(exec, gemm, d); }
+
+}  // namespace nt::kernels

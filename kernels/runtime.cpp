@@ -1,0 +1,249 @@
+#include "kernels/runtime.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if NT_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#endif
+
+namespace nt::kernels {
+
+namespace {
+std::atomic<uint64_t> g_alloc_count{0};
+constexpr size_t kHostAlignment = 64;  // one cache line, and 16-float vectors
+
+#if NT_WITH_CUDA
+cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
+#endif
+}  // namespace
+
+#if NT_WITH_CUDA
+namespace cuda {
+bool kernel_image_available();  // kernels/cuda/probe.cu
+}
+#endif
+
+// ---- devices ---------------------------------------------------------------------------------------
+
+bool cuda_built() { return NT_WITH_CUDA != 0; }
+
+int cuda_device_count() {
+#if NT_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+DeviceInfo cuda_device_info(int device) {
+  DeviceInfo info;
+  info.index = device;
+#if NT_WITH_CUDA
+  cudaDeviceProp prop{};
+  NT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.total_memory = prop.totalGlobalMem;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+#else
+  throw Error("this build of nanotrain has no CUDA backend");
+#endif
+  return info;
+}
+
+bool cuda_build_runs_on(const DeviceInfo& info, std::string* built_for) {
+#if NT_WITH_CUDA
+  if (built_for) *built_for = NT_CUDA_ARCHS;
+  cuda_set_device(info.index);
+  return cuda::kernel_image_available();
+#else
+  (void)info;
+  if (built_for) *built_for = "none";
+  return false;
+#endif
+}
+
+void cuda_set_device(int device) {
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaSetDevice(device));
+#else
+  (void)device;
+  throw Error("this build of nanotrain has no CUDA backend");
+#endif
+}
+
+// ---- memory ----------------------------------------------------------------------------------------
+
+void* device_alloc(Backend backend, size_t bytes) {
+  g_alloc_count.fetch_add(1, std::memory_order_relaxed);
+  if (bytes == 0) bytes = 1;
+  if (backend == Backend::cpu) {
+    size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    if (!p) throw Error(cat("out of host memory allocating ", bytes, " bytes"));
+    return p;
+  }
+#if NT_WITH_CUDA
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(cat("out of GPU memory allocating ", bytes, " bytes: ", cudaGetErrorString(err)));
+  }
+  return p;
+#else
+  throw Error("this build of nanotrain has no CUDA backend");
+#endif
+}
+
+void device_free(Backend backend, void* ptr) noexcept {
+  if (!ptr) return;
+  if (backend == Backend::cpu) {
+    std::free(ptr);
+    return;
+  }
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK_NOTHROW(cudaFree(ptr));
+#endif
+}
+
+uint64_t device_alloc_count() { return g_alloc_count.load(std::memory_order_relaxed); }
+
+#if NT_WITH_CUDA
+#define NT_COPY(exec, dst, src, bytes, kind)                                              \
+  do {                                                                                    \
+    if ((exec).on_cuda()) {                                                               \
+      NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_of(exec)));             \
+      return;                                                                             \
+    }                                                                                     \
+    if (bytes) std::memcpy(dst, src, bytes);                                              \
+  } while (0)
+#else
+#define NT_COPY(exec, dst, src, bytes, kind) \
+  do {                                       \
+    if (bytes) std::memcpy(dst, src, bytes); \
+  } while (0)
+#endif
+
+void copy_host_to_device(const Exec& exec, void* dst, const void* src, size_t bytes) {
+  NT_COPY(exec, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+void copy_device_to_host(const Exec& exec, void* dst, const void* src, size_t bytes) {
+  NT_COPY(exec, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+void copy_device_to_device(const Exec& exec, void* dst, const void* src, size_t bytes) {
+  NT_COPY(exec, dst, src, bytes, cudaMemcpyDeviceToDevice);
+}
+#undef NT_COPY
+
+void fill_zero(const Exec& exec, void* dst, size_t bytes) {
+#if NT_WITH_CUDA
+  if (exec.on_cuda()) {
+    NT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_of(exec)));
+    return;
+  }
+#else
+  (void)exec;
+#endif
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+void synchronize(const Exec& exec) {
+#if NT_WITH_CUDA
+  if (exec.on_cuda()) NT_CUDA_CHECK(cudaStreamSynchronize(stream_of(exec)));
+#else
+  (void)exec;
+#endif
+}
+
+// ---- streams ---------------------------------------------------------------------------------------
+
+void* create_stream() {
+#if NT_WITH_CUDA
+  cudaStream_t s = nullptr;
+  NT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+#else
+  throw Error("this build of nanotrain has no CUDA backend");
+#endif
+}
+
+void destroy_stream(void* stream) noexcept {
+#if NT_WITH_CUDA
+  if (stream) NT_CUDA_CHECK_NOTHROW(cudaStreamDestroy(static_cast<cudaStream_t>(stream)));
+#else
+  (void)stream;
+#endif
+}
+
+// ---- graphs ----------------------------------------------------------------------------------------
+
+Graph::~Graph() {
+#if NT_WITH_CUDA
+  if (exec_) NT_CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
+  if (graph_) NT_CUDA_CHECK_NOTHROW(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)));
+#endif
+}
+
+Graph::Graph(Graph&& other) noexcept { *this = std::move(other); }
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    std::swap(graph_, other.graph_);
+    std::swap(exec_, other.exec_);
+    std::swap(nodes_, other.nodes_);
+  }
+  return *this;
+}
+
+Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
+  NT_CHECK(exec.on_cuda(), "graphs exist on the CUDA backend only");
+  NT_CHECK(!exec.debug_sync, "debug-sync synchronizes after every launch, which capture forbids");
+  Graph g;
+#if NT_WITH_CUDA
+  cudaStream_t s = stream_of(exec);
+  NT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  try {
+    record();
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(s, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  NT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  g.graph_ = graph;
+  NT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &g.nodes_));
+  cudaGraphExec_t instance = nullptr;
+  NT_CUDA_CHECK(cudaGraphInstantiate(&instance, graph, 0));
+  g.exec_ = instance;
+#else
+  (void)record;
+#endif
+  return g;
+}
+
+void Graph::launch(const Exec& exec) const {
+  NT_CHECK(exec_ != nullptr, "launching an empty graph");
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream_of(exec)));
+  if (exec.debug_sync) NT_CUDA_CHECK(cudaStreamSynchronize(stream_of(exec)));
+#else
+  (void)exec;
+#endif
+}
+
+}  // namespace nt::kernels

@@ -1,0 +1,85 @@
+#include "layers/linear.h"
+
+#include <cmath>
+
+#include "kernels/activation.h"
+#include "kernels/gemm.h"
+
+namespace nt::layers {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool relu, bool bias)
+    : in_(static_cast<int>(in_features)), out_(static_cast<int>(out_features)), relu_(relu), bias_(bias) {
+  if (in_features <= 0 || out_features <= 0)
+    throw Error(cat("linear: features must be positive, got ", in_features, " -> ", out_features));
+}
+
+std::string Linear::describe() const {
+  return cat("linear ", in_, "->", out_, bias_ ? "" : " (no bias)", relu_ ? " +relu" : "");
+}
+
+Shape Linear::output_shape(const Shape& input) const {
+  if (input.rank() != 1 || input[0] != in_)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input (", in_, "), got ", input.str(),
+                    input.rank() > 1 ? "; add a flatten layer before it" : ""));
+  return Shape{out_};
+}
+
+std::vector<ParamSpec> Linear::param_specs() const {
+  // PyTorch's nn.Linear default: kaiming_uniform_(a=sqrt(5)) on W, i.e. U(-1/sqrt(in), 1/sqrt(in)),
+  // and the same bound for the bias.
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_));
+  auto uniform = [bound](std::span<float> w, Rng& rng) {
+    for (auto& v : w) v = rng.uniform(-bound, bound);
+  };
+  std::vector<ParamSpec> specs{{"weight", Shape{out_, in_}, uniform}};
+  if (bias_) specs.push_back({"bias", Shape{out_}, uniform});
+  return specs;
+}
+
+void Linear::bind_params(std::span<Param*> params) {
+  weight_ = params[0];
+  bias_param_ = bias_ ? params[1] : nullptr;
+}
+
+void Linear::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
+  kernels::GemmDesc d;
+  d.M = static_cast<int>(x.shape()[0]), d.N = out_, d.K = in_;
+  d.A = x.f32(), d.lda = in_;                               // x: (rows, in)
+  d.B = weight_->value.f32(), d.ldb = in_, d.trans_b = true;  // W: (out, in) read as Wᵀ
+  d.C = y.f32(), d.ldc = out_;                              // y: (rows, out)
+  d.epilogue = bias_ ? (relu_ ? kernels::Epilogue::bias_relu : kernels::Epilogue::bias)
+                     : kernels::Epilogue::none;
+  d.bias = bias_ ? bias_param_->value.f32() : nullptr;
+  NT_CHECK(bias_ || !relu_, "linear without bias and with relu is not built by the builder");
+  kernels::gemm(exec, d);
+}
+
+void Linear::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                      const Tensor* dx) {
+  const int rows = static_cast<int>(x.shape()[0]);
+  // dz = dy * (y > 0), in place in the gradient buffer, unless the next layer's GEMM already did it.
+  if (relu_ && !dy_is_preactivation_)
+    kernels::relu_backward(exec, y.f32(), dy.f32(), dy.f32(), static_cast<size_t>(dy.numel()));
+
+  kernels::GemmDesc dw;                                     // dW (out, in) = dzᵀ · x
+  dw.M = out_, dw.N = in_, dw.K = rows;
+  dw.A = dy.f32(), dw.lda = out_, dw.trans_a = true;        // dz: (rows, out) read as dzᵀ
+  dw.B = x.f32(), dw.ldb = in_;                             // x: (rows, in)
+  dw.C = weight_->grad.f32(), dw.ldc = in_;
+  dw.a_row_sums = bias_ ? bias_param_->grad.f32() : nullptr;  // db (out) = Σ_rows dz
+  kernels::gemm(exec, dw);
+
+  if (!dx) return;
+  kernels::GemmDesc dxd;                                    // dx (rows, in) = dz · W
+  dxd.M = rows, dxd.N = in_, dxd.K = out_;
+  dxd.A = dy.f32(), dxd.lda = out_;
+  dxd.B = weight_->value.f32(), dxd.ldb = in_;              // W: (out, in)
+  dxd.C = dx->f32(), dxd.ldc = in_;
+  if (mask_input_grad_) {                                   // through the previous layer's ReLU: x is its output
+    dxd.epilogue = kernels::Epilogue::relu_mask;
+    dxd.mask = x.f32();
+  }
+  kernels::gemm(exec, dxd);
+}
+
+}  // namespace nt::layers

@@ -1,0 +1,35 @@
+// Linear: y = x·Wᵀ + b, optionally followed by a fused ReLU. PyTorch's nn.Linear layout and init.
+//
+//   x: (rows, in)   W: (out, in)   b: (out)   y: (rows, out)
+// forward   one GEMM, epilogue bias or bias+ReLU
+// backward  dz = dy (through the ReLU unless the next layer already masked it)
+//           dW = dzᵀ·x with db = Σ_rows dz from the same pass   (both written =)
+//           dx = dz·W, times (x > 0) when the previous layer ended in a ReLU   (written =)
+#pragma once
+
+#include "engine/layer.h"
+
+namespace nt::layers {
+
+class Linear final : public Layer {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool relu, bool bias = true);
+
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind_params(std::span<Param*> params) override;
+  void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
+  void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                const Tensor* dx) override;
+  bool ends_in_relu() const override { return relu_; }
+  bool can_mask_input_grad() const override { return true; }
+
+ private:
+  int in_, out_;
+  bool relu_, bias_;
+  Param* weight_ = nullptr;
+  Param* bias_param_ = nullptr;
+};
+
+}  // namespace nt::layers

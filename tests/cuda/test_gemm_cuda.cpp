@@ -1,0 +1,389 @@
+// CUDA GEMM (kernels/cuda/gemm.cu) against an independent reference: a naive triple loop in double
+// precision on the host, written here from the contract in kernels/gemm.h. Every output buffer is
+// poisoned with NaN first, so an element the kernel forgets fails, and the columns between N and ldc
+// must still hold the poison afterwards, so a stray write fails too.
+//
+// Tolerance: fp32_dot(K) (8·sqrt(K)·eps of the result's largest magnitude): the GPU sums each output's
+// K products in fp32 in its own fixed order (one FMA chain, or S chains added in rank order with
+// split-K), the reference in double, so the difference is the GPU's fp32 rounding alone; a wrong index
+// or a missed slab is an O(1) error relative to that scale.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/runtime.h"
+#include "support/test_support.h"
+
+// The kernel lab's entry (kernels/cuda/gemm.cu): the same op with the tile configuration forced
+// (0 large 128×128, 1 medium 64×64, 2 small 32×32) and, for the small tile, a cluster split-K factor.
+namespace nt::kernels::cuda::lab {
+void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
+}
+
+namespace {
+
+using nt::kernels::Epilogue;
+using nt::kernels::Exec;
+using nt::kernels::GemmDesc;
+using nt::test::CudaExec;
+using nt::test::DeviceBuffer;
+
+using GemmFn = std::function<void(const Exec&, const GemmDesc&)>;
+
+const GemmFn kAuto = [](const Exec& exec, const GemmDesc& d) { nt::kernels::gemm(exec, d); };
+GemmFn forced(int tile, int split_k) {
+  return [=](const Exec& exec, const GemmDesc& d) { nt::kernels::cuda::lab::gemm_variant(exec, d, tile, split_k); };
+}
+
+constexpr Epilogue kEpilogues[] = {Epilogue::none, Epilogue::bias, Epilogue::bias_relu, Epilogue::relu_mask};
+constexpr int kSizes[] = {1, 7, 10, 33, 64, 65, 128, 160, 320, 784, 1000};
+
+const char* name_of(Epilogue e) { return nt::kernels::gemm_kernel_name(e); }
+
+struct Problem {
+  int M = 1, N = 1, K = 1;
+  bool trans_a = false, trans_b = false;
+  Epilogue epilogue = Epilogue::none;
+  bool row_sums = true;
+  int pad_a = 0, pad_b = 0, pad_c = 0;           // leading dimension = minimum + pad
+  int off_a = 0, off_b = 0, off_c = 0;           // floats added to the device pointers (1 → misaligned)
+
+  int rows_a() const { return trans_a ? K : M; }  // A as stored
+  int lda() const { return (trans_a ? M : K) + pad_a; }
+  int rows_b() const { return trans_b ? N : K; }
+  int ldb() const { return (trans_b ? K : N) + pad_b; }
+  int ldc() const { return std::max(N, 1) + pad_c; }
+  std::string describe() const {
+    std::ostringstream s;
+    s << "M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a << " trans_b=" << trans_b << " "
+      << name_of(epilogue) << " row_sums=" << row_sums << " lda=" << lda() << " ldb=" << ldb() << " ldc=" << ldc()
+      << " offsets=" << off_a << "," << off_b << "," << off_c;
+    return s.str();
+  }
+};
+
+struct Inputs {
+  std::vector<float> A, B, bias, mask;  // as stored, with leading dimensions; mask has ldc
+};
+
+Inputs make_inputs(const Problem& p) {
+  Inputs in;
+  in.A = nt::test::random_floats(static_cast<size_t>(p.rows_a()) * p.lda());
+  in.B = nt::test::random_floats(static_cast<size_t>(p.rows_b()) * p.ldb());
+  in.bias = nt::test::random_floats(static_cast<size_t>(p.N));
+  in.mask = nt::test::random_floats(static_cast<size_t>(p.M) * p.ldc());  // about half <= 0
+  return in;
+}
+
+double op_a(const Problem& p, const Inputs& in, int m, int k) {
+  return p.trans_a ? in.A[static_cast<size_t>(k) * p.lda() + m] : in.A[static_cast<size_t>(m) * p.lda() + k];
+}
+double op_b(const Problem& p, const Inputs& in, int k, int n) {
+  return p.trans_b ? in.B[static_cast<size_t>(n) * p.ldb() + k] : in.B[static_cast<size_t>(k) * p.ldb() + n];
+}
+
+// op(A)·op(B) in double, (M, N) row-major with leading dimension N.
+std::vector<double> reference_product(const Problem& p, const Inputs& in) {
+  std::vector<double> c(static_cast<size_t>(p.M) * p.N, 0.0);
+  for (int m = 0; m < p.M; ++m)
+    for (int k = 0; k < p.K; ++k) {
+      const double a = op_a(p, in, m, k);
+      double* row = &c[static_cast<size_t>(m) * p.N];
+      for (int n = 0; n < p.N; ++n) row[n] += a * op_b(p, in, k, n);
+    }
+  return c;
+}
+
+std::vector<double> reference_output(const Problem& p, const Inputs& in, const std::vector<double>& product) {
+  std::vector<double> c = product;
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < p.N; ++n) {
+      double& v = c[static_cast<size_t>(m) * p.N + n];
+      switch (p.epilogue) {
+        case Epilogue::none: break;
+        case Epilogue::bias: v += in.bias[n]; break;
+        case Epilogue::bias_relu: v = std::max(v + in.bias[n], 0.0); break;
+        case Epilogue::relu_mask: v = in.mask[static_cast<size_t>(m) * p.ldc() + n] > 0.f ? v : 0.0; break;
+      }
+    }
+  return c;
+}
+
+std::vector<double> reference_row_sums(const Problem& p, const Inputs& in) {
+  std::vector<double> s(static_cast<size_t>(p.M), 0.0);
+  for (int m = 0; m < p.M; ++m)
+    for (int k = 0; k < p.K; ++k) s[m] += op_a(p, in, m, k);
+  return s;
+}
+
+// A host vector placed `offset` floats into a device buffer (the prefix is random filler).
+struct Placed {
+  DeviceBuffer<float> buf;
+  int offset;
+  Placed(const Exec& exec, const std::vector<float>& host, int off)
+      : buf(exec, host.size() + off + 1), offset(off) {
+    std::vector<float> staged = nt::test::random_floats(host.size() + off + 1);
+    std::copy(host.begin(), host.end(), staged.begin() + off);
+    buf.upload(staged);
+  }
+  float* ptr() { return buf.get() + offset; }
+  std::vector<float> download() const {
+    auto all = buf.download();
+    return {all.begin() + offset, all.end() - 1};
+  }
+};
+
+struct Outputs {
+  std::vector<float> C;         // (M, ldc) as the kernel left it, poison included
+  std::vector<float> row_sums;  // (M)
+};
+
+Outputs run_gemm(const Exec& exec, const Problem& p, const Inputs& in, const GemmFn& gemm) {
+  Placed A(exec, in.A, p.off_a), B(exec, in.B, p.off_b), bias(exec, in.bias, 0);
+  Placed mask(exec, in.mask, p.off_c);  // shares C's leading dimension (and its alignment)
+  Placed C(exec, nt::test::poisoned(static_cast<size_t>(p.M) * p.ldc()), p.off_c);
+  Placed sums(exec, nt::test::poisoned(static_cast<size_t>(p.M)), 0);
+
+  GemmDesc d;
+  d.M = p.M, d.N = p.N, d.K = p.K;
+  d.trans_a = p.trans_a, d.trans_b = p.trans_b;
+  d.A = A.ptr(), d.lda = p.lda();
+  d.B = B.ptr(), d.ldb = p.ldb();
+  d.C = C.ptr(), d.ldc = p.ldc();
+  d.epilogue = p.epilogue;
+  d.bias = bias.ptr();
+  d.mask = mask.ptr();
+  d.a_row_sums = p.row_sums ? sums.ptr() : nullptr;
+  gemm(exec, d);
+  nt::kernels::synchronize(exec);
+  return {C.download(), sums.download()};
+}
+
+// The (M, N) block of a (M, ldc) array.
+std::vector<float> dense(const Problem& p, const std::vector<float>& c) {
+  std::vector<float> out(static_cast<size_t>(p.M) * p.N);
+  for (int m = 0; m < p.M; ++m)
+    std::copy_n(c.begin() + static_cast<ptrdiff_t>(m) * p.ldc(), p.N, out.begin() + static_cast<ptrdiff_t>(m) * p.N);
+  return out;
+}
+
+// Elements of C outside the (M, N) block (columns N..ldc-1) that the kernel wrote.
+int stray_writes(const Problem& p, const std::vector<float>& c) {
+  int stray = 0;
+  for (int m = 0; m < p.M; ++m)
+    for (int n = p.N; n < p.ldc(); ++n) stray += !std::isnan(c[static_cast<size_t>(m) * p.ldc() + n]);
+  return stray;
+}
+
+void check_problem(const Exec& exec, const Problem& p, const Inputs& in, const std::vector<double>& product,
+                   const GemmFn& gemm) {
+  INFO(p.describe());
+  const Outputs out = run_gemm(exec, p, in, gemm);
+  const auto tol = nt::test::fp32_dot(p.K);
+  const std::vector<float> got = dense(p, out.C);
+  const std::vector<double> want = reference_output(p, in, product);
+  NT_REQUIRE_CLOSE(std::span<const float>(got), std::span<const double>(want), tol);
+  REQUIRE(stray_writes(p, out.C) == 0);
+  if (p.row_sums) {
+    const std::vector<double> sums = reference_row_sums(p, in);
+    NT_REQUIRE_CLOSE(std::span<const float>(out.row_sums), std::span<const double>(sums), tol);
+  } else {
+    REQUIRE(std::all_of(out.row_sums.begin(), out.row_sums.end(), [](float v) { return std::isnan(v); }));
+  }
+}
+
+void check_problem(const Exec& exec, const Problem& p, const GemmFn& gemm = kAuto) {
+  const Inputs in = make_inputs(p);
+  check_problem(exec, p, in, reference_product(p, in), gemm);
+}
+
+// Every epilogue of one (shape, transposes) problem, sharing one reference product.
+void check_all_epilogues(const Exec& exec, Problem p, const GemmFn& gemm = kAuto) {
+  const Inputs in = make_inputs(p);
+  const std::vector<double> product = reference_product(p, in);
+  for (Epilogue e : kEpilogues) {
+    p.epilogue = e;
+    check_problem(exec, p, in, product, gemm);
+  }
+}
+
+bool device_has_clusters() { return nt::kernels::cuda_device_info(0).cc_major >= 9; }
+
+struct Shape {
+  int M, N, K;
+};
+
+// The MNIST MLP's GEMMs at batch 64 (784-320-160-10): forward, weight gradients (trans_a: dYᵀ·X), input
+// gradients; then edges: single elements, sizes around the tile multiples, long K, thin matrices.
+constexpr Shape kTable[] = {
+    {64, 320, 784}, {64, 160, 320}, {64, 10, 160},  {320, 784, 64}, {160, 320, 64},  {10, 160, 64},
+    {64, 320, 160}, {64, 160, 10},  {1, 1, 1},      {7, 10, 33},    {33, 65, 7},     {65, 128, 1000},
+    {1000, 33, 65}, {128, 128, 128}, {784, 1000, 10}, {1, 1000, 784}, {1000, 1, 7}, {160, 7, 320},
+};
+
+}  // namespace
+
+TEST_CASE("cuda gemm matches a double reference on the MLP shapes and edge shapes", "[cuda][gemm]") {
+  CudaExec cuda;
+  for (const Shape& s : kTable)
+    for (int t = 0; t < 4; ++t) {
+      Problem p;
+      p.M = s.M, p.N = s.N, p.K = s.K;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      check_all_epilogues(cuda.exec, p);
+    }
+}
+
+TEST_CASE("cuda gemm matches a double reference on random shapes, layouts and epilogues", "[cuda][gemm]") {
+  CudaExec cuda;
+  std::mt19937 pick(20261122u);
+  auto size = [&] { return kSizes[std::uniform_int_distribution<int>(0, static_cast<int>(std::size(kSizes)) - 1)(pick)]; };
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(pick) == 1; };
+  auto pad = [&] { return coin() ? 0 : std::uniform_int_distribution<int>(1, 5)(pick); };
+  int checked = 0;
+  while (checked < 48) {
+    Problem p;
+    p.M = size(), p.N = size(), p.K = size();
+    if (static_cast<double>(p.M) * p.N * p.K > 2e7) continue;  // keeps the double reference quick
+    p.trans_a = coin(), p.trans_b = coin();
+    p.epilogue = kEpilogues[std::uniform_int_distribution<int>(0, 3)(pick)];
+    p.row_sums = coin();
+    p.pad_a = pad(), p.pad_b = pad(), p.pad_c = pad();
+    p.off_a = coin(), p.off_b = coin(), p.off_c = coin();
+    check_problem(cuda.exec, p);
+    ++checked;
+  }
+}
+
+TEST_CASE("every tile configuration and split-K factor matches the reference", "[cuda][gemm]") {
+  // Forced through the kernel lab so that each kernel is covered whatever the SM count makes the
+  // launcher's rule pick. 130×200×257 leaves partial tiles in every dimension and slabs in K.
+  CudaExec cuda;
+  struct Variant {
+    int tile, split_k;
+  };
+  std::vector<Variant> variants = {{0, 1}, {1, 1}, {2, 1}};
+  if (device_has_clusters()) variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}});
+  for (const Shape& s : {Shape{130, 200, 257}, Shape{64, 320, 784}, Shape{33, 7, 10}})
+    for (const Variant& v : variants)
+      for (int t = 0; t < 4; ++t) {
+        INFO("tile " << v.tile << " split_k " << v.split_k);
+        Problem p;
+        p.M = s.M, p.N = s.N, p.K = s.K;
+        p.trans_a = t & 1, p.trans_b = t & 2;
+        check_all_epilogues(cuda.exec, p, forced(v.tile, v.split_k));
+        p.pad_a = 1, p.pad_b = 3, p.pad_c = 2;  // and the scalar-load path of the same kernel
+        p.epilogue = Epilogue::bias_relu;
+        check_problem(cuda.exec, p, forced(v.tile, v.split_k));
+      }
+}
+
+TEST_CASE("unaligned leading dimensions and pointers take the scalar path and stay correct", "[cuda][gemm]") {
+  CudaExec cuda;
+  for (int t = 0; t < 4; ++t)
+    for (const Shape& s : {Shape{64, 320, 784}, Shape{65, 33, 160}, Shape{320, 784, 64}}) {
+      Problem p;
+      p.M = s.M, p.N = s.N, p.K = s.K;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      p.epilogue = Epilogue::relu_mask;
+      SECTION("leading dimensions not multiples of 4") {
+        p.pad_a = 1, p.pad_b = 2, p.pad_c = 3;
+        check_problem(cuda.exec, p);
+      }
+      SECTION("every pointer one float off 16-byte alignment") {
+        p.off_a = p.off_b = p.off_c = 1;
+        check_problem(cuda.exec, p);
+      }
+      SECTION("only B misaligned") {
+        p.off_b = 1;
+        check_problem(cuda.exec, p);
+      }
+      SECTION("only C misaligned (scalar stores, vector loads)") {
+        p.off_c = 1;
+        check_problem(cuda.exec, p);
+      }
+    }
+}
+
+TEST_CASE("vector and scalar load paths give bit-identical results", "[cuda][gemm]") {
+  // Both paths place the same values in the same shared-memory slots and sum in the same order.
+  CudaExec cuda;
+  for (int t = 0; t < 4; ++t) {
+    Problem p;
+    p.M = 64, p.N = 320, p.K = 784;
+    p.trans_a = t & 1, p.trans_b = t & 2;
+    p.epilogue = Epilogue::bias;
+    const Inputs in = make_inputs(p);
+    const Outputs aligned = run_gemm(cuda.exec, p, in, kAuto);
+    Problem shifted = p;
+    shifted.off_a = shifted.off_b = shifted.off_c = 1;
+    const Outputs scalar = run_gemm(cuda.exec, shifted, in, kAuto);
+    INFO(p.describe());
+    REQUIRE(std::memcmp(aligned.C.data(), scalar.C.data(), aligned.C.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(aligned.row_sums.data(), scalar.row_sums.data(), aligned.row_sums.size() * sizeof(float)) ==
+            0);
+  }
+}
+
+TEST_CASE("K = 0 gives the epilogue of zero and zero row sums", "[cuda][gemm]") {
+  CudaExec cuda;
+  for (const Shape& s : {Shape{33, 65, 0}, Shape{64, 320, 0}, Shape{300, 300, 0}})
+    for (int t = 0; t < 4; ++t) {
+      Problem p;
+      p.M = s.M, p.N = s.N, p.K = 0;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      check_all_epilogues(cuda.exec, p);
+    }
+}
+
+TEST_CASE("N = 0 still writes the row sums; M = 0 writes nothing", "[cuda][gemm]") {
+  CudaExec cuda;
+  for (int t = 0; t < 4; ++t) {
+    Problem p;
+    p.M = 65, p.N = 0, p.K = 100;
+    p.trans_a = t & 1, p.trans_b = t & 2;
+    check_problem(cuda.exec, p);  // C has only its padding column: it must stay poisoned
+  }
+  Problem empty;
+  empty.M = 0, empty.N = 33, empty.K = 7;
+  check_problem(cuda.exec, empty);
+}
+
+TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
+  CudaExec cuda;
+  struct Case {
+    Shape shape;
+    GemmFn gemm;
+    const char* what;
+  };
+  const Case cases[] = {
+      {{64, 320, 784}, kAuto, "MLP forward (split-K on sm_90)"},
+      {{320, 784, 64}, kAuto, "MLP weight gradient"},
+      {{2000, 1500, 1000}, kAuto, "large tile"},
+      {{1000, 1000, 784}, kAuto, "medium tile"},
+  };
+  for (const Case& c : cases)
+    for (int t = 0; t < 4; ++t) {
+      Problem p;
+      p.M = c.shape.M, p.N = c.shape.N, p.K = c.shape.K;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      p.epilogue = Epilogue::bias_relu;
+      INFO(c.what << ": " << p.describe());
+      const Inputs in = make_inputs(p);
+      const Outputs first = run_gemm(cuda.exec, p, in, c.gemm);
+      const Outputs second = run_gemm(cuda.exec, p, in, c.gemm);
+      REQUIRE(std::none_of(first.C.begin(), first.C.end(), [](float v) { return std::isnan(v); }));
+      REQUIRE(std::memcmp(first.C.data(), second.C.data(), first.C.size() * sizeof(float)) == 0);
+      REQUIRE(std::memcmp(first.row_sums.data(), second.row_sums.data(), first.row_sums.size() * sizeof(float)) ==
+              0);
+    }
+}

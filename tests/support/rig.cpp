@@ -1,0 +1,42 @@
+#include "rig.h"
+
+#include "test_support.h"
+
+namespace nt::test {
+
+const data::DatasetSplit& mnist() {
+  static const data::DatasetSplit split = data::load_dataset_dir(mnist_dir(), "mnist");
+  return split;
+}
+
+namespace {
+Model& initialized(Model& model, const Context& ctx, uint64_t seed) {
+  model.init_params(ctx, seed);
+  return model;
+}
+
+TrainOptions train_options(const RigOptions& o) {
+  TrainOptions t;
+  t.batch = o.batch;
+  t.use_graphs = o.use_graphs;
+  return t;
+}
+}  // namespace
+
+Rig::Rig(const data::Dataset& train, const RigOptions& o)
+    : ctx({o.device, o.threads, false}),
+      model(layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes)),
+      train_data(ctx, train, true, o.seed),
+      sgd(ctx.exec(), initialized(*model, ctx, o.seed).params(), o.sgd),
+      trainer(ctx, *model, loss, sgd, train_data, train_options(o)) {
+  train_data.begin_epoch(ctx.exec(), 1);
+}
+
+double Rig::step(int64_t index) {
+  auto before = trainer.read_train_totals(1).first;
+  trainer.enqueue_train_step(index);
+  auto after = trainer.read_train_totals(1).first;
+  return (after - before);  // read_train_totals(1) divides by one batch: the step's mean loss
+}
+
+}  // namespace nt::test

@@ -1,0 +1,41 @@
+// A complete training set-up (context, mlp, data, loss, SGD, trainer) for end-to-end tests.
+#pragma once
+
+#include <memory>
+
+#include "data/batcher.h"
+#include "data/dataset.h"
+#include "engine/trainer.h"
+#include "layers/builder.h"
+#include "layers/softmax_xent.h"
+
+namespace nt::test {
+
+const data::DatasetSplit& mnist();  // loaded once per test process
+
+struct RigOptions {
+  std::string device = "cpu";
+  std::string model = "mlp";
+  uint64_t seed = 1;
+  int batch = 64;
+  kernels::SgdHyper sgd{0.03f, 0.f, 0.f};
+  int threads = 0;
+  bool use_graphs = true;
+};
+
+struct Rig {
+  Rig(const data::Dataset& train, const RigOptions& options);
+
+  std::vector<float> weights() const { return model->params().values().to_host<float>(ctx.exec()); }
+  // Runs one step of epoch 1 and returns its mean loss (reads back: for tests only).
+  double step(int64_t index);
+
+  Context ctx;
+  std::unique_ptr<Model> model;
+  data::DeviceBatcher train_data;
+  layers::SoftmaxCrossEntropy loss;
+  Sgd sgd;
+  Trainer trainer;
+};
+
+}  // namespace nt::test

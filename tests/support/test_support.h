@@ -1,0 +1,117 @@
+// Shared test helpers: the tolerance policy, random inputs, poisoned outputs, device buffers.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/exec.h"
+#include "kernels/runtime.h"
+
+namespace nt::test {
+
+// ---- tolerance policy -------------------------------------------------------------------------------
+// One rule for comparing a computed array with a reference:
+//   |got - want| <= abs_tol + rel_tol * scale     for every element, NaN never passes,
+// where `scale` is the magnitude of the result (max |want|), because fp32 rounding errors grow with the
+// size of the values summed, not with each element's own size (an output near 0 after cancellation
+// carries the absolute error of its large summands).
+struct Tolerance {
+  double abs_tol;
+  double rel_tol;
+  const char* reason;
+};
+
+// fp32 dot products of length K: each product rounds at eps/2 and the running sum's error grows like
+// sqrt(K)·eps on random data (K·eps worst case); 8·sqrt(K)·eps with eps = 2^-23 leaves room for
+// fixed-order summation differences between backends without hiding a wrong index (which is O(1)).
+Tolerance fp32_dot(int K);
+
+struct Mismatch {
+  bool ok = true;
+  size_t index = 0;
+  double got = 0, want = 0, allowed = 0;
+  std::string describe() const;
+};
+
+Mismatch compare(std::span<const float> got, std::span<const double> want, const Tolerance& tol);
+Mismatch compare(std::span<const float> got, std::span<const float> want, const Tolerance& tol);
+
+#define NT_REQUIRE_CLOSE(got, want, tol)                      \
+  do {                                                        \
+    auto nt_m_ = ::nt::test::compare((got), (want), (tol));   \
+    INFO(nt_m_.describe() << " [" << (tol).reason << "]");    \
+    REQUIRE(nt_m_.ok);                                        \
+  } while (0)
+
+// ---- inputs -----------------------------------------------------------------------------------------
+// Fresh random inputs for every check: a fixed seed per test keeps failures reproducible, and
+// Catch's --rng-seed changes them when asked.
+std::mt19937_64& rng();
+std::vector<float> random_floats(size_t n, float lo = -1.f, float hi = 1.f);
+std::vector<int32_t> random_labels(size_t n, int classes);
+
+// Poison used to prove every output element was written: a quiet NaN.
+inline constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kPoison); }
+
+// ---- device buffers ---------------------------------------------------------------------------------
+// An owning buffer on a backend, with host round trips for tests.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer(const kernels::Exec& exec, size_t n) : exec_(exec), n_(n) {
+    ptr_ = static_cast<T*>(kernels::device_alloc(exec.backend, n * sizeof(T)));
+  }
+  DeviceBuffer(const kernels::Exec& exec, const std::vector<T>& host) : DeviceBuffer(exec, host.size()) {
+    upload(host);
+  }
+  ~DeviceBuffer() { kernels::device_free(exec_.backend, ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() { return ptr_; }
+  const T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    REQUIRE(host.size() == n_);
+    kernels::copy_host_to_device(exec_, ptr_, host.data(), n_ * sizeof(T));
+    kernels::synchronize(exec_);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    kernels::copy_device_to_host(exec_, host.data(), ptr_, n_ * sizeof(T));
+    kernels::synchronize(exec_);
+    return host;
+  }
+
+ private:
+  kernels::Exec exec_;
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+// The CUDA execution handle for tests: its own stream, debug-sync on so faults name their kernel.
+struct CudaExec {
+  CudaExec();
+  ~CudaExec();
+  kernels::Exec exec;
+};
+
+// ---- data and binaries ------------------------------------------------------------------------------
+std::string mnist_dir();         // NT_DATA_DIR, else the folder scripts/fetch-data fills
+std::string cli_path();          // the nanotrain binary under test
+
+struct CommandResult {
+  int exit_code = 0;
+  std::string out;   // stdout and stderr together
+};
+CommandResult run_command(const std::string& command);
+
+}  // namespace nt::test
