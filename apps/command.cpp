@@ -1,0 +1,31 @@
+#include "apps/command.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+namespace nt::app {
+
+void add_common_options(CLI::App& cmd, CommonOptions& o) {
+  cmd.add_option("--device", o.device, "Where to run: auto (GPU if usable, else CPU), cpu or cuda")
+      ->capture_default_str();
+  cmd.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  cmd.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+  cmd.add_flag("--debug-sync", o.debug_sync, "Synchronize and check after every kernel (slow; pins faults)");
+}
+
+void validate_common(const CommonOptions& o) {
+  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
+    throw UsageError(cat("--device: unknown device '", o.device, "' (expected auto, cpu or cuda)"));
+  if (o.threads < 0 || o.threads > 1024) throw UsageError(cat("--threads: must be in [0, 1024], got ", o.threads));
+  if (spdlog::level::from_str(o.log_level) == spdlog::level::off && o.log_level != "off")
+    throw UsageError(cat("--log-level: unknown level '", o.log_level, "' (trace, debug, info, warn, error, off)"));
+}
+
+void setup_logging(const CommonOptions& o) {
+  auto logger = spdlog::stderr_color_mt("nanotrain");
+  logger->set_pattern("[%^%l%$] %v");
+  logger->set_level(spdlog::level::from_str(o.log_level));
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace nt::app

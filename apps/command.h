@@ -1,0 +1,42 @@
+// What every subcommand shares: common flags, the usage-error type, and how a command plugs into
+// the CLI. Each subcommand lives in its own apps/<name>_command.cpp and registers itself in cli.cpp.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "engine/context.h"
+
+namespace nt::app {
+
+// A bad flag or value: exit code 2 (runtime errors exit with 1).
+struct UsageError : Error {
+  using Error::Error;
+};
+
+struct CommonOptions {
+  std::string device = "auto";
+  int threads = 0;
+  std::string log_level = "info";
+  bool debug_sync = false;
+
+  ContextOptions context() const { return {device, threads, debug_sync}; }
+};
+
+void add_common_options(CLI::App& cmd, CommonOptions& o);
+void validate_common(const CommonOptions& o);   // throws UsageError naming the flag
+void setup_logging(const CommonOptions& o);
+
+// A registered subcommand: run() is called when the user chose it.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command register_train(CLI::App& app);
+Command register_devices(CLI::App& app);
+
+}  // namespace nt::app
