@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "profile/scope.h"
+
 namespace nt {
 
 Model::Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
@@ -9,6 +11,7 @@ Model::Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<La
   if (layers_.empty()) throw Error(cat("model '", name_, "' has no layers"));
   shapes_.push_back(std::move(input_shape));
   for (const auto& layer : layers_) shapes_.push_back(layer->output_shape(shapes_.back()));
+  for (const auto& layer : layers_) layer_labels_.push_back(cat(layer->sequential_index, " ", layer->describe()));
   // ReLU fusion across layer boundaries (see Layer): decided once, here.
   for (size_t i = 1; i < layers_.size(); ++i) {
     if (layers_[i - 1]->ends_in_relu() && layers_[i]->can_mask_input_grad()) {
@@ -26,7 +29,8 @@ std::string Model::summary() const {
   return s.str();
 }
 
-void Model::init_params(const Context& ctx, uint64_t seed) {
+void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
+  if (dtype == DType::f64 && ctx.on_cuda()) throw Error("f64 models run on the CPU backend only");
   std::vector<ParamStore::Entry> entries;
   std::vector<size_t> first_of_layer;
   for (const auto& layer : layers_) {
@@ -34,7 +38,7 @@ void Model::init_params(const Context& ctx, uint64_t seed) {
     for (auto& spec : layer->param_specs())
       entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
   }
-  params_.build(entries, ctx.exec(), seed);
+  params_.build(entries, ctx.exec(), seed, dtype);
   for (size_t i = 0; i < layers_.size(); ++i) {
     size_t end = i + 1 < layers_.size() ? first_of_layer[i + 1] : entries.size();
     std::vector<Param*> mine;
@@ -51,8 +55,8 @@ void Model::compile(const Context& ctx, int batch) {
   ArenaPlan plan;
   for (size_t i = 0; i < shapes_.size(); ++i) {
     Shape full = shapes_[i].prepend(batch);
-    plan.request(&activations_[i], full, DType::f32);
-    if (i > 0) plan.request(&activation_grads_[i], full, DType::f32);
+    plan.request(&activations_[i], full, params_.dtype());
+    if (i > 0) plan.request(&activation_grads_[i], full, params_.dtype());
   }
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, batch, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
@@ -60,13 +64,16 @@ void Model::compile(const Context& ctx, int batch) {
 
 void Model::forward(const kernels::Exec& exec, int rows, Mode mode) {
   NT_CHECK(rows > 0 && rows <= batch_, "forward of ", rows, " rows on a model compiled for ", batch_);
-  for (size_t i = 0; i < layers_.size(); ++i)
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    profile::LayerScope scope(layer_labels_[i]);
     layers_[i]->forward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows), mode);
+  }
 }
 
 void Model::backward(const kernels::Exec& exec, int rows) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
   for (size_t i = layers_.size(); i-- > 0;) {
+    profile::LayerScope scope(layer_labels_[i]);
     Tensor dx = i > 0 ? activation_grads_[i].rows(rows) : Tensor{};
     layers_[i]->backward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
                          activation_grads_[i + 1].rows(rows), i > 0 ? &dx : nullptr);

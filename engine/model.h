@@ -30,7 +30,8 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   std::string summary() const;                                   // one line per layer with shapes
 
-  void init_params(const Context& ctx, uint64_t seed);
+  // f32 trains; f64 runs on the CPU backend only, for gradient checks in double precision.
+  void init_params(const Context& ctx, uint64_t seed, DType dtype = DType::f32);
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
 
@@ -48,6 +49,7 @@ class Model {
  private:
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::string> layer_labels_;  // "0 linear 784->320 +relu": profiler scopes and NVTX ranges
   std::vector<Shape> shapes_;  // per-sample shape of activation i (0 = input)
   ParamStore params_;
   int batch_ = 0;

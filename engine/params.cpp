@@ -9,7 +9,9 @@ constexpr size_t kFloatsAlignment = ArenaPlan::kAlignment / sizeof(float);
 size_t aligned(size_t n) { return (n + kFloatsAlignment - 1) / kFloatsAlignment * kFloatsAlignment; }
 }  // namespace
 
-void ParamStore::build(const std::vector<Entry>& entries, const kernels::Exec& exec, uint64_t seed) {
+void ParamStore::build(const std::vector<Entry>& entries, const kernels::Exec& exec, uint64_t seed, DType dtype) {
+  NT_CHECK(dtype == DType::f32 || dtype == DType::f64, "parameters are f32 or f64");
+  dtype_ = dtype;
   std::vector<size_t> offsets;
   total_ = 0;
   for (const auto& e : entries) {
@@ -18,9 +20,12 @@ void ParamStore::build(const std::vector<Entry>& entries, const kernels::Exec& e
   }
 
   ArenaPlan plan;
-  plan.request(&values_, Shape{static_cast<int64_t>(total_)}, DType::f32);
-  plan.request(&grads_, Shape{static_cast<int64_t>(total_)}, DType::f32);
+  plan.request(&values_, Shape{static_cast<int64_t>(total_)}, dtype);
+  plan.request(&grads_, Shape{static_cast<int64_t>(total_)}, dtype);
   arena_ = plan.commit(exec);
+  auto* values = static_cast<uint8_t*>(values_.raw());
+  auto* grads = static_cast<uint8_t*>(grads_.raw());
+  const size_t element = dtype_size(dtype);
 
   std::vector<float> host(total_, 0.f);
   Rng rng(seed);
@@ -29,10 +34,15 @@ void ParamStore::build(const std::vector<Entry>& entries, const kernels::Exec& e
     const auto& e = entries[i];
     auto n = static_cast<size_t>(e.spec.shape.numel());
     e.spec.init(std::span<float>(host.data() + offsets[i], n), rng);
-    params_.push_back({e.full_name, Tensor::view(values_.f32() + offsets[i], e.spec.shape, DType::f32, exec.backend),
-                       Tensor::view(grads_.f32() + offsets[i], e.spec.shape, DType::f32, exec.backend)});
+    params_.push_back({e.full_name, Tensor::view(values + offsets[i] * element, e.spec.shape, dtype, exec.backend),
+                       Tensor::view(grads + offsets[i] * element, e.spec.shape, dtype, exec.backend)});
   }
-  values_.copy_from_host(exec, host.data(), total_ * sizeof(float));
+  if (dtype == DType::f64) {  // the same initial values, widened
+    std::vector<double> wide(host.begin(), host.end());
+    values_.copy_from_host(exec, wide.data(), total_ * sizeof(double));
+  } else {
+    values_.copy_from_host(exec, host.data(), total_ * sizeof(float));
+  }
 }
 
 const Param& ParamStore::find(const std::string& full_name) const {
@@ -50,7 +60,7 @@ int64_t ParamStore::count() const {
 Tensor ParamStore::make_state_block(const kernels::Exec& exec, Arena& holder) const {
   Tensor block;
   ArenaPlan plan;
-  plan.request(&block, Shape{static_cast<int64_t>(total_)}, DType::f32);
+  plan.request(&block, Shape{static_cast<int64_t>(total_)}, dtype_);
   holder = plan.commit(exec);
   return block;
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "profile/nvtx.h"
+#include "profile/scope.h"
 
 namespace nt {
 
@@ -10,6 +11,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// While a profiler observes, steps run eagerly: a replayed graph launches no kernel through the launch path,
+// so the profiler would see nothing (docs/profiler.md, "CUDA graphs").
+bool replay_graphs(const Context& ctx, const TrainOptions& options) {
+  return ctx.on_cuda() && options.use_graphs && ctx.exec().observer == nullptr;
 }
 }  // namespace
 
@@ -34,11 +41,17 @@ int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.b
 void Trainer::enqueue_train_step(int64_t step) {
   const auto& exec = ctx_.exec();
   const int rows = options_.batch;
+  profile::StepScope step_scope("train_step");  // the phases label the profiler's table and NVTX ranges
+  profile::PhaseScope phase("data");
   train_.gather(exec, step * rows, rows, model_.input(), labels_);
+  phase.next("forward");
   model_.forward(exec, rows, Mode::train);
+  phase.next("loss");
   const Tensor dlogits = model_.output_grad();
   loss_.apply(exec, model_.output(), labels_, &dlogits, train_totals_);
+  phase.next("backward");
   model_.backward(exec, rows);
+  phase.next("update");
   optimizer_.step(exec);
 }
 
@@ -47,7 +60,7 @@ void Trainer::enqueue_train_epoch() {
   kernels::fill_zero(exec, train_totals_.loss_sum.raw(), train_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, train_totals_.correct.raw(), train_totals_.correct.bytes());
   const int64_t steps = steps_per_epoch();
-  const bool report = options_.on_step && train_graph_.empty() && !(ctx_.on_cuda() && options_.use_graphs);
+  const bool report = options_.on_step && train_graph_.empty() && !replay_graphs(ctx_, options_);
   for (int64_t s = 0; s < steps; ++s) {
     enqueue_train_step(s);
     if (report) options_.on_step(s + 1, steps);
@@ -78,7 +91,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 
   auto t0 = Clock::now();
   train_.begin_epoch(exec, epoch);
-  if (ctx_.on_cuda() && options_.use_graphs) {
+  if (replay_graphs(ctx_, options_)) {
     if (train_graph_.empty()) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
     train_graph_.launch(exec);
   } else {
@@ -95,7 +108,9 @@ void Trainer::enqueue_eval(BatchSource& data) {
   kernels::fill_zero(exec, eval_totals_.loss_sum.raw(), eval_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, eval_totals_.correct.raw(), eval_totals_.correct.bytes());
   const int batch = options_.batch;
+  profile::PhaseScope phase("eval");
   for (int64_t first = 0; first < data.examples(); first += batch) {
+    profile::StepScope step_scope("eval_batch");
     const int rows = static_cast<int>(std::min<int64_t>(batch, data.examples() - first));
     data.gather(exec, first, rows, model_.input(), labels_);
     model_.forward(exec, rows, Mode::eval);
@@ -109,7 +124,7 @@ EvalResult Trainer::evaluate(BatchSource& data) {
   EvalResult r;
   auto t0 = Clock::now();
   data.begin_epoch(exec, 0);
-  if (ctx_.on_cuda() && options_.use_graphs) {
+  if (replay_graphs(ctx_, options_)) {
     if (eval_graph_.empty() || eval_graph_source_ != &data) {
       eval_graph_ = kernels::Graph::capture(exec, [&] { enqueue_eval(data); });
       eval_graph_source_ = &data;

@@ -13,6 +13,8 @@ namespace nt::kernels {
 namespace cpu {
 void relu_forward(const Exec& exec, const float* x, float* y, size_t n);
 void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n);
+void relu_forward(const Exec& exec, const double* x, double* y, size_t n);
+void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n);
 }  // namespace cpu
 namespace cuda {
 void relu_forward(const Exec& exec, const float* x, float* y, size_t n);
@@ -23,6 +25,13 @@ inline void relu_forward(const Exec& exec, const float* x, float* y, size_t n) {
 }
 inline void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
   NT_DISPATCH(exec, relu_backward, y, dy, dx, n);
+}
+
+inline void relu_forward(const Exec& exec, const double* x, double* y, size_t n) {
+  NT_CPU_ONLY(exec, relu_forward, x, y, n);
+}
+inline void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n) {
+  NT_CPU_ONLY(exec, relu_backward, y, dy, dx, n);
 }
 
 }  // namespace nt::kernels

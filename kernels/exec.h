@@ -33,4 +33,10 @@ struct Exec {
                     : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
 #endif
 
+// f64 overloads of an op exist on the CPU backend only: they serve finite-difference gradient checks
+// in double precision, not training.
+#define NT_CPU_ONLY(exec, op, ...)                                                        \
+  ((exec).on_cuda() ? throw ::nt::Error(#op ": f64 tensors run on the CPU backend only") \
+                    : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
+
 }  // namespace nt::kernels

@@ -25,25 +25,32 @@ namespace nt::kernels {
 
 enum class Epilogue { none, bias, bias_relu, relu_mask };
 
-struct GemmDesc {
+template <class T>
+struct GemmArgs {
   int M = 0, N = 0, K = 0;
   bool trans_a = false, trans_b = false;
-  const float* A = nullptr;
+  const T* A = nullptr;
   int lda = 0;
-  const float* B = nullptr;
+  const T* B = nullptr;
   int ldb = 0;
-  float* C = nullptr;
+  T* C = nullptr;
   int ldc = 0;
   Epilogue epilogue = Epilogue::none;
-  const float* bias = nullptr;    // (N), for bias and bias_relu
-  const float* mask = nullptr;    // (M,N) with ldc, for relu_mask
-  float* a_row_sums = nullptr;    // (M) or nullptr
+  const T* bias = nullptr;    // (N), for bias and bias_relu
+  const T* mask = nullptr;    // (M,N) with ldc, for relu_mask
+  T* a_row_sums = nullptr;    // (M) or nullptr
 };
+using GemmDesc = GemmArgs<float>;
+using GemmDescF64 = GemmArgs<double>;  // CPU only: double-precision gradient checks
 
 const char* gemm_kernel_name(Epilogue e);  // "gemm", "gemm_bias", "gemm_bias_relu", "gemm_relu_mask"
 
-namespace cpu { void gemm(const Exec& exec, const GemmDesc& d); }
+namespace cpu {
+void gemm(const Exec& exec, const GemmDesc& d);
+void gemm(const Exec& exec, const GemmDescF64& d);  // plain loops in f64 (kernels/cpu/gemm_f64.cpp)
+}  // namespace cpu
 namespace cuda { void gemm(const Exec& exec, const GemmDesc& d); }
 inline void gemm(const Exec& exec, const GemmDesc& d) { NT_DISPATCH(exec, gemm, d); }
+inline void gemm(const Exec& exec, const GemmDescF64& d) { NT_CPU_ONLY(exec, gemm, d); }
 
 }  // namespace nt::kernels

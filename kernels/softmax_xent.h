@@ -19,7 +19,9 @@ namespace nt::kernels {
 namespace cpu {
 void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
                   double* loss_sum, int64_t* correct);
-}
+void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C, double* dlogits,
+                  double* loss_sum, int64_t* correct);
+}  // namespace cpu
 namespace cuda {
 void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
                   double* loss_sum, int64_t* correct);
@@ -27,6 +29,11 @@ void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, 
 inline void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C,
                          float* dlogits, double* loss_sum, int64_t* correct) {
   NT_DISPATCH(exec, softmax_xent, logits, labels, B, C, dlogits, loss_sum, correct);
+}
+
+inline void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C,
+                         double* dlogits, double* loss_sum, int64_t* correct) {
+  NT_CPU_ONLY(exec, softmax_xent, logits, labels, B, C, dlogits, loss_sum, correct);
 }
 
 }  // namespace nt::kernels

@@ -42,42 +42,54 @@ void Linear::bind_params(std::span<Param*> params) {
 }
 
 void Linear::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
-  kernels::GemmDesc d;
-  d.M = static_cast<int>(x.shape()[0]), d.N = out_, d.K = in_;
-  d.A = x.f32(), d.lda = in_;                               // x: (rows, in)
-  d.B = weight_->value.f32(), d.ldb = in_, d.trans_b = true;  // W: (out, in) read as Wᵀ
-  d.C = y.f32(), d.ldc = out_;                              // y: (rows, out)
-  d.epilogue = bias_ ? (relu_ ? kernels::Epilogue::bias_relu : kernels::Epilogue::bias)
-                     : kernels::Epilogue::none;
-  d.bias = bias_ ? bias_param_->value.f32() : nullptr;
-  NT_CHECK(bias_ || !relu_, "linear without bias and with relu is not built by the builder");
-  kernels::gemm(exec, d);
+  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y);
+  forward_typed<float>(exec, x, y);
 }
 
 void Linear::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                       const Tensor* dx) {
+  if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, y, dy, dx);
+  backward_typed<float>(exec, x, y, dy, dx);
+}
+
+template <class T>
+void Linear::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y) {
+  kernels::GemmArgs<T> d;
+  d.M = static_cast<int>(x.shape()[0]), d.N = out_, d.K = in_;
+  d.A = x.data<T>(), d.lda = in_;                                 // x: (rows, in)
+  d.B = weight_->value.data<T>(), d.ldb = in_, d.trans_b = true;  // W: (out, in) read as Wᵀ
+  d.C = y.data<T>(), d.ldc = out_;                                // y: (rows, out)
+  d.epilogue = bias_ ? (relu_ ? kernels::Epilogue::bias_relu : kernels::Epilogue::bias) : kernels::Epilogue::none;
+  d.bias = bias_ ? bias_param_->value.data<T>() : nullptr;
+  kernels::gemm(exec, d);
+  if (relu_ && !bias_) kernels::relu_forward(exec, y.data<T>(), y.data<T>(), static_cast<size_t>(y.numel()));
+}
+
+template <class T>
+void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                            const Tensor* dx) {
   const int rows = static_cast<int>(x.shape()[0]);
   // dz = dy * (y > 0), in place in the gradient buffer, unless the next layer's GEMM already did it.
   if (relu_ && !dy_is_preactivation_)
-    kernels::relu_backward(exec, y.f32(), dy.f32(), dy.f32(), static_cast<size_t>(dy.numel()));
+    kernels::relu_backward(exec, y.data<T>(), dy.data<T>(), dy.data<T>(), static_cast<size_t>(dy.numel()));
 
-  kernels::GemmDesc dw;                                     // dW (out, in) = dzᵀ · x
+  kernels::GemmArgs<T> dw;                                    // dW (out, in) = dzᵀ · x
   dw.M = out_, dw.N = in_, dw.K = rows;
-  dw.A = dy.f32(), dw.lda = out_, dw.trans_a = true;        // dz: (rows, out) read as dzᵀ
-  dw.B = x.f32(), dw.ldb = in_;                             // x: (rows, in)
-  dw.C = weight_->grad.f32(), dw.ldc = in_;
-  dw.a_row_sums = bias_ ? bias_param_->grad.f32() : nullptr;  // db (out) = Σ_rows dz
+  dw.A = dy.data<T>(), dw.lda = out_, dw.trans_a = true;      // dz: (rows, out) read as dzᵀ
+  dw.B = x.data<T>(), dw.ldb = in_;                           // x: (rows, in)
+  dw.C = weight_->grad.data<T>(), dw.ldc = in_;
+  dw.a_row_sums = bias_ ? bias_param_->grad.data<T>() : nullptr;  // db (out) = Σ_rows dz
   kernels::gemm(exec, dw);
 
   if (!dx) return;
-  kernels::GemmDesc dxd;                                    // dx (rows, in) = dz · W
+  kernels::GemmArgs<T> dxd;                                   // dx (rows, in) = dz · W
   dxd.M = rows, dxd.N = in_, dxd.K = out_;
-  dxd.A = dy.f32(), dxd.lda = out_;
-  dxd.B = weight_->value.f32(), dxd.ldb = in_;              // W: (out, in)
-  dxd.C = dx->f32(), dxd.ldc = in_;
-  if (mask_input_grad_) {                                   // through the previous layer's ReLU: x is its output
+  dxd.A = dy.data<T>(), dxd.lda = out_;
+  dxd.B = weight_->value.data<T>(), dxd.ldb = in_;            // W: (out, in)
+  dxd.C = dx->data<T>(), dxd.ldc = in_;
+  if (mask_input_grad_) {                                     // through the previous layer's ReLU: x is its output
     dxd.epilogue = kernels::Epilogue::relu_mask;
-    dxd.mask = x.f32();
+    dxd.mask = x.data<T>();
   }
   kernels::gemm(exec, dxd);
 }

@@ -5,6 +5,7 @@
 // backward  dz = dy (through the ReLU unless the next layer already masked it)
 //           dW = dzᵀ·x with db = Σ_rows dz from the same pass   (both written =)
 //           dx = dz·W, times (x > 0) when the previous layer ended in a ReLU   (written =)
+// f32 everywhere; f64 on the CPU backend for gradient checks.
 #pragma once
 
 #include "engine/layer.h"
@@ -26,6 +27,11 @@ class Linear final : public Layer {
   bool can_mask_input_grad() const override { return true; }
 
  private:
+  template <class T>
+  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y);
+  template <class T>
+  void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx);
+
   int in_, out_;
   bool relu_, bias_;
   Param* weight_ = nullptr;

@@ -13,9 +13,14 @@ void SoftmaxCrossEntropy::apply(const kernels::Exec& exec, const Tensor& logits,
     throw Error(cat("softmax cross-entropy: ", rows, " rows of logits but labels ", labels.shape().str()));
   if (dlogits && dlogits->shape() != logits.shape())
     throw Error(cat("softmax cross-entropy: dlogits ", dlogits->shape().str(), " for logits ", logits.shape().str()));
-  kernels::softmax_xent(exec, logits.f32(), labels.i32(), static_cast<int>(rows), static_cast<int>(classes),
-                        dlogits ? dlogits->f32() : nullptr, totals.loss_sum.data<double>(),
-                        totals.correct.data<int64_t>());
+  const int B = static_cast<int>(rows), C = static_cast<int>(classes);
+  double* loss_sum = totals.loss_sum.data<double>();
+  int64_t* correct = totals.correct.data<int64_t>();
+  if (logits.dtype() == DType::f64)
+    return kernels::softmax_xent(exec, logits.data<double>(), labels.i32(), B, C,
+                                 dlogits ? dlogits->data<double>() : nullptr, loss_sum, correct);
+  kernels::softmax_xent(exec, logits.f32(), labels.i32(), B, C, dlogits ? dlogits->f32() : nullptr, loss_sum,
+                        correct);
 }
 
 }  // namespace nt::layers

@@ -1,7 +1,7 @@
 // Standalone ReLU, CPU twin of kernels/cuda/activation.cu.
 //
-//   relu_forward:  y[i]  = x[i] < 0 ? 0 : x[i]      (n) fp32, written (=); y == x allowed (in place)
-//   relu_backward: dx[i] = y[i] > 0 ? dy[i] : 0     (n) fp32, written (=); dx == dy allowed (in place)
+//   relu_forward:  y[i]  = x[i] < 0 ? 0 : x[i]      (n) fp32 (or f64), written (=); y == x allowed (in place)
+//   relu_backward: dx[i] = y[i] > 0 ? dy[i] : 0     (n) fp32 (or f64), written (=); dx == dy allowed (in place)
 // Selects, not arithmetic: no rounding, so both backends agree bit for bit. A NaN input stays NaN in the
 // forward pass (as torch.relu), so a diverging model is never hidden; the backward is the mask of its
 // header, dy * (y > 0), written as a select so that an infinite dy under a zero mask gives 0, not NaN.
@@ -30,22 +30,35 @@ void for_chunks(const Exec& exec, size_t n, const Body& body) {
   });
 }
 
-}  // namespace
-
-void relu_forward(const Exec& exec, const float* x, float* y, size_t n) {
+template <class T>
+void relu_forward_impl(const Exec& exec, const T* x, T* y, size_t n) {
   if (n == 0) return;
-  OpScope scope(exec, "relu_forward", profile::OpCost{double(n) * 8, double(n)});  // x read, y written; 1 compare
+  const double bytes = double(n) * 2 * sizeof(T);  // x read, y written; 1 compare each
+  OpScope scope(exec, "relu_forward", profile::OpCost{bytes, double(n)});
   for_chunks(exec, n, [&](size_t begin, size_t count) {
-    for (size_t i = begin; i < begin + count; ++i) y[i] = x[i] < 0.f ? 0.f : x[i];
+    for (size_t i = begin; i < begin + count; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];
   });
 }
 
-void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
+template <class T>
+void relu_backward_impl(const Exec& exec, const T* y, const T* dy, T* dx, size_t n) {
   if (n == 0) return;
-  OpScope scope(exec, "relu_backward", profile::OpCost{double(n) * 12, double(n)});  // y, dy read, dx written
+  const double bytes = double(n) * 3 * sizeof(T);  // y, dy read, dx written
+  OpScope scope(exec, "relu_backward", profile::OpCost{bytes, double(n)});
   for_chunks(exec, n, [&](size_t begin, size_t count) {
-    for (size_t i = begin; i < begin + count; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+    for (size_t i = begin; i < begin + count; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
   });
+}
+
+}  // namespace
+
+void relu_forward(const Exec& exec, const float* x, float* y, size_t n) { relu_forward_impl(exec, x, y, n); }
+void relu_forward(const Exec& exec, const double* x, double* y, size_t n) { relu_forward_impl(exec, x, y, n); }
+void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
+  relu_backward_impl(exec, y, dy, dx, n);
+}
+void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n) {
+  relu_backward_impl(exec, y, dy, dx, n);
 }
 
 }  // namespace nt::kernels::cpu

@@ -1,6 +1,6 @@
 // Fused softmax cross-entropy, CPU twin of kernels/cuda/softmax_xent.cu.
 //
-// logits (B,C) row-major, labels (B) int32. Per row b, in fp32:
+// logits (B,C) row-major, labels (B) int32. Per row b, in fp32 (an f64 overload serves gradient checks):
 //   (m, k)  = (max_c x_c, argmax_c x_c)    one pass; NaN ranks above every number and ties take the lowest
 //                                          index (torch.argmax), so a NaN row has m = NaN
 //   s       = Σ_c expf(x_c - m)            the stable log-sum-exp: every term is in (0, 1], s in [1, C]
@@ -32,7 +32,8 @@ constexpr int64_t kSerialElements = 1 << 15;  // below this many logits one thre
 
 // Argmax order: NaN above every number, then larger value, then lower index. A total order, so any
 // reduction order finds the same winner (the CUDA warp reduces in a tree, this loop in sequence).
-bool ranks_above(float v, int i, float best_v, int best_i) {
+template <class T>
+bool ranks_above(T v, int i, T best_v, int best_i) {
   bool v_nan = std::isnan(v), best_nan = std::isnan(best_v);
   if (v_nan != best_nan) return v_nan;
   if (!v_nan && v != best_v) return v > best_v;
@@ -41,50 +42,53 @@ bool ranks_above(float v, int i, float best_v, int best_i) {
 
 // Σ_c expf(x_c - m), summed as the CUDA warp does: lane l accumulates c = l, l+32, ... in order, then
 // the xor-butterfly halves the 32 partials (lane i adds lane i+k's partial for k = 16, 8, 4, 2, 1).
-float warp_ordered_exp_sum(const float* x, int C, float m) {
-  float part[kWarpWidth] = {};
+template <class T>
+T warp_ordered_exp_sum(const T* x, int C, T m) {
+  T part[kWarpWidth] = {};
   for (int c = 0; c < C; ++c) part[c % kWarpWidth] += std::exp(x[c] - m);
   for (int k = kWarpWidth / 2; k >= 1; k /= 2)
     for (int i = 0; i < k; ++i) part[i] = part[i] + part[i + k];
   return part[0];
 }
 
+template <class T>
 struct RowResult {
-  float loss;
+  T loss;
   bool correct;
 };
 
 // One row: loss, argmax hit, and (when dlogits_row != nullptr) its gradient row.
-RowResult softmax_xent_row(const float* x, int32_t label, int B, int C, float* dlogits_row) {
-  float m = -std::numeric_limits<float>::infinity();
+template <class T>
+RowResult<T> softmax_xent_row(const T* x, int32_t label, int B, int C, T* dlogits_row) {
+  T m = -std::numeric_limits<T>::infinity();
   int k = std::numeric_limits<int>::max();
   for (int c = 0; c < C; ++c)
     if (ranks_above(x[c], c, m, k)) m = x[c], k = c;
 
-  float s = warp_ordered_exp_sum(x, C, m);
+  T s = warp_ordered_exp_sum(x, C, m);
   bool label_ok = label >= 0 && label < C;
-  float x_label = label_ok ? x[label] : std::numeric_limits<float>::quiet_NaN();
-  float loss = std::log(s) + (m - x_label);
+  T x_label = label_ok ? x[label] : std::numeric_limits<T>::quiet_NaN();
+  T loss = std::log(s) + (m - x_label);
 
   if (dlogits_row) {
-    float Bf = static_cast<float>(B);
+    T Bf = static_cast<T>(B);
     for (int c = 0; c < C; ++c) {
-      float p = std::exp(x[c] - m) / s;
-      dlogits_row[c] = (p - (c == label ? 1.f : 0.f)) / Bf;
+      T p = std::exp(x[c] - m) / s;
+      dlogits_row[c] = (p - (c == label ? T(1) : T(0))) / Bf;
     }
   }
   return {loss, label_ok && k == label};
 }
 
-}  // namespace
-
-void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
-                  double* loss_sum, int64_t* correct) {
+template <class T>
+void softmax_xent_impl(const Exec& exec, const T* logits, const int32_t* labels, int B, int C, T* dlogits,
+                       double* loss_sum, int64_t* correct) {
   if (B <= 0) return;
   double elems = double(B) * C;
   // Logits read once, labels once, dlogits written once, the two counters read and written.
   // Flops per logit: compare, subtract, exp, add (+ divide, subtract, divide for the gradient).
-  profile::OpCost cost{elems * 4 + B * 4.0 + (dlogits ? elems * 4 : 0) + 32, elems * (dlogits ? 7 : 4)};
+  const double bytes = elems * sizeof(T) * (dlogits ? 2 : 1) + B * 4.0 + 32;
+  profile::OpCost cost{bytes, elems * (dlogits ? 7 : 4)};
   OpScope scope(exec, "softmax_xent", cost);
 
   auto grad_row = [&](int64_t b) { return dlogits ? dlogits + b * C : nullptr; };
@@ -92,20 +96,25 @@ void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, 
   int64_t hits = 0;
   if (elems < kSerialElements) {
     for (int b = 0; b < B; ++b) {
-      RowResult r = softmax_xent_row(logits + int64_t(b) * C, labels[b], B, C, grad_row(b));
+      RowResult<T> r = softmax_xent_row(logits + int64_t(b) * C, labels[b], B, C, grad_row(b));
       total += r.loss;
       hits += r.correct;
     }
   } else {
     // Rows in parallel, their losses kept so that the sum still runs in row order (deterministic and
-    // independent of the thread count).
-    std::vector<float> row_loss(B);
-    std::vector<uint8_t> row_hit(B);
+    // independent of the thread count). The buffers belong to the calling thread and grow once, not
+    // per call; the workers write into the caller's buffers through these references.
+    thread_local std::vector<T> row_loss_buffer;
+    thread_local std::vector<uint8_t> row_hit_buffer;
+    std::vector<T>& row_loss = row_loss_buffer;
+    std::vector<uint8_t>& row_hit = row_hit_buffer;
+    row_loss.resize(static_cast<size_t>(B));
+    row_hit.resize(static_cast<size_t>(B));
     int64_t tasks = (B + kRowsPerTask - 1) / kRowsPerTask;
     parallel_for(exec.pool, tasks, [&](int64_t t) {
       int64_t end = std::min<int64_t>(B, (t + 1) * kRowsPerTask);
       for (int64_t b = t * kRowsPerTask; b < end; ++b) {
-        RowResult r = softmax_xent_row(logits + b * C, labels[b], B, C, grad_row(b));
+        RowResult<T> r = softmax_xent_row(logits + b * C, labels[b], B, C, grad_row(b));
         row_loss[b] = r.loss;
         row_hit[b] = r.correct;
       }
@@ -117,6 +126,18 @@ void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, 
   }
   *loss_sum += total;
   *correct += hits;
+}
+
+}  // namespace
+
+void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
+                  double* loss_sum, int64_t* correct) {
+  softmax_xent_impl(exec, logits, labels, B, C, dlogits, loss_sum, correct);
+}
+
+void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C, double* dlogits,
+                  double* loss_sum, int64_t* correct) {
+  softmax_xent_impl(exec, logits, labels, B, C, dlogits, loss_sum, correct);
 }
 
 }  // namespace nt::kernels::cpu

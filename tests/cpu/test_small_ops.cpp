@@ -201,7 +201,8 @@ TEST_CASE("softmax_xent does not hide NaN logits or bad labels", "[cpu][xent]") 
 TEST_CASE("softmax_xent with B == 0 touches nothing", "[cpu][xent]") {
   double loss_sum = 2.5;
   int64_t correct = 7;
-  kernels::softmax_xent(Exec{}, nullptr, nullptr, 0, 10, nullptr, &loss_sum, &correct);
+  kernels::softmax_xent(Exec{}, static_cast<const float*>(nullptr), nullptr, 0, 10, static_cast<float*>(nullptr),
+                        &loss_sum, &correct);
   REQUIRE(loss_sum == 2.5);
   REQUIRE(correct == 7);
 }

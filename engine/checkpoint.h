@@ -1,0 +1,89 @@
+// Files exchanged with PyTorch: safetensors checkpoints and .npy arrays.
+//
+// safetensors (https://github.com/huggingface/safetensors), the layout PyTorch's tools read:
+//   bytes 0..7   N, the header length, unsigned 64-bit little-endian
+//   bytes 8..8+N a JSON object, padded with spaces to a multiple of 8 bytes:
+//                {"__metadata__": {"key": "value", ...},
+//                 "0.weight": {"dtype": "F32", "shape": [320, 784], "data_offsets": [begin, end]}, ...}
+//   the rest     the data block; each tensor's bytes are [begin, end) of it, row-major, little-endian,
+//                and the tensors tile the block exactly (no gap, no overlap, nothing after the last).
+// A model's tensors carry the names and shapes of the equivalent PyTorch nn.Sequential ("0.weight" is
+// (out, in)), so `model.load_state_dict(safetensors.torch.load_file(path))` works on the other side.
+//
+// Reading validates the whole container before anything is used, and loading into a model validates
+// every name, dtype and shape before any value is copied: a failed load leaves the model as it was.
+// Every failure is an nt::Error naming the file and, where there is one, the tensor.
+// Writing is atomic: the bytes go to PATH.tmp in the same folder, are flushed to disk (fsync), and the
+// file is renamed over PATH, so an interrupted save never destroys the previous checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/params.h"
+
+namespace nt {
+
+// "__metadata__": free-form string pairs (producer, model name, seed, ...).
+using CheckpointMetadata = std::map<std::string, std::string>;
+
+// ---- whole models ----------------------------------------------------------------------------------
+// Every parameter (and, once layers have them, every buffer such as BatchNorm's running statistics),
+// fp32, in the model's order. The values are read back from the device (this synchronizes).
+void save_safetensors(const std::string& path, const Model& model, const kernels::Exec& exec,
+                      CheckpointMetadata metadata = {});
+void save_safetensors(const std::string& path, const ParamStore& params, const kernels::Exec& exec,
+                      CheckpointMetadata metadata = {});
+
+// Replaces every parameter of `model` (which must have its parameters, i.e. init_params() was called)
+// with the file's values. The file must hold exactly the model's tensors: a missing tensor, an
+// unexpected one, another dtype than F32 or another shape is an error naming the tensor.
+// Returns the file's metadata.
+CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec);
+
+// ---- the container, for tools and tests ------------------------------------------------------------
+struct SafetensorsTensor {
+  std::string name;
+  std::string dtype;            // as written: "F32", "F64", "I64", ...
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range within the data block
+};
+
+class SafetensorsFile {
+ public:
+  // Reads and validates the container (sizes, JSON, dtypes, offsets); throws nt::Error naming `path`.
+  static SafetensorsFile read(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // in header order
+  const CheckpointMetadata& metadata() const { return metadata_; }
+  const SafetensorsTensor* find(const std::string& name) const;  // nullptr when absent
+  // The values of an F32 tensor; throws nt::Error naming the tensor when it is absent or not F32.
+  std::vector<float> floats(const std::string& name) const;
+  const uint8_t* bytes(const SafetensorsTensor& t) const { return data_.data() + t.begin; }
+
+ private:
+  std::string path_;
+  std::vector<SafetensorsTensor> tensors_;
+  CheckpointMetadata metadata_;
+  std::vector<uint8_t> data_;  // the data block
+};
+
+// A host tensor to write.
+struct NamedFloats {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // row-major, shape's element count
+};
+void write_safetensors(const std::string& path, const std::vector<NamedFloats>& tensors,
+                       const CheckpointMetadata& metadata);
+
+// ---- .npy ------------------------------------------------------------------------------------------
+// A NumPy .npy file (format 1.0, '<i4', C order) of `shape`, written atomically like a checkpoint;
+// numpy.load() reads it. Used for the per-epoch data order that the PyTorch baseline cross-checks.
+void write_npy_i32(const std::string& path, const std::vector<int32_t>& values, const std::vector<int64_t>& shape);
+
+}  // namespace nt
