@@ -13,7 +13,8 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", std::string("nanotrain ") + NT_VERSION);
   app.require_subcommand(1);
 
-  const std::vector<Command> commands{register_train(app), register_devices(app)};
+  const std::vector<Command> commands{register_train(app), register_devices(app), register_eval(app),
+                                      register_profile(app)};
 
   try {
     app.parse(argc, argv);

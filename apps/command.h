@@ -38,5 +38,7 @@ struct Command {
 
 Command register_train(CLI::App& app);
 Command register_devices(CLI::App& app);
+Command register_eval(CLI::App& app);
+Command register_profile(CLI::App& app);
 
 }  // namespace nt::app

@@ -10,8 +10,11 @@
 #include <memory>
 
 #include "apps/command.h"
+#include "apps/profiling.h"
+#include "apps/workload.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
+#include "engine/checkpoint.h"
 #include "engine/trainer.h"
 #include "layers/builder.h"
 #include "layers/softmax_xent.h"
@@ -36,6 +39,12 @@ struct TrainCommand {
   std::string metrics_path;
   int64_t train_limit = 0;
   bool no_graphs = false;
+  std::string init_from;   // load the initial weights instead of initializing
+  std::string init_out;    // save the initial weights (before training)
+  std::string save_path;   // save the weights after the last epoch
+  std::string order_out;   // the data order of every epoch, (epochs, examples) int32 .npy
+  bool profile = false;     // time every kernel; print the table after the last epoch
+  std::string profile_out;  // also write PREFIX.csv, .json, .trace.json (implies profile)
 };
 
 void validate_train(const TrainCommand& t) {
@@ -50,22 +59,26 @@ void validate_train(const TrainCommand& t) {
   if (t.dataset != "mnist" && t.dataset != "fashion-mnist")
     throw UsageError(cat("--dataset: unknown dataset '", t.dataset, "' (expected mnist or fashion-mnist)"));
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
+  // Output folders are checked now, not after an hour of training.
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--init-out", &t.init_out}, {"--save", &t.save_path}, {"--order-out", &t.order_out}};
+  for (const auto& [flag, path] : outputs) {
+    const fs::path parent = fs::path(*path).parent_path();
+    if (!path->empty() && !parent.empty() && !fs::is_directory(parent))
+      throw UsageError(cat(flag, ": folder '", parent.string(), "' does not exist"));
+  }
+  validate_profile_out(t.profile_out);
+}
+
+// What a checkpoint records about the run that wrote it (safetensors "__metadata__").
+CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained) {
+  return {{"model_spec", layers::model_spec(t.model)}, {"dataset", t.dataset}, {"seed", std::to_string(t.seed)},
+          {"epochs_trained", std::to_string(epochs_trained)}, {"batch", std::to_string(t.batch)}};
 }
 
 // ---- data ------------------------------------------------------------------------------------------
 
-// --data, then $NT_DATA_DIR, then ./.data/<dataset>, then the Debian package's folder.
-std::string resolve_data_dir(const TrainCommand& t) {
-  if (!t.data_dir.empty()) return t.data_dir;
-  if (const char* env = std::getenv("NT_DATA_DIR"); env && *env) return env;
-  std::vector<std::string> candidates{".data/" + t.dataset};
-  if (t.dataset == "fashion-mnist") candidates.push_back("/usr/share/datasets/fashion-mnist");
-  for (const auto& c : candidates)
-    if (fs::is_directory(c)) return c;
-  throw Error(cat("--data: no ", t.dataset, " folder found (looked in ./", candidates.front(),
-                  t.dataset == "fashion-mnist" ? " and /usr/share/datasets/fashion-mnist" : "",
-                  "); run scripts/fetch-data ", t.dataset, " or pass --data DIR"));
-}
+// resolve_data_dir: apps/workload.h (shared with profile).
 
 // ---- output ----------------------------------------------------------------------------------------
 
@@ -143,21 +156,32 @@ int run_train(const TrainCommand& t) {
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.
   Context ctx(t.common.context());
-  const std::string dir = resolve_data_dir(t);
+  const std::string dir = resolve_data_dir(t.data_dir, t.dataset);
   auto split = data::load_dataset_dir(dir, t.dataset);
   if (t.train_limit > 0 && t.train_limit < split.train.count) split.train = data::subset(split.train, 0, t.train_limit);
   auto model = layers::build_model(
       t.model, Shape{split.train.channels, split.train.rows, split.train.cols}, split.train.classes);
   if (t.batch > split.train.count)
     throw UsageError(cat("--batch: ", t.batch, " is larger than the training set (", split.train.count, " examples)"));
+  model->init_params(ctx, t.seed);
+  if (!t.init_from.empty()) load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
 
   spdlog::info("device: {}", ctx.describe());
   spdlog::info("data: {} from {} ({} train, {} test examples)", t.dataset, dir, split.train.count, split.test.count);
-  model->init_params(ctx, t.seed);
   spdlog::info("{}", model->summary());
+  if (!t.init_from.empty()) spdlog::info("initial weights from {}", t.init_from);
+  if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), checkpoint_metadata(t, 0));
 
   data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed);
   data::DeviceBatcher test_data(ctx, split.test, /*shuffle=*/false, t.seed);
+  if (!t.order_out.empty()) {
+    std::vector<int32_t> orders;
+    for (int epoch = 1; epoch <= t.epochs; ++epoch) {
+      auto order = train_data.order(epoch);
+      orders.insert(orders.end(), order.begin(), order.end());
+    }
+    write_npy_i32(t.order_out, orders, {t.epochs, split.train.count});
+  }
   layers::SoftmaxCrossEntropy loss;
   Sgd sgd(ctx.exec(), model->params(),
           {static_cast<float>(t.lr), static_cast<float>(t.momentum), static_cast<float>(t.weight_decay)});
@@ -170,13 +194,23 @@ int run_train(const TrainCommand& t) {
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
   options.on_step = [&](int64_t step, int64_t steps) { progress.update(current_epoch, step, steps); };
   Trainer trainer(ctx, *model, loss, sgd, train_data, options);
+  // Profiling times every launch, so its steps run eagerly (docs/profiler.md, "CUDA graphs").
+  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty(), t.profile_out);
+  if (profiling.enabled() && ctx.on_cuda() && options.use_graphs) spdlog::info("profiling: CUDA graphs off, eager launches");
 
   for (int epoch = 1; epoch <= t.epochs; ++epoch) {
     current_epoch = epoch;
+    profiling.resume();
     EpochMetrics m = trainer.run_epoch(epoch, &test_data);
+    profiling.pause();  // reads this epoch's events after its time was taken
     progress.clear();
     print_epoch(m);
     metrics.append(m);
+  }
+  profiling.finish();
+  if (!t.save_path.empty()) {
+    save_safetensors(t.save_path, *model, ctx.exec(), checkpoint_metadata(t, t.epochs));
+    spdlog::info("saved the trained weights to {}", t.save_path);
   }
   return 0;
 }
@@ -200,6 +234,12 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file");
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
+  train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's");
+  train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)");
+  train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)");
+  train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy");
+  train_cmd->add_flag("--profile", train->profile, "Time every kernel (eager launches) and print the table at the end");
+  train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
 
   return {train_cmd, [train] { return run_train(*train); }};
 }

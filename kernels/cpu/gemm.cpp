@@ -13,17 +13,19 @@
 //   - U is read in place: MR row pointers when its rows are K-contiguous, else MR consecutive values per k
 //     (a partial last panel is copied, zero-padded, to a small buffer). Packing it would be a transpose of
 //     the larger operand in the forward pass, which costs as much as the multiply.
-//   - Compute tasks, one per (block of U panels, V panel), run over the pool. A task walks K in blocks of
-//     at most kMaxKc so the V block (kc×NR) stays in L1; partial tiles live in a task-local buffer and C
-//     is written once, through the epilogue (a transposed tile is transposed back on the way out).
+//   - Compute tasks, one per (block of U panels, V panel), go to the pool as one contiguous chunk per
+//     thread (run_chunked says why). A task walks K in blocks of at most kMaxKc so the V block (kc×NR)
+//     stays in L1; partial tiles live in a task-local buffer and C is written once, through the epilogue
+//     (a transposed tile is transposed back on the way out).
 //   - The micro-kernel (GCC vector extensions) is compiled three times and picked once by CPU features:
 //     AVX-512 (8×32), AVX2+FMA (6×16), baseline x86-64 SSE2 (4×8); the build stays portable.
 //     NT_CPU_GEMM_ISA=avx2|generic forces a lesser variant (to test them).
 //
 // Numerics: each C element is one fp32 chain acc += a_k·b_k over k = 0..K-1 in order (an FMA per step
-// where the ISA has one); a K-block continues the previous block's partial sum, so the result depends on
-// neither the blocking, the orientation, the task split nor the thread count: bit-identical run to run and
-// for any pool size. The ISA variants may differ from one another in the last bits (FMA vs mul+add).
+// where the ISA has one: GCC contracts a*b+c by default, which rounds once and never reorders). A K-block
+// continues the previous block's partial sum, so the result depends on neither the blocking, the
+// orientation, the task split nor the thread count: bit-identical run to run and for any pool size.
+// The ISA variants may differ from one another in the last bits (FMA vs mul+add).
 // Row sums: one fp32 chain per row, k in order. bias_relu is `v < 0 ? 0 : v`, so NaN propagates as in
 // torch.relu; relu_mask selects (mask > 0 ? v : 0) rather than multiplying, so the gradient is exactly 0
 // where the ReLU was off. No -ffast-math: reassociation would break the fixed order and NaN handling.
@@ -73,6 +75,7 @@ float* scratch(std::vector<float>& buf, size_t n) {
 }
 
 template <int W> struct Vec;  // W floats in one vector register
+template <> struct Vec<1> { typedef float type; };
 template <> struct Vec<4> { typedef float type __attribute__((vector_size(16))); };
 template <> struct Vec<8> { typedef float type __attribute__((vector_size(32))); };
 template <> struct Vec<16> { typedef float type __attribute__((vector_size(64))); };
@@ -192,39 +195,44 @@ NT_INLINE void micro_kernel(int kc, const U& u, const float* v, float* tile, boo
 
 // ---- epilogue -------------------------------------------------------------------------------------------
 
-// C[m, n0..n0+cols) = epilogue(vals[0..cols)); Cols > 0 fixes the width at compile time (whole tiles).
-template <int Cols = 0>
+// C[m, n0..n0+cols) = epilogue(vals[0..cols)), W values at a time (cols % W == 0; W = 1 takes any cols).
+// Whole tile rows use explicit vectors: an auto-vectorized loop would peel to align C, then read the
+// just-written tile misaligned, defeating store forwarding (which cost ~40% of the time at K = 64).
+template <int W = 1>
 NT_INLINE void store_row(const GemmDesc& d, int m, int n0, int cols, const float* vals) {
-  if constexpr (Cols > 0) cols = Cols;
+  using T = typename Vec<W>::type;
   float* c = d.C + static_cast<int64_t>(m) * d.ldc + n0;
+  T v, x;  // v: the value, x: the bias or the mask
   switch (d.epilogue) {
     case Epilogue::none:
-      for (int j = 0; j < cols; ++j) c[j] = vals[j];
+      for (int j = 0; j < cols; j += W) load(v, vals + j), store(c + j, v);
       break;
     case Epilogue::bias:
-      for (int j = 0; j < cols; ++j) c[j] = vals[j] + d.bias[n0 + j];
+      for (int j = 0; j < cols; j += W) load(v, vals + j), load(x, d.bias + n0 + j), store(c + j, T(v + x));
       break;
     case Epilogue::bias_relu:
-      for (int j = 0; j < cols; ++j) {
-        const float v = vals[j] + d.bias[n0 + j];
-        c[j] = v < 0.f ? 0.f : v;
+      for (int j = 0; j < cols; j += W) {
+        load(v, vals + j), load(x, d.bias + n0 + j);
+        v += x;
+        store(c + j, T(v < 0.f ? T{} : v));  // NaN < 0 is false: NaN propagates
       }
       break;
     case Epilogue::relu_mask: {
       const float* mask = d.mask + static_cast<int64_t>(m) * d.ldc + n0;
-      for (int j = 0; j < cols; ++j) c[j] = mask[j] > 0.f ? vals[j] : 0.f;
+      for (int j = 0; j < cols; j += W)
+        load(v, vals + j), load(x, mask + j), store(c + j, T(x > 0.f ? v : T{}));
       break;
     }
   }
 }
 
 // Writes the valid (rows, cols) corner of a tile (MR, NR) at T(i0, j0) through the epilogue.
-template <int MR, int NR>
+template <int MR, int NR, int W>
 NT_INLINE void store_tile(const Plan& pl, int i0, int j0, int rows, int cols, const float* tile) {
   const GemmDesc& d = *pl.d;
   if (!pl.transposed) {
     for (int r = 0; r < rows; ++r) {
-      if (cols == NR) store_row<NR>(d, i0 + r, j0, NR, tile + r * NR);
+      if (cols == NR) store_row<W>(d, i0 + r, j0, NR, tile + r * NR);
       else store_row(d, i0 + r, j0, cols, tile + r * NR);
     }
     return;
@@ -237,7 +245,7 @@ NT_INLINE void store_tile(const Plan& pl, int i0, int j0, int rows, int cols, co
       for (int r = 0; r < MR; ++r) ct[c * MR + r] = tile[r * NR + c];
   }
   for (int c = 0; c < cols; ++c) {
-    if (rows == MR) store_row<MR>(d, j0 + c, i0, MR, ct + c * MR);
+    if (rows == MR) store_row<MR % 8 == 0 ? 8 : 1>(d, j0 + c, i0, MR, ct + c * MR);
     else store_row(d, j0 + c, i0, rows, ct + c * MR);
   }
 }
@@ -283,13 +291,12 @@ NT_INLINE void compute_task(const Plan& pl, int64_t t) {
   }
   const int j0 = q * NR, cols = std::min(NR, pl.J - j0);
   for (int p = p0; p < p1; ++p)
-    store_tile<MR, NR>(pl, p * MR, j0, std::min(MR, pl.I - p * MR), cols, partial + (p - p0) * MR * NR);
+    store_tile<MR, NR, W>(pl, p * MR, j0, std::min(MR, pl.I - p * MR), cols, partial + (p - p0) * MR * NR);
 }
 
 // ---- ISA variants, chosen once --------------------------------------------------------------------------
 
 struct Variant {
-  const char* name;
   int mr, nr;
   void (*pack)(const Plan&, int64_t);
   void (*compute)(const Plan&, int64_t);
@@ -297,14 +304,14 @@ struct Variant {
 
 void pack_generic(const Plan& pl, int64_t t) { pack_task<8>(pl, t); }
 void compute_generic(const Plan& pl, int64_t t) { compute_task<4, 8, 4>(pl, t); }
-constexpr Variant kGeneric{"generic", 4, 8, pack_generic, compute_generic};
+constexpr Variant kGeneric{4, 8, pack_generic, compute_generic};
 #if defined(__x86_64__)
 [[gnu::target("avx2,fma")]] void pack_avx2(const Plan& pl, int64_t t) { pack_task<16>(pl, t); }
 [[gnu::target("avx2,fma")]] void compute_avx2(const Plan& pl, int64_t t) { compute_task<6, 16, 8>(pl, t); }
 [[gnu::target("avx512f")]] void pack_avx512(const Plan& pl, int64_t t) { pack_task<32>(pl, t); }
 [[gnu::target("avx512f")]] void compute_avx512(const Plan& pl, int64_t t) { compute_task<8, 32, 16>(pl, t); }
-constexpr Variant kAvx2{"avx2", 6, 16, pack_avx2, compute_avx2};
-constexpr Variant kAvx512{"avx512", 8, 32, pack_avx512, compute_avx512};
+constexpr Variant kAvx2{6, 16, pack_avx2, compute_avx2};
+constexpr Variant kAvx512{8, 32, pack_avx512, compute_avx512};
 #endif
 
 Variant select_variant() {
@@ -325,6 +332,22 @@ const Variant& variant() {
 }
 
 int div_up(int a, int b) { return (a + b - 1) / b; }
+
+// Runs fn(0..n-1) as one contiguous chunk per thread. Tasks are numbered V panel by V panel, so a chunk
+// packs the V panels it then reads and writes one region of C; the calling thread, which starts first,
+// nearly always takes chunk 0, so call after call each core finds its data in its own L2. Handing out
+// single tasks made V and C migrate between the cores' caches, which cost more than balancing gained.
+template <class Fn>
+void run_chunked(ThreadPool* pool, int threads, int64_t n, const Fn& fn) {
+  struct Job {
+    int64_t n, chunks;
+    const Fn& fn;
+  } job{n, std::min<int64_t>(threads, n), fn};
+  // One captured pointer fits std::function's inline storage: no allocation per call.
+  parallel_for(pool, job.chunks, [&job](int64_t c) {
+    for (int64_t t = job.n * c / job.chunks; t < job.n * (c + 1) / job.chunks; ++t) job.fn(t);
+  });
+}
 
 // Compute T = Cᵀ instead of C? Compares rough cycle counts: padded tile FMAs, packing V (a transpose
 // costs ~4× a copy), and transposing the tiles back.
@@ -371,7 +394,8 @@ void gemm(const Exec& exec, const GemmDesc& d) {
   pl.kc = div_up(d.K, pl.k_blocks);
   pl.i_panels = div_up(pl.I, var.mr);
   pl.j_panels = div_up(pl.J, var.nr);
-  // Enough tasks to keep every thread busy (V panels first, then U blocks), U blocks as large as allowed.
+  // Tasks: enough (4 per thread) for one contiguous chunk per thread to split the work evenly, made of
+  // V panels first, then of U blocks as large as allowed.
   const int want_tasks = threads > 1 ? 4 * threads : 1;
   pl.i_blocks = std::max(div_up(want_tasks, std::max(pl.j_panels, 1)), div_up(pl.i_panels, kMaxBlockPanels));
   pl.i_blocks = std::max(1, std::min(pl.i_blocks, pl.i_panels));
@@ -381,9 +405,9 @@ void gemm(const Exec& exec, const GemmDesc& d) {
   thread_local std::vector<float> vpack_buf;  // the calling thread's; workers fill it, then read it
   pl.vpack = scratch(vpack_buf, static_cast<size_t>(pl.j_panels) * d.K * var.nr);
 
-  const int64_t pack_tasks = pl.j_panels + (d.a_row_sums ? 1 : 0);
-  parallel_for(pool, pack_tasks, [&](int64_t t) { var.pack(pl, t); });
-  parallel_for(pool, static_cast<int64_t>(pl.i_blocks) * pl.j_panels, [&](int64_t t) { var.compute(pl, t); });
+  run_chunked(pool, threads, pl.j_panels + (d.a_row_sums ? 1 : 0), [&](int64_t t) { var.pack(pl, t); });
+  const int64_t compute_tasks = static_cast<int64_t>(pl.i_blocks) * pl.j_panels;
+  run_chunked(pool, threads, compute_tasks, [&](int64_t t) { var.compute(pl, t); });
 }
 
 }  // namespace nt::kernels::cpu

@@ -14,7 +14,7 @@
 // read as float4 along k and written to shared memory column-wise; the side contiguous along m or n is
 // read and written as float4 rows. Global loads are float4 when the pointer is 16-byte aligned and the
 // leading dimension a multiple of 4 (checked at run time; otherwise the same kernel with scalar loads,
-// template parameter VecLoads), always bounds-checked with zero fill, so M, N, K need not be multiples
+// template parameter Vec), always bounds-checked with zero fill, so M, N, K need not be multiples
 // of anything.
 //   Threads: each warp's 32 lanes form a 4×8 grid; a thread owns a TM×TN micro-tile made of (TM/4)×(TN/4)
 //   4×4 pieces spaced 16 rows and 32 columns apart, so one warp-wide float4 read of As touches 4 distinct
@@ -44,7 +44,9 @@
 // tile column 0, k ascending from the shared-memory slabs (zero-filled past K), and written once.
 //
 // Epilogue at the store: bias adds bias[n]; bias_relu then clamps with (v < 0 ? 0 : v) so a NaN
-// propagates as in std::max(v, 0); relu_mask selects (mask[m*ldc+n] > 0 ? v : 0).
+// propagates as in std::max(v, 0); relu_mask selects (mask[m*ldc+n] > 0 ? v : 0). Each output element's
+// mask is read by the thread that writes that element, just before, so relu_mask may run in place
+// (mask == C).
 #include "kernels/gemm.h"
 
 #include <cooperative_groups.h>
@@ -72,7 +74,7 @@ namespace cg = cooperative_groups;
 #endif
 
 // Everything a kernel needs, by value (one parameter block).
-struct GemmArgs {
+struct KernelArgs {
   int M, N, K;
   const float* A;
   int lda;
@@ -115,6 +117,7 @@ using MediumTile = TileConfig<64, 64, 16, 8, 4, 4>;
 using SmallTile = TileConfig<32, 32, 16, 4, 4, 8>;
 
 constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
+constexpr int kMinSplitK = 128;  // below this K a split-K cluster costs more than it saves (choose_plan)
 
 // ---- global -> registers -> shared memory ----------------------------------------------------------
 
@@ -210,20 +213,21 @@ __device__ __forceinline__ int col_step(int j) {
 // ---- epilogue --------------------------------------------------------------------------------------
 
 template <Epilogue E>
-__device__ __forceinline__ float finish(float v, int m, int n, const GemmArgs& p) {
+__device__ __forceinline__ float finish(float v, int m, int n, const KernelArgs& p) {
   if constexpr (E == Epilogue::bias) return v + __ldg(&p.bias[n]);
   if constexpr (E == Epilogue::bias_relu) {
     const float x = v + __ldg(&p.bias[n]);
     return x < 0.f ? 0.f : x;
   }
-  if constexpr (E == Epilogue::relu_mask) return __ldg(&p.mask[static_cast<size_t>(m) * p.ldc + n]) > 0.f ? v : 0.f;
+  // A plain load, not __ldg: the mask may be C itself (in place), read here by the thread that then writes it.
+  if constexpr (E == Epilogue::relu_mask) return p.mask[static_cast<size_t>(m) * p.ldc + n] > 0.f ? v : 0.f;
   return v;
 }
 
 // Writes this thread's micro-tile: C[m][n] = finish(acc), bounds-checked, float4 where the row allows.
 template <class Cfg, Epilogue E>
 __device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg::TN], int m_base, int n_base,
-                                                 const GemmArgs& p) {
+                                                 const KernelArgs& p) {
 #pragma unroll
   for (int i = 0; i < Cfg::TM; ++i) {
     const int m = m_base + row_step<Cfg>(i);
@@ -247,7 +251,7 @@ __device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg
 
 template <class Cfg>
 __device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg::TN], int m_base, int n_base,
-                                                 const GemmArgs& p, Epilogue e) {
+                                                 const KernelArgs& p, Epilogue e) {
   switch (e) {  // uniform across the grid; one specialised store loop per epilogue
     case Epilogue::none: store_micro_tile<Cfg, Epilogue::none>(acc, m_base, n_base, p); break;
     case Epilogue::bias: store_micro_tile<Cfg, Epilogue::bias>(acc, m_base, n_base, p); break;
@@ -259,7 +263,7 @@ __device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg
 // Split-K: this block's share of the tile, reduced over the cluster's S partial tiles in rank order.
 template <class Cfg, int S, Epilogue E>
 __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int rank, int m0, int n0,
-                                                 const GemmArgs& p) {
+                                                 const KernelArgs& p) {
   constexpr int kElems = Cfg::BM * Cfg::BN, kShare = kElems / S;
   static_assert(kElems % S == 0, "split factor must divide the tile");
   for (int e = rank * kShare + threadIdx.x; e < (rank + 1) * kShare; e += Cfg::kThreads) {
@@ -276,7 +280,7 @@ __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int r
 
 // Output tile (tile_m, tile_n) of the grid, grouped 8 tile rows at a time so that concurrently running
 // blocks share slabs of A and B in L2.
-__device__ __forceinline__ void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
+__device__ __forceinline__ void tile_of_block(const KernelArgs& p, int& tile_m, int& tile_n) {
   constexpr int kGroup = 8;
   const int pid = blockIdx.x;
   const int per_group = kGroup * p.tiles_n;
@@ -289,7 +293,7 @@ __device__ __forceinline__ void tile_of_block(const GemmArgs& p, int& tile_m, in
 // C tile (or, with S > 1, this block's partial of it over K-range `split`) for the tile (tile_m, tile_n).
 // smem: Cfg::kPipelineFloats floats (and BM·BN + BM with S > 1), 16-byte aligned.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
-__device__ __forceinline__ void gemm_block(const GemmArgs& p, float* smem, Epilogue epilogue, int split) {
+__device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epilogue epilogue, int split) {
   using LoadA = SlabLoader<Cfg::BM, Cfg::BK, Cfg::kThreads, !TransA, Vec>;  // op(A) as (M, K)
   using LoadB = SlabLoader<Cfg::BN, Cfg::BK, Cfg::kThreads, TransB, Vec>;   // op(B)ᵀ as (N, K)
 
@@ -393,7 +397,7 @@ __device__ __forceinline__ void gemm_block(const GemmArgs& p, float* smem, Epilo
 
 // grid: (tiles_m · tiles_n); one block per output tile.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(GemmArgs p, Epilogue epilogue) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
   __shared__ __align__(16) float smem[Cfg::kPipelineFloats];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
 }
@@ -401,7 +405,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(Ge
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __global__ void NT_GEMM_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
-    gemm_splitk_kernel(GemmArgs p, Epilogue epilogue) {
+    gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_GEMM_CLUSTERS
   constexpr int kPartialFloats = Cfg::BM * Cfg::BN + Cfg::BM;  // the partial tile, then its row sums
@@ -457,16 +461,18 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split) {
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
   Plan plan{TileKind::small, 1};
   const int tiles = tiles_for(M, N, SmallTile::BM, SmallTile::BN);
-  if (!can_split) return plan;
-  while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
-         K >= plan.split_k * 2 * 2 * SmallTile::BK)
+  // Measured on the H100 (bench_gemm's variant table, graph replays of the mlp's GEMMs): splitting K pays
+  // from K >= 128 on, down to one K-tile per split block, while at K = 64 (the weight gradients at batch
+  // 64) the cluster reduction costs more than it saves (dW 160x320: 3.6 us unsplit, 4.8 us split in two).
+  if (!can_split || K < kMinSplitK) return plan;
+  while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms && K / (plan.split_k * 2) >= SmallTile::BK)
     plan.split_k *= 2;
   return plan;
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-using KernelFn = void (*)(GemmArgs, Epilogue);
+using KernelFn = void (*)(KernelArgs, Epilogue);
 
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 KernelFn pick_split(int split_k) {
@@ -499,7 +505,7 @@ KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, int split_k) {
 
 template <class Cfg>
 void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
-  GemmArgs p{};
+  KernelArgs p{};
   p.M = d.M, p.N = d.N, p.K = d.K;
   p.A = d.A, p.lda = d.lda, p.B = d.B, p.ldb = d.ldb, p.C = d.C, p.ldc = d.ldc;
   p.bias = d.bias, p.mask = d.mask, p.a_row_sums = d.a_row_sums;

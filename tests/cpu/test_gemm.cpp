@@ -32,7 +32,8 @@ nt::test::Tolerance gemm_tolerance(int K) {
 
 // Stores the logical (rows, cols) matrix row-major with leading dimension ld, transposed when asked;
 // the padding is NaN, so a kernel that reads it produces NaN.
-std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int cols, bool transpose, int ld) {
+std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int cols, bool transpose,
+                                int ld) {
   const int stored_rows = transpose ? cols : rows;
   std::vector<float> out(static_cast<size_t>(std::max(stored_rows, 1)) * ld, nt::test::kPoison);
   for (int r = 0; r < rows; ++r)
@@ -42,7 +43,8 @@ std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int
 }
 
 // op(A)·op(B) in double from the logical matrices a (M,K) and b (K,N).
-std::vector<double> reference_product(const std::vector<float>& a, const std::vector<float>& b, int M, int N, int K) {
+std::vector<double> reference_product(const std::vector<float>& a, const std::vector<float>& b, int M, int N,
+                                      int K) {
   std::vector<double> c(size_t(M) * N, 0.0);
   for (int m = 0; m < M; ++m)
     for (int k = 0; k < K; ++k) {
@@ -114,7 +116,7 @@ struct Shape {
 
 }  // namespace
 
-TEST_CASE("gemm matches a double reference over shapes, transposes, epilogues and leading dims", "[cpu][gemm]") {
+TEST_CASE("gemm matches a double reference over shapes, transposes, epilogues, leading dims", "[cpu][gemm]") {
   // A sample of the shape cube: edges around the tile sizes (1, 7, 10, 33, 64, 65, 128), the MLP's
   // training shapes (forward, weight and input gradients) and sizes with several K-blocks.
   const Shape shapes[] = {
@@ -137,8 +139,8 @@ TEST_CASE("gemm matches a double reference over shapes, transposes, epilogues an
         for (int e = 0; e < 4; ++e) {
           const bool trans_a = trans & 1, trans_b = trans & 2, row_sums = e % 2 == 0;
           const int pad_a = trans_a ? 0 : 5, pad_b = trans_b ? 3 : 0, pad_c = e % 2 ? 2 : 0;
-          INFO("trans_a=" << trans_a << " trans_b=" << trans_b << " epilogue=" << e << " pads=" << pad_a << ","
-                          << pad_b << "," << pad_c);
+          INFO("trans_a=" << trans_a << " trans_b=" << trans_b << " epilogue=" << e << " pads=" << pad_a
+                          << "," << pad_b << "," << pad_c);
           GemmCase c(a, b, s.M, s.N, s.K, trans_a, trans_b, pad_a, pad_b, pad_c, kEpilogues[e], row_sums);
           nt::kernels::gemm(exec, c.d);
 
@@ -167,7 +169,8 @@ TEST_CASE("gemm with K == 0 writes epilogue(0) and zero row sums", "[cpu][gemm]"
       nt::kernels::gemm(exec, c.d);
       std::vector<double> want(5 * 7);
       for (int m = 0; m < 5; ++m)
-        for (int n = 0; n < 7; ++n) want[m * 7 + n] = reference_epilogue(e, 0.0, c.bias[n], c.mask[m * c.d.ldc + n]);
+        for (int n = 0; n < 7; ++n)
+          want[m * 7 + n] = reference_epilogue(e, 0.0, c.bias[n], c.mask[m * c.d.ldc + n]);
       NT_REQUIRE_CLOSE(c.output(), want, exact);
       REQUIRE(c.padding_untouched());
       NT_REQUIRE_CLOSE(c.sums, std::vector<double>(5, 0.0), exact);
@@ -175,7 +178,7 @@ TEST_CASE("gemm with K == 0 writes epilogue(0) and zero row sums", "[cpu][gemm]"
   }
 }
 
-TEST_CASE("gemm with M == 0 or N == 0 writes no output", "[cpu][gemm]") {
+TEST_CASE("gemm with M == 0 or N == 0 writes no output but still the row sums", "[cpu][gemm]") {
   const Exec exec = cpu_exec(&two_threads());
   const auto a = random_floats(4 * 6);
   GemmCase empty_m({}, random_floats(6 * 3), 0, 3, 6, false, false, 0, 0, 0, Epilogue::bias_relu, true);
@@ -215,31 +218,34 @@ TEST_CASE("gemm results are bit-identical with 1 and 2 threads", "[cpu][gemm]") 
 
 TEST_CASE("gemm relu_mask zeroes exactly where mask <= 0 and passes the product elsewhere", "[cpu][gemm]") {
   const Exec exec = cpu_exec(&two_threads());
-  const int M = 65, N = 70, K = 33;
-  const auto a = random_floats(size_t(M) * K), b = random_floats(size_t(K) * N);
-  GemmCase plain(a, b, M, N, K, false, false, 0, 0, 1, Epilogue::none, false);
-  GemmCase masked(a, b, M, N, K, false, false, 0, 0, 1, Epilogue::relu_mask, false);
+  const int M = 33, N = 200, K = 300;
   // Mask values at the boundary: zeros of both signs, tiny and huge values of both signs.
   const float special[] = {0.f, -0.f, 1e-40f, -1e-40f, 1e-30f, -1e-30f, INFINITY, -INFINITY, 2.f, -2.f};
-  for (size_t i = 0; i < masked.mask.size(); ++i) masked.mask[i] = special[i % std::size(special)];
-  nt::kernels::gemm(exec, plain.d);
-  nt::kernels::gemm(exec, masked.d);
+  for (bool trans_b : {false, true}) {  // this shape computes C tiles for one, Cᵀ tiles for the other
+    INFO("trans_b=" << trans_b);
+    const auto a = random_floats(size_t(M) * K), b = random_floats(size_t(K) * N);
+    GemmCase plain(a, b, M, N, K, false, trans_b, 0, 0, 1, Epilogue::none, false);
+    GemmCase masked(a, b, M, N, K, false, trans_b, 0, 0, 1, Epilogue::relu_mask, false);
+    for (size_t i = 0; i < masked.mask.size(); ++i) masked.mask[i] = special[i % std::size(special)];
+    nt::kernels::gemm(exec, plain.d);
+    nt::kernels::gemm(exec, masked.d);
 
-  int zeroed = 0, passed = 0;
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      const float got = masked.C[size_t(m) * masked.d.ldc + n], mask = masked.mask[size_t(m) * masked.d.ldc + n];
-      const float product = plain.C[size_t(m) * plain.d.ldc + n];
-      INFO("m=" << m << " n=" << n << " mask=" << mask << " got=" << got << " product=" << product);
-      if (mask > 0.f) {
-        REQUIRE(std::memcmp(&got, &product, sizeof(float)) == 0);
-        ++passed;
-      } else {
-        REQUIRE(got == 0.f);
-        ++zeroed;
+    int zeroed = 0, passed = 0;
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        const size_t i = size_t(m) * masked.d.ldc + n;  // both cases have the same ldc
+        const float got = masked.C[i], mask = masked.mask[i], product = plain.C[i];
+        INFO("m=" << m << " n=" << n << " mask=" << mask << " got=" << got << " product=" << product);
+        if (mask > 0.f) {
+          REQUIRE(std::memcmp(&got, &product, sizeof(float)) == 0);
+          ++passed;
+        } else {
+          REQUIRE(got == 0.f);
+          ++zeroed;
+        }
       }
-    }
-  REQUIRE(zeroed > M * N / 4);  // both branches well exercised
-  REQUIRE(passed > M * N / 4);
-  REQUIRE(masked.padding_untouched());
+    REQUIRE(zeroed > M * N / 4);  // both branches well exercised
+    REQUIRE(passed > M * N / 4);
+    REQUIRE(masked.padding_untouched());
+  }
 }

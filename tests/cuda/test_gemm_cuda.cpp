@@ -216,6 +216,8 @@ void check_all_epilogues(const Exec& exec, Problem p, const GemmFn& gemm = kAuto
   }
 }
 
+int round_up4_gap(int n) { return (4 - n % 4) % 4; }  // pad that makes a leading dimension of n a multiple of 4
+
 bool device_has_clusters() { return nt::kernels::cuda_device_info(0).cc_major >= 9; }
 
 struct Shape {
@@ -266,14 +268,15 @@ TEST_CASE("cuda gemm matches a double reference on random shapes, layouts and ep
 
 TEST_CASE("every tile configuration and split-K factor matches the reference", "[cuda][gemm]") {
   // Forced through the kernel lab so that each kernel is covered whatever the SM count makes the
-  // launcher's rule pick. 130×200×257 leaves partial tiles in every dimension and slabs in K.
+  // launcher's rule pick. 131×199×259 leaves partial tiles in every dimension, a partial slab in K, and
+  // sizes of 3 mod 4, so a float4 at an edge is partly out of range.
   CudaExec cuda;
   struct Variant {
     int tile, split_k;
   };
   std::vector<Variant> variants = {{0, 1}, {1, 1}, {2, 1}};
   if (device_has_clusters()) variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}});
-  for (const Shape& s : {Shape{130, 200, 257}, Shape{64, 320, 784}, Shape{33, 7, 10}})
+  for (const Shape& s : {Shape{131, 199, 259}, Shape{64, 320, 784}, Shape{33, 7, 10}})
     for (const Variant& v : variants)
       for (int t = 0; t < 4; ++t) {
         INFO("tile " << v.tile << " split_k " << v.split_k);
@@ -281,8 +284,14 @@ TEST_CASE("every tile configuration and split-K factor matches the reference", "
         p.M = s.M, p.N = s.N, p.K = s.K;
         p.trans_a = t & 1, p.trans_b = t & 2;
         check_all_epilogues(cuda.exec, p, forced(v.tile, v.split_k));
-        p.pad_a = 1, p.pad_b = 3, p.pad_c = 2;  // and the scalar-load path of the same kernel
+        p.pad_a = 1, p.pad_b = 3, p.pad_c = 2;  // the scalar-load path of the same kernel
         p.epilogue = Epilogue::bias_relu;
+        check_problem(cuda.exec, p, forced(v.tile, v.split_k));
+        // float4 loads with ragged edges: leading dimensions padded up to multiples of 4, sizes not
+        p.pad_a = round_up4_gap(p.trans_a ? p.M : p.K);
+        p.pad_b = round_up4_gap(p.trans_b ? p.K : p.N);
+        p.pad_c = round_up4_gap(p.N);
+        p.epilogue = Epilogue::relu_mask;
         check_problem(cuda.exec, p, forced(v.tile, v.split_k));
       }
 }
@@ -386,4 +395,27 @@ TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
       REQUIRE(std::memcmp(first.row_sums.data(), second.row_sums.data(), first.row_sums.size() * sizeof(float)) ==
               0);
     }
+}
+
+TEST_CASE("cuda gemm runs inside a captured CUDA graph and replays the same bits", "[cuda][gemm]") {
+  // The training step is captured once and replayed: the launcher must do nothing a capture forbids.
+  CudaExec cuda;
+  Exec capture_exec = cuda.exec;
+  capture_exec.debug_sync = false;  // synchronizing is what a capture forbids
+  for (const Shape& s : {Shape{64, 320, 784}, Shape{320, 784, 64}}) {
+    Problem p;
+    p.M = s.M, p.N = s.N, p.K = s.K;
+    p.trans_a = s.M == 320, p.trans_b = s.M == 64;
+    p.epilogue = Epilogue::bias_relu;
+    const Inputs in = make_inputs(p);
+    const Outputs eager = run_gemm(cuda.exec, p, in, kAuto);
+    const GemmFn captured = [&](const Exec&, const GemmDesc& d) {
+      auto graph = nt::kernels::Graph::capture(capture_exec, [&] { nt::kernels::gemm(capture_exec, d); });
+      REQUIRE(graph.node_count() == 1);
+      graph.launch(capture_exec);
+    };
+    const Outputs replayed = run_gemm(cuda.exec, p, in, captured);
+    INFO(p.describe());
+    REQUIRE(std::memcmp(eager.C.data(), replayed.C.data(), eager.C.size() * sizeof(float)) == 0);
+  }
 }

@@ -1,0 +1,124 @@
+// nanotrain profile: time every kernel of a few training steps and one evaluation pass, and print where the
+// time goes (see profile/report.h for the table, docs/profiler.md for how the times are taken).
+//
+//   nanotrain profile --model mlp --batch 64 --steps 50 [--warmup 10] [--device cpu|cuda] [--profile-out P]
+//
+// The model, data and optimizer are set up as `train` sets them up. W warm-up steps run unprofiled (first
+// launches load kernels, first touches fault pages in); then N steps run under the profiler, then one
+// evaluation pass over the first N x batch test examples (so the eval phase shows at a comparable scale).
+// Steps run on past the end of an epoch into the next one, with its new data order.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "apps/command.h"
+#include "apps/profiling.h"
+#include "apps/workload.h"
+#include "data/batcher.h"
+#include "engine/trainer.h"
+#include "layers/softmax_xent.h"
+
+namespace nt::app {
+
+namespace {
+
+struct ProfileCommand {
+  CommonOptions common;
+  std::string model = "mlp";
+  std::string dataset = "mnist";
+  std::string data_dir;
+  int batch = 64;
+  int64_t steps = 50;
+  int64_t warmup = 10;
+  double lr = 0.03;
+  uint64_t seed = 1;
+  std::string out_prefix;
+  bool no_hold = false;
+};
+
+void validate_profile(const ProfileCommand& p) {
+  validate_common(p.common);
+  if (p.batch < 1 || p.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", p.batch));
+  if (p.steps < 1 || p.steps > 1'000'000) throw UsageError(cat("--steps: must be in [1, 1000000], got ", p.steps));
+  if (p.warmup < 0 || p.warmup > 1'000'000) throw UsageError(cat("--warmup: must be in [0, 1000000], got ", p.warmup));
+  if (!(std::isfinite(p.lr) && p.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", p.lr));
+  if (p.dataset != "mnist" && p.dataset != "fashion-mnist")
+    throw UsageError(cat("--dataset: unknown dataset '", p.dataset, "' (expected mnist or fashion-mnist)"));
+  validate_profile_out(p.out_prefix);
+}
+
+// Enqueues steps [first, first + count) of an endless run of epochs, starting each epoch's data order as
+// the steps reach it.
+void enqueue_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exec, int64_t first, int64_t count) {
+  const int64_t per_epoch = trainer.steps_per_epoch();
+  for (int64_t s = first; s < first + count; ++s) {
+    if (s % per_epoch == 0) data.begin_epoch(exec, static_cast<int>(s / per_epoch) + 1);
+    trainer.enqueue_train_step(s % per_epoch);
+  }
+}
+
+int run_profile(const ProfileCommand& p) {
+  validate_profile(p);
+  setup_logging(p.common);
+
+  Context ctx(p.common.context());
+  Workload w = load_workload(p.data_dir, p.dataset, p.model, p.batch);
+  Model& model = *w.model;
+  model.init_params(ctx, p.seed);
+  spdlog::info("device: {}", ctx.describe());
+  spdlog::info("{}", model.summary());
+
+  const int64_t eval_examples = std::min<int64_t>(w.split.test.count, p.steps * p.batch);
+  data::DeviceBatcher train_data(ctx, w.split.train, /*shuffle=*/true, p.seed);
+  data::DeviceBatcher eval_data(ctx, data::subset(w.split.test, 0, eval_examples), /*shuffle=*/false, p.seed);
+  layers::SoftmaxCrossEntropy loss;
+  Sgd sgd(ctx.exec(), model.params(), {static_cast<float>(p.lr), 0.f, 0.f});
+  TrainOptions options;
+  options.batch = p.batch;
+  Trainer trainer(ctx, model, loss, sgd, train_data, options);  // eager: a profiler is attached (graph policy)
+
+  enqueue_steps(trainer, train_data, ctx.exec(), 0, p.warmup);
+  kernels::synchronize(ctx.exec());
+
+  ProfileSession profiling(ctx, /*enabled=*/true, p.out_prefix, /*hold=*/!p.no_hold);
+  profiling.resume();
+  enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps);
+  const EvalResult eval = trainer.evaluate(eval_data);
+  profiling.pause();
+  const auto [train_loss, train_acc] = trainer.read_train_totals(p.warmup + p.steps);
+
+  std::printf("profile: %s, batch %d, %lld steps after %lld warm-up, then evaluation of %lld test examples, on %s\n",
+              p.model.c_str(), p.batch, static_cast<long long>(p.steps), static_cast<long long>(p.warmup),
+              static_cast<long long>(eval_examples), ctx.describe().c_str());
+  std::printf("training loss %.4f (mean over all %lld steps), eval accuracy %.2f%%\n", train_loss,
+              static_cast<long long>(p.warmup + p.steps), 100 * eval.accuracy);
+  (void)train_acc;
+  profiling.finish();
+  return 0;
+}
+
+}  // namespace
+
+Command register_profile(CLI::App& app) {
+  auto prof = std::make_shared<ProfileCommand>();
+  auto* cmd = app.add_subcommand("profile", "Time every kernel of a few training steps and an evaluation pass");
+  add_common_options(*cmd, prof->common);
+  cmd->add_option("--model", prof->model, "mlp, or a layer spec such as linear:128,relu,linear:10")->capture_default_str();
+  cmd->add_option("--batch", prof->batch, "Mini-batch size")->capture_default_str();
+  cmd->add_option("--steps", prof->steps, "Training steps to profile")->capture_default_str();
+  cmd->add_option("--warmup", prof->warmup, "Unprofiled training steps before them")->capture_default_str();
+  cmd->add_option("--lr", prof->lr, "Learning rate of the SGD steps")->capture_default_str();
+  cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")->capture_default_str();
+  cmd->add_option("--dataset", prof->dataset, "mnist or fashion-mnist")->capture_default_str();
+  cmd->add_option("--data", prof->data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)");
+  cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
+  cmd->add_flag("--no-hold", prof->no_hold,
+                "GPU: do not hold the stream behind the host within a step (for runs under Nsight Compute, which "
+                "serializes launches); short kernels may then read long");
+  return {cmd, [prof] { return run_profile(*prof); }};
+}
+
+}  // namespace nt::app

@@ -1,0 +1,39 @@
+#include "apps/workload.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "apps/command.h"
+#include "layers/builder.h"
+
+namespace nt::app {
+
+namespace fs = std::filesystem;
+
+std::string resolve_data_dir(const std::string& data_dir, const std::string& dataset) {
+  if (!data_dir.empty()) return data_dir;
+  if (const char* env = std::getenv("NT_DATA_DIR"); env && *env) return env;
+  std::vector<std::string> candidates{".data/" + dataset};
+  if (dataset == "fashion-mnist") candidates.push_back("/usr/share/datasets/fashion-mnist");
+  for (const auto& c : candidates)
+    if (fs::is_directory(c)) return c;
+  throw Error(cat("--data: no ", dataset, " folder found (looked in ./", candidates.front(),
+                  dataset == "fashion-mnist" ? " and /usr/share/datasets/fashion-mnist" : "",
+                  "); run scripts/fetch-data ", dataset, " or pass --data DIR"));
+}
+
+Workload load_workload(const std::string& data_dir, const std::string& dataset, const std::string& model, int batch,
+                       int64_t train_limit) {
+  Workload w;
+  w.data_dir = resolve_data_dir(data_dir, dataset);
+  w.split = data::load_dataset_dir(w.data_dir, dataset);
+  auto& train = w.split.train;
+  if (train_limit > 0 && train_limit < train.count) train = data::subset(train, 0, train_limit);
+  w.model = layers::build_model(model, Shape{train.channels, train.rows, train.cols}, train.classes);
+  if (batch > train.count)
+    throw UsageError(cat("--batch: ", batch, " is larger than the training set (", train.count, " examples)"));
+  return w;
+}
+
+}  // namespace nt::app

@@ -1,0 +1,28 @@
+// What the commands that train share: where the data is, and the model built for it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "engine/model.h"
+
+namespace nt::app {
+
+// --data, then $NT_DATA_DIR, then ./.data/<dataset>, then the Debian package's folder (fashion-mnist);
+// throws nt::Error naming --data when none exists.
+std::string resolve_data_dir(const std::string& data_dir, const std::string& dataset);
+
+struct Workload {
+  std::string data_dir;
+  data::DatasetSplit split;
+  std::unique_ptr<Model> model;  // built for the data's sample shape and classes; parameters not yet initialized
+};
+
+// Loads the data set (only the first `train_limit` training examples when > 0) and builds the model;
+// throws UsageError naming --batch when a batch is larger than the training set.
+Workload load_workload(const std::string& data_dir, const std::string& dataset, const std::string& model, int batch,
+                       int64_t train_limit = 0);
+
+}  // namespace nt::app

@@ -1,0 +1,34 @@
+// What a profile looks like to a person and to tools.
+//
+//   format_table(d)     Kernel | Phase | Layer | Time % | Total ms | Calls | Avg us | Min us | Max us | GB/s | GFLOP/s
+//                       one row per (kernel, phase, layer), sorted by total time; GB/s and GFLOP/s are the op's
+//                       own bytes and flops over its measured time, blank where the op reports none.
+//   format_totals(d)    the sum of kernel time against the wall clock of the profiled window, and the gap
+//                       between them (launch overhead, host work, idle GPU).
+//   write_files(d, p)   p.csv (the table), p.json ({"kernels": [...], "wall_ms", "kernel_ms", ...}) and
+//                       p.trace.json (Chrome trace event format: one complete event per launch, plus step,
+//                       phase and layer ranges on their own rows; opens in Perfetto and chrome://tracing).
+// Files are written to a temporary name and renamed, so a file on disk is always whole.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "profile/profile_data.h"
+
+namespace nt::profile {
+
+std::string format_table(const ProfileData& d);
+std::string format_totals(const ProfileData& d);
+
+std::string to_csv(const ProfileData& d);
+std::string to_json(const ProfileData& d);
+std::string to_trace_json(const ProfileData& d);
+
+// Writes PREFIX.csv, PREFIX.json and PREFIX.trace.json; throws nt::Error naming --profile-out and the file.
+void write_files(const ProfileData& d, const std::string& prefix);
+
+std::string json_escape(std::string_view s);   // the contents of a JSON string literal (no quotes)
+std::string csv_field(std::string_view s);     // quoted when it holds a comma, quote or line break
+
+}  // namespace nt::profile
