@@ -25,7 +25,7 @@ void ThreadPool::run_tasks() {
   for (int64_t i = next_task_.fetch_add(1); i < task_count_; i = next_task_.fetch_add(1)) (*task_)(i);
 }
 
-void ThreadPool::parallel_for(int64_t tasks, const std::function<void(int64_t)>& task) {
+void ThreadPool::parallel_for(int64_t tasks, TaskRef task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     task_ = &task;

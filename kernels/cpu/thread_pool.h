@@ -6,12 +6,28 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
 namespace nt::kernels {
+
+// A non-owning reference to a callable taking a task index. Unlike std::function it never allocates,
+// so handing a lambda to the pool costs nothing inside a training step. The callable must outlive the
+// call it is passed to (parallel_for is synchronous, so a temporary lambda does).
+class TaskRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskRef>>>
+  TaskRef(F&& f)  // NOLINT(google-explicit-constructor): lambdas convert implicitly, by design
+      : object_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, int64_t i) { (*static_cast<std::remove_reference_t<F>*>(o))(i); }) {}
+  void operator()(int64_t i) const { call_(object_, i); }
+
+ private:
+  void* object_;
+  void (*call_)(void*, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -24,7 +40,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Runs task(i) for i in [0, tasks); tasks are handed out dynamically. Not reentrant.
-  void parallel_for(int64_t tasks, const std::function<void(int64_t)>& task);
+  void parallel_for(int64_t tasks, TaskRef task);
 
  private:
   void worker_loop();
@@ -33,7 +49,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  const std::function<void(int64_t)>* task_ = nullptr;
+  const TaskRef* task_ = nullptr;
   int64_t task_count_ = 0;
   std::atomic<int64_t> next_task_{0};
   std::atomic<int> busy_workers_{0};
@@ -42,7 +58,7 @@ class ThreadPool {
 };
 
 // Runs task over [0, tasks) on the pool when there is one, else inline.
-inline void parallel_for(ThreadPool* pool, int64_t tasks, const std::function<void(int64_t)>& task) {
+inline void parallel_for(ThreadPool* pool, int64_t tasks, TaskRef task) {
   if (pool && tasks > 1 && pool->size() > 1) {
     pool->parallel_for(tasks, task);
   } else {

@@ -362,7 +362,7 @@ TEST_CASE("train --save then eval --load reports the last epoch's test loss and 
   CHECK(std::abs(std::stod(e[1].str()) - std::stod(t[1].str())) < 1e-4);  // train prints 4 decimals
 }
 
-TEST_CASE("--init-out saves the start, --init-from starts from a file", "[cpu][checkpoint][cli]") {
+TEST_CASE("train --init-out saves the start, --init-from starts from a file", "[cpu][checkpoint][cli]") {
   TempDir dir;
   const std::string common = " --epochs 1 --batch 100 --train-limit 1000";
   auto a = nanotrain("train --seed 5" + common + " --init-out " + dir.file("init5.safetensors") + " --save " +

@@ -51,7 +51,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
   }
 }
 
-TEST_CASE("--device cuda without a usable GPU is one clear line", "[cpu][cli]") {
+TEST_CASE("train --device cuda without a usable GPU is one clear line", "[cpu][cli]") {
   if (kernels::cuda_device_count() > 0) return;  // this machine has a GPU: the case cannot arise
   auto r = nanotrain("train --device cuda --epochs 1");
   INFO(r.out);
@@ -68,7 +68,7 @@ TEST_CASE("a missing data folder names the flag and the folder", "[cpu][cli]") {
   CHECK(r.out.find("/nonexistent/mnist") != std::string::npos);
 }
 
-TEST_CASE("--help and --version work on every subcommand", "[cpu][cli]") {
+TEST_CASE("help and version work on every subcommand", "[cpu][cli]") {
   for (const char* args : {"--help", "train --help", "devices --help", "--version"}) {
     SECTION(args) {
       auto r = test::run_command(test::cli_path() + " " + args);
