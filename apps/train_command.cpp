@@ -78,7 +78,6 @@ CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained
 
 // ---- data ------------------------------------------------------------------------------------------
 
-// resolve_data_dir: apps/workload.h (shared with profile).
 
 // ---- output ----------------------------------------------------------------------------------------
 

@@ -132,6 +132,7 @@ uint64_t device_alloc_count() { return g_alloc_count.load(std::memory_order_rela
 #else
 #define NT_COPY(exec, dst, src, bytes, kind) \
   do {                                       \
+    (void)(exec);                            \
     if (bytes) std::memcpy(dst, src, bytes); \
   } while (0)
 #endif
