@@ -10,32 +10,15 @@
 
 #include "profile/kernel_profiler.h"
 #include "profile/report.h"
+#include "counting_observer.h"
 #include "rig.h"
 
 using namespace nt;
 
 namespace {
 
-using Key = std::tuple<std::string, std::string, std::string>;  // kernel, phase, layer
-
-std::string or_empty(const char* s) { return s ? s : ""; }
-
-// Counts every launch the launch path reports, by the scopes open at that moment, and passes it on: an
-// account of what ran that does not go through the profiler under test.
-struct CountingObserver : profile::LaunchObserver {
-  profile::LaunchObserver* next = nullptr;
-  std::map<Key, int64_t> calls;
-  int64_t launches = 0;
-
-  void begin(const char* kernel, void* stream) override {
-    ++calls[{kernel, or_empty(profile::current_phase().name), or_empty(profile::current_layer().name)}];
-    ++launches;
-    if (next) next->begin(kernel, stream);
-  }
-  void end(const char* kernel, void* stream, const profile::OpCost& cost) override {
-    if (next) next->end(kernel, stream, cost);
-  }
-};
+using Key = test::LaunchKey;
+using test::CountingObserver;
 
 profile::Launch launch(profile::ProfileData& d, const char* kernel, const char* phase, const char* layer, double dur_us,
                        profile::OpCost cost = {}) {
