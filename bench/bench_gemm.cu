@@ -30,11 +30,9 @@
 
 #include "core/cuda_check.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_lab.h"
 #include "kernels/runtime.h"
 
-namespace nt::kernels::cuda::lab {
-void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);  // kernels/cuda/gemm.cu
-}
 
 namespace {
 

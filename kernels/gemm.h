@@ -10,10 +10,12 @@
 //   none       C = A·B
 //   bias       C = A·B + bias[n]                          (Linear forward)
 //   bias_relu  C = max(A·B + bias[n], 0)                  (Linear+ReLU forward)
-//   relu_mask  C = (A·B) * (mask[m,n] > 0), mask has ldc  (input gradient through a ReLU whose output is mask)
+//   relu_mask  C = mask[m,n] > 0 ? A·B : 0, mask has ldc  (input gradient through a ReLU whose output is mask;
+//              a select, not a product, so an infinite A·B under a closed mask gives 0, not NaN)
 // Optionally a_row_sums[m] = Σ_k op(A)[m,k] (written with `=`): the bias gradient of the weight-gradient
 // GEMM dW = dYᵀ·X comes out of the same pass over dY.
 //
+// C must not alias A, B or bias; relu_mask may run in place (mask == C).
 // Numerics: fp32 products accumulated in fp32; each output's K-sum runs in one fixed order on a given
 // backend, so results are bit-reproducible run to run. M, N or K may be any size >= 0 (K == 0 gives
 // C = epilogue(0)).

@@ -48,6 +48,7 @@
 // mask is read by the thread that writes that element, just before, so relu_mask may run in place
 // (mask == C).
 #include "kernels/gemm.h"
+#include "kernels/gemm_lab.h"
 
 #include <cooperative_groups.h>
 
@@ -555,9 +556,7 @@ void gemm(const Exec& exec, const GemmDesc& d) {
   run_plan(exec, d, choose_plan(d.M, d.N, d.K, sm_count(), clusters_available()));
 }
 
-// Kernel-lab entry for bench/bench_gemm.cu and the tests: the same op with the configuration forced
-// (tile 0 = large, 1 = medium, 2 = small; split_k 1, or 2/4/8 with the small tile on sm_90). Not part of
-// the op API: the engine calls gemm() above.
+// Kernel-lab entry (kernels/gemm_lab.h): the same op with the configuration forced.
 namespace lab {
 void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
   check_invariants(d);

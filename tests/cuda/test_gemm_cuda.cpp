@@ -20,14 +20,10 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_lab.h"
 #include "kernels/runtime.h"
 #include "support/test_support.h"
 
-// The kernel lab's entry (kernels/cuda/gemm.cu): the same op with the tile configuration forced
-// (0 large 128×128, 1 medium 64×64, 2 small 32×32) and, for the small tile, a cluster split-K factor.
-namespace nt::kernels::cuda::lab {
-void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
-}
 
 namespace {
 

@@ -1,0 +1,15 @@
+// The GEMM kernel lab's entry (kernels/cuda/gemm.cu), for bench/bench_gemm.cu and the CUDA tests: the
+// same op as kernels::gemm with the tile configuration forced, so every configuration can be checked
+// and timed. Not part of the op API: the engine calls kernels::gemm, which picks the configuration.
+#pragma once
+
+#include "kernels/gemm.h"
+
+namespace nt::kernels::cuda::lab {
+
+enum GemmTile : int { large = 0, medium = 1, small = 2 };  // 128×128, 64×64, 32×32 block tiles
+
+// split_k: 1, or 2/4/8 (a thread-block cluster, sm_90) with the small tile.
+void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
+
+}  // namespace nt::kernels::cuda::lab
