@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_vec4_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                              const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
                              float* __restrict__ x, int32_t* __restrict__ y) {
+  begin_dependent_kernel();
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // which 4 values of the row
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                         const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
                         float* __restrict__ x, int32_t* __restrict__ y) {
+  begin_dependent_kernel();
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {

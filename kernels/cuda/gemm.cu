@@ -399,6 +399,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 // grid: (tiles_m · tiles_n); one block per output tile.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
+  begin_dependent_kernel();
   __shared__ __align__(16) float smem[Cfg::kPipelineFloats];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
 }
@@ -407,6 +408,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(Ke
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __global__ void NT_GEMM_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
     gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
+  begin_dependent_kernel();
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_GEMM_CLUSTERS
   constexpr int kPartialFloats = Cfg::BM * Cfg::BN + Cfg::BM;  // the partial tile, then its row sums

@@ -9,4 +9,19 @@ void throw_launch_error(const char* kernel, cudaError_t err, dim3 grid, dim3 blo
                           " B shared memory"));
 }
 
+bool programmatic_launch_supported() {
+  // Asked once per thread and device: the launch path runs for every kernel.
+  thread_local int device = -1;
+  thread_local bool supported = false;
+  int current = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    int major = 0;
+    NT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current));
+    device = current;
+    supported = major >= 9;
+  }
+  return supported;
+}
+
 }  // namespace nt::kernels::cuda

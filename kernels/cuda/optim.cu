@@ -46,6 +46,7 @@ template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
     sgd_update_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
                       int64_t n, Hyper h) {
+  begin_dependent_kernel();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float p = params[i];
@@ -59,6 +60,7 @@ template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
     sgd_update_vec4_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
                            int64_t n, Hyper h) {
+  begin_dependent_kernel();
   const int64_t n4 = n / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

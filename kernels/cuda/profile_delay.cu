@@ -23,6 +23,7 @@ __device__ __forceinline__ uint64_t global_ns() {
 
 // One thread; returns when *flag has reached target (wrap-around safe) or after timeout_ns.
 __global__ void profile_hold_kernel(const volatile uint32_t* flag, uint32_t target, uint64_t timeout_ns) {
+  begin_dependent_kernel();
   const uint64_t t0 = global_ns();
   while (static_cast<int32_t>(*flag - target) < 0 && global_ns() - t0 < timeout_ns) __nanosleep(500);
 }

@@ -65,6 +65,7 @@ __device__ float warp_sum(float v) {
 __global__ void __launch_bounds__(kThreads)
     softmax_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels, int B, int C,
                         float* __restrict__ dlogits, double* loss_sum, int64_t* correct) {
+  begin_dependent_kernel();
   __shared__ double warp_loss[kWarps];
   __shared__ long long warp_hits[kWarps];
   const int lane = threadIdx.x % kWarpSize;
