@@ -26,9 +26,7 @@ namespace fs = std::filesystem;
 
 struct EvalCommand {
   CommonOptions common;
-  std::string model = "mlp";
-  std::string dataset = "mnist";
-  std::string data_dir;
+  WorkloadOptions workload;
   std::string load_path;
   int batch = 64;
 };
@@ -36,8 +34,7 @@ struct EvalCommand {
 void validate_eval(const EvalCommand& e) {
   validate_common(e.common);
   if (e.batch < 1 || e.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", e.batch));
-  if (e.dataset != "mnist" && e.dataset != "fashion-mnist")
-    throw UsageError(cat("--dataset: unknown dataset '", e.dataset, "' (expected mnist or fashion-mnist)"));
+  validate_workload(e.workload);
   std::error_code ec;
   if (!fs::is_regular_file(e.load_path, ec)) throw UsageError(cat("--load: no file '", e.load_path, "'"));
 }
@@ -48,13 +45,13 @@ int run_eval(const EvalCommand& e) {
 
   Context ctx(e.common.context());
   // Both splits: normalization comes from the train split, as in training.
-  Workload w = load_workload(e.data_dir, e.dataset, e.model, 1);
+  Workload w = load_workload(e.workload, 1);
   const auto& split = w.split;
   auto& model = w.model;
   model->init_params(ctx, 0);  // lays out the parameters; every value is replaced by the file's
   const CheckpointMetadata metadata = load_safetensors(e.load_path, *model, ctx.exec());
-  if (auto it = metadata.find("dataset"); it != metadata.end() && it->second != e.dataset)
-    spdlog::warn("{} was trained on {}, evaluating on {}", e.load_path, it->second, e.dataset);
+  if (auto it = metadata.find("dataset"); it != metadata.end() && it->second != e.workload.dataset)
+    spdlog::warn("{} was trained on {}, evaluating on {}", e.load_path, it->second, e.workload.dataset);
 
   spdlog::info("device: {}", ctx.describe());
   spdlog::info("{}", model->summary());
@@ -82,10 +79,8 @@ Command register_eval(CLI::App& app) {
   auto eval = std::make_shared<EvalCommand>();
   auto* cmd = app.add_subcommand("eval", "Evaluate a saved model (safetensors) on the test set");
   add_common_options(*cmd, eval->common);
-  cmd->add_option("--model", eval->model, "The saved model's architecture: mlp, or a layer spec")->capture_default_str();
+  add_workload_options(*cmd, eval->workload, "The saved model's architecture: mlp, or a layer spec");
   cmd->add_option("--load", eval->load_path, "The model to evaluate (from train --save)")->required();
-  cmd->add_option("--dataset", eval->dataset, "mnist or fashion-mnist")->capture_default_str();
-  cmd->add_option("--data", eval->data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)");
   cmd->add_option("--batch", eval->batch, "Evaluation batch size")->capture_default_str();
   return {cmd, [eval] { return run_eval(*eval); }};
 }

@@ -27,9 +27,7 @@ namespace {
 
 struct ProfileCommand {
   CommonOptions common;
-  std::string model = "mlp";
-  std::string dataset = "mnist";
-  std::string data_dir;
+  WorkloadOptions workload;
   int batch = 64;
   int64_t steps = 50;
   int64_t warmup = 10;
@@ -45,8 +43,7 @@ void validate_profile(const ProfileCommand& p) {
   if (p.steps < 1 || p.steps > 1'000'000) throw UsageError(cat("--steps: must be in [1, 1000000], got ", p.steps));
   if (p.warmup < 0 || p.warmup > 1'000'000) throw UsageError(cat("--warmup: must be in [0, 1000000], got ", p.warmup));
   if (!(std::isfinite(p.lr) && p.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", p.lr));
-  if (p.dataset != "mnist" && p.dataset != "fashion-mnist")
-    throw UsageError(cat("--dataset: unknown dataset '", p.dataset, "' (expected mnist or fashion-mnist)"));
+  validate_workload(p.workload);
   validate_profile_out(p.out_prefix);
 }
 
@@ -65,7 +62,7 @@ int run_profile(const ProfileCommand& p) {
   setup_logging(p.common);
 
   Context ctx(p.common.context());
-  Workload w = load_workload(p.data_dir, p.dataset, p.model, p.batch);
+  Workload w = load_workload(p.workload, p.batch);
   Model& model = *w.model;
   model.init_params(ctx, p.seed);
   spdlog::info("device: {}", ctx.describe());
@@ -91,7 +88,7 @@ int run_profile(const ProfileCommand& p) {
   const auto [train_loss, train_acc] = trainer.read_train_totals(p.warmup + p.steps);
 
   std::printf("profile: %s, batch %d, %lld steps after %lld warm-up, then evaluation of %lld test examples, on %s\n",
-              p.model.c_str(), p.batch, static_cast<long long>(p.steps), static_cast<long long>(p.warmup),
+              p.workload.model.c_str(), p.batch, static_cast<long long>(p.steps), static_cast<long long>(p.warmup),
               static_cast<long long>(eval_examples), ctx.describe().c_str());
   std::printf("training loss %.4f (mean over all %lld steps), eval accuracy %.2f%%\n", train_loss,
               static_cast<long long>(p.warmup + p.steps), 100 * eval.accuracy);
@@ -106,14 +103,12 @@ Command register_profile(CLI::App& app) {
   auto prof = std::make_shared<ProfileCommand>();
   auto* cmd = app.add_subcommand("profile", "Time every kernel of a few training steps and an evaluation pass");
   add_common_options(*cmd, prof->common);
-  cmd->add_option("--model", prof->model, "mlp, or a layer spec such as linear:128,relu,linear:10")->capture_default_str();
+  add_workload_options(*cmd, prof->workload, "mlp, or a layer spec such as linear:128,relu,linear:10");
   cmd->add_option("--batch", prof->batch, "Mini-batch size")->capture_default_str();
   cmd->add_option("--steps", prof->steps, "Training steps to profile")->capture_default_str();
   cmd->add_option("--warmup", prof->warmup, "Unprofiled training steps before them")->capture_default_str();
   cmd->add_option("--lr", prof->lr, "Learning rate of the SGD steps")->capture_default_str();
   cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")->capture_default_str();
-  cmd->add_option("--dataset", prof->dataset, "mnist or fashion-mnist")->capture_default_str();
-  cmd->add_option("--data", prof->data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)");
   cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
   cmd->add_flag("--no-hold", prof->no_hold,
                 "GPU: do not hold the stream behind the host within a step (for runs under Nsight Compute, which "

@@ -27,9 +27,7 @@ namespace fs = std::filesystem;
 
 struct TrainCommand {
   CommonOptions common;
-  std::string model = "mlp";
-  std::string dataset = "mnist";
-  std::string data_dir;
+  WorkloadOptions workload;
   int epochs = 5;
   int batch = 64;
   double lr = 0.03;
@@ -56,8 +54,7 @@ void validate_train(const TrainCommand& t) {
     throw UsageError(cat("--momentum: must be in [0, 1), got ", t.momentum));
   if (!(std::isfinite(t.weight_decay) && t.weight_decay >= 0))
     throw UsageError(cat("--weight-decay: must be a number >= 0, got ", t.weight_decay));
-  if (t.dataset != "mnist" && t.dataset != "fashion-mnist")
-    throw UsageError(cat("--dataset: unknown dataset '", t.dataset, "' (expected mnist or fashion-mnist)"));
+  validate_workload(t.workload);
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   // Output folders are checked now, not after an hour of training.
   const std::pair<const char*, const std::string*> outputs[] = {
@@ -72,7 +69,7 @@ void validate_train(const TrainCommand& t) {
 
 // What a checkpoint records about the run that wrote it (safetensors "__metadata__").
 CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained) {
-  return {{"model_spec", layers::model_spec(t.model)}, {"dataset", t.dataset}, {"seed", std::to_string(t.seed)},
+  return {{"model_spec", layers::model_spec(t.workload.model)}, {"dataset", t.workload.dataset}, {"seed", std::to_string(t.seed)},
           {"epochs_trained", std::to_string(epochs_trained)}, {"batch", std::to_string(t.batch)}};
 }
 
@@ -155,18 +152,15 @@ int run_train(const TrainCommand& t) {
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.
   Context ctx(t.common.context());
-  const std::string dir = resolve_data_dir(t.data_dir, t.dataset);
-  auto split = data::load_dataset_dir(dir, t.dataset);
-  if (t.train_limit > 0 && t.train_limit < split.train.count) split.train = data::subset(split.train, 0, t.train_limit);
-  auto model = layers::build_model(
-      t.model, Shape{split.train.channels, split.train.rows, split.train.cols}, split.train.classes);
-  if (t.batch > split.train.count)
-    throw UsageError(cat("--batch: ", t.batch, " is larger than the training set (", split.train.count, " examples)"));
+  Workload w = load_workload(t.workload, t.batch, t.train_limit);
+  const auto& split = w.split;
+  auto& model = w.model;
   model->init_params(ctx, t.seed);
   if (!t.init_from.empty()) load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
 
   spdlog::info("device: {}", ctx.describe());
-  spdlog::info("data: {} from {} ({} train, {} test examples)", t.dataset, dir, split.train.count, split.test.count);
+  spdlog::info("data: {} from {} ({} train, {} test examples)", t.workload.dataset, w.data_dir, split.train.count,
+               split.test.count);
   spdlog::info("{}", model->summary());
   if (!t.init_from.empty()) spdlog::info("initial weights from {}", t.init_from);
   if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), checkpoint_metadata(t, 0));
@@ -220,10 +214,7 @@ Command register_train(CLI::App& app) {
   auto train = std::make_shared<TrainCommand>();
   auto* train_cmd = app.add_subcommand("train", "Train a model and evaluate it after every epoch");
   add_common_options(*train_cmd, train->common);
-  train_cmd->add_option("--model", train->model, "mlp, or a layer spec such as linear:128,relu,linear:10")
-      ->capture_default_str();
-  train_cmd->add_option("--dataset", train->dataset, "mnist or fashion-mnist")->capture_default_str();
-  train_cmd->add_option("--data", train->data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)");
+  add_workload_options(*train_cmd, train->workload, "mlp, or a layer spec such as linear:128,relu,linear:10");
   train_cmd->add_option("--epochs", train->epochs, "Training epochs")->capture_default_str();
   train_cmd->add_option("--batch", train->batch, "Mini-batch size (the last partial batch is dropped)")->capture_default_str();
   train_cmd->add_option("--lr", train->lr, "Learning rate")->capture_default_str();

@@ -1,6 +1,8 @@
 // What the commands that train share: where the data is, and the model built for it.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -9,6 +11,17 @@
 #include "engine/model.h"
 
 namespace nt::app {
+
+// The flags of every command that builds a model for a data set: --model, --dataset, --data.
+struct WorkloadOptions {
+  std::string model = "mlp";
+  std::string dataset = "mnist";
+  std::string data_dir;
+};
+
+// model_help: what --model means for this command (e.g. "the saved model's architecture").
+void add_workload_options(CLI::App& cmd, WorkloadOptions& o, const std::string& model_help);
+void validate_workload(const WorkloadOptions& o);  // throws UsageError naming --dataset
 
 // --data, then $NT_DATA_DIR, then ./.data/<dataset>, then the Debian package's folder (fashion-mnist);
 // throws nt::Error naming --data when none exists.
@@ -22,7 +35,6 @@ struct Workload {
 
 // Loads the data set (only the first `train_limit` training examples when > 0) and builds the model;
 // throws UsageError naming --batch when a batch is larger than the training set.
-Workload load_workload(const std::string& data_dir, const std::string& dataset, const std::string& model, int batch,
-                       int64_t train_limit = 0);
+Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit = 0);
 
 }  // namespace nt::app
