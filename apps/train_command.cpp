@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "apps/command.h"
+#include "core/atomic_file.h"
 #include "apps/profiling.h"
 #include "apps/workload.h"
 #include "data/batcher.h"
@@ -97,16 +97,7 @@ class MetricsFile {
                   m.epoch, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.epoch_ms, m.eval_ms,
                   m.samples_per_s);
     lines_ += line;
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << lines_;
-      out.flush();
-      if (!out) throw Error(cat("--metrics: cannot write '", tmp, "'"));
-    }
-    std::error_code ec;
-    fs::rename(tmp, path_, ec);
-    if (ec) throw Error(cat("--metrics: cannot replace '", path_, "': ", ec.message()));
+    write_file_atomically(path_, lines_, "--metrics");
   }
 
  private:

@@ -5,10 +5,6 @@
 // hundred bytes of one fixed shape, and a parser we own reports each fault with its byte offset.
 #include "engine/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -24,6 +20,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/atomic_file.h"
 #include "kernels/runtime.h"
 
 namespace nt {
@@ -307,40 +304,6 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
   return bytes;
 }
 
-// Writes `parts` to PATH.tmp, fsyncs it, renames it over PATH and fsyncs the folder. On any failure the
-// temporary file is removed and PATH is untouched.
-void write_atomically(const std::string& path, std::span<const std::string_view> parts) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(cat("cannot write ", quoted(path), ": cannot create ", quoted(tmp), ": ", std::strerror(errno)));
-  auto fail = [&](const char* step, int err, bool close_fd) {
-    if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(cat("cannot write ", quoted(path), ": ", step, " ", quoted(tmp), " failed: ", std::strerror(err),
-                    "; the previous file, if any, is unchanged"));
-  };
-  for (const auto part : parts) {
-    size_t done = 0;
-    while (done < part.size()) {
-      const ssize_t n = ::write(fd, part.data() + done, part.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("writing", n < 0 ? errno : EIO, true);
-      done += static_cast<size_t>(n);
-    }
-  }
-  if (::fsync(fd) != 0) fail("flushing", errno, true);
-  if (::close(fd) != 0) fail("closing", errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming", errno, false);
-  // The rename is durable once the folder's entry is on disk; failing to sync a folder (some file
-  // systems refuse) leaves a complete file, so it is not an error.
-  fs::path parent = fs::path(path).parent_path();
-  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    (void)::fsync(dir);
-    ::close(dir);
-  }
-}
-
 // ---- safetensors validation ------------------------------------------------------------------------
 
 // Bytes per element of the safetensors dtypes; 0 for an unknown name.
@@ -567,7 +530,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedFloats>& 
   std::vector<std::string_view> parts{std::string_view(length, 8), header};
   for (const auto& t : tensors)
     parts.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
-  write_atomically(path, parts);
+  write_file_atomically(path, parts);
 }
 
 void save_safetensors(const std::string& path, const ParamStore& params, const kernels::Exec& exec,
@@ -652,7 +615,7 @@ void write_npy_i32(const std::string& path, const std::vector<int32_t>& values, 
   const std::string_view parts[] = {std::string_view(preamble, 10), header,
                                     std::string_view(reinterpret_cast<const char*>(values.data()),
                                                      values.size() * sizeof(int32_t))};
-  write_atomically(path, parts);
+  write_file_atomically(path, parts);
 }
 
 }  // namespace nt

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace nt::profile {
@@ -115,16 +115,7 @@ void write_atomically(const std::string& path, const std::string& text) {
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty() && !fs::is_directory(parent))
     throw Error(cat("--profile-out: folder '", parent.string(), "' does not exist"));
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    out << text;
-    out.flush();
-    if (!out) throw Error(cat("--profile-out: cannot write '", tmp, "'"));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(cat("--profile-out: cannot replace '", path, "': ", ec.message()));
+  write_file_atomically(path, text, "--profile-out");
 }
 
 }  // namespace
