@@ -1,0 +1,200 @@
+// BatchNorm kernel lab: nanotrain's three BatchNorm passes against the bandwidth floor.
+//
+//   bench_batchnorm [output-folder]     prints the table; with a folder also writes batchnorm.csv there
+//                                       (bench/batchnorm_torch.py joins it with PyTorch's timings)
+//
+// Shapes: (N, C, H, W) = (64, 128, 56, 56), 102.8 MB per fp32 tensor (the issue's target shape), and the
+// cnn's (64, 32, 28, 28) and (64, 64, 14, 14), where latency dominates; NCHW and NHWC each.
+// Passes: train (forward_train: statistics + normalize, running stats updated), eval (forward_eval),
+// backward (dx, dgamma, dbeta), no ReLU; for the large shape also the ReLU-fused train and backward.
+// Floors at 3.0 TB/s, counting each tensor pass once: train reads x twice and writes y (3 tensors), eval
+// reads x and writes y (2), backward reads x and dy twice and writes dx (5; 7 with ReLU, which also
+// reads y twice). "of floor" = floor ms / measured ms: 0.85 is the issue's target.
+// Method: random inputs; each timing is the median of 60 repetitions of an event-timed loop of `calls`
+// back-to-back calls (10 for the large shape, 100 for the small ones), after warm-up, divided by
+// `calls` ("eager": what a non-graph step sees, the tensors of the large shape do not fit in L2, the small
+// ones do). "graph ms": the same calls from one CUDA graph (the engine's Graph::capture), which removes
+// host launch overhead as the training step's graph does.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "kernels/batchnorm.h"
+#include "kernels/runtime.h"
+
+namespace {
+
+using nt::kernels::BatchNormHyper;
+using nt::kernels::BatchNormShape;
+using nt::kernels::Exec;
+using nt::kernels::Layout;
+
+constexpr int kReps = 60;
+constexpr double kFloorBytesPerSecond = 3.0e12;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median ms per call of `calls` back-to-back calls, timed with events around the loop.
+double time_loop(cudaStream_t stream, int calls, const std::function<void()>& call) {
+  cudaEvent_t start, stop;
+  NT_CUDA_CHECK(cudaEventCreate(&start));
+  NT_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < std::max(5, calls); ++i) call();  // warm-up
+  NT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> ms;
+  for (int r = 0; r < kReps; ++r) {
+    NT_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < calls; ++i) call();
+    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(double(t) / calls);
+  }
+  NT_CUDA_CHECK(cudaEventDestroy(start));
+  NT_CUDA_CHECK(cudaEventDestroy(stop));
+  return median(ms);
+}
+
+// Median ms per call from one CUDA graph holding `calls` calls.
+double time_graph(const Exec& exec, int calls, const std::function<void()>& call) {
+  auto graph = nt::kernels::Graph::capture(exec, [&] {
+    for (int i = 0; i < calls; ++i) call();
+  });
+  return time_loop(static_cast<cudaStream_t>(exec.stream), 1, [&] { graph.launch(exec); }) / calls;
+}
+
+struct Shape4 {
+  int64_t n, c, h, w;
+};
+
+float* device_floats(const std::vector<float>& host) {
+  float* p = nullptr;
+  NT_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(host.size(), 1) * sizeof(float)));
+  NT_CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return p;
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = d(rng);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string out_dir = argc > 1 ? argv[1] : "";
+  cudaDeviceProp prop{};
+  NT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, sm_%d%d; floor at %.1f TB/s\n", prop.name, prop.multiProcessorCount, prop.major,
+              prop.minor, kFloorBytesPerSecond / 1e12);
+
+  Exec exec;
+  exec.backend = nt::kernels::Backend::cuda;
+  exec.stream = nt::kernels::create_stream();
+  const auto stream = static_cast<cudaStream_t>(exec.stream);
+  std::mt19937 rng(20261121u);
+
+  const Shape4 shapes[] = {{64, 128, 56, 56}, {64, 32, 28, 28}, {64, 64, 14, 14}};
+  std::string csv = "layout,n,c,h,w,pass,ms,graph_ms,gbps,floor_ms,of_floor\n";
+  std::printf("\n%-6s %-16s %-14s %10s %10s %9s %10s %9s\n", "layout", "shape", "pass", "ms", "graph ms", "GB/s",
+              "floor ms", "of floor");
+  for (const Shape4& sh : shapes) {
+    const size_t count = static_cast<size_t>(sh.n * sh.c * sh.h * sh.w), C = static_cast<size_t>(sh.c);
+    const double tensor_bytes = double(count) * sizeof(float);
+    const bool large = tensor_bytes > 50e6;
+    const int calls = large ? 10 : 100;
+    float* x = device_floats(uniform(count, -2.f, 3.f, rng));
+    float* dy = device_floats(uniform(count, -1.f, 1.f, rng));
+    float* y = device_floats(std::vector<float>(count));
+    float* dx = device_floats(std::vector<float>(count));
+    float* gamma = device_floats(uniform(C, 0.5f, 1.5f, rng));
+    float* beta = device_floats(uniform(C, -0.5f, 0.5f, rng));
+    float* mean = device_floats(std::vector<float>(C));
+    float* invstd = device_floats(std::vector<float>(C));
+    float* rm = device_floats(std::vector<float>(C, 0.f));
+    float* rv = device_floats(std::vector<float>(C, 1.f));
+    float* dgamma = device_floats(std::vector<float>(C));
+    float* dbeta = device_floats(std::vector<float>(C));
+    int64_t* batches = nullptr;
+    NT_CUDA_CHECK(cudaMalloc(&batches, sizeof(int64_t)));
+    NT_CUDA_CHECK(cudaMemset(batches, 0, sizeof(int64_t)));
+
+    for (Layout layout : {Layout::nchw, Layout::nhwc}) {
+      const BatchNormShape s{sh.n, sh.c, sh.h * sh.w, layout};
+      float* ws = device_floats(std::vector<float>(nt::kernels::batchnorm_workspace_floats(exec.backend, s)));
+      struct Pass {
+        const char* name;
+        bool relu;
+        double tensors;  // tensor passes of the floor
+        std::function<void()> call;
+      };
+      auto train = [&](bool relu) {
+        return [&, relu] {
+          nt::kernels::batchnorm_forward_train(exec, s, BatchNormHyper{1e-5, 0.1, relu}, x, gamma, beta, y, mean,
+                                               invstd, rm, rv, batches, ws);
+        };
+      };
+      auto backward = [&](bool relu) {
+        return [&, relu] {
+          nt::kernels::batchnorm_backward(exec, s, BatchNormHyper{1e-5, 0.1, relu}, x, relu ? y : nullptr, dy, gamma,
+                                          mean, invstd, dx, dgamma, dbeta, ws);
+        };
+      };
+      std::vector<Pass> passes = {
+          {"train", false, 3, train(false)},
+          {"eval", false, 2,
+           [&] { nt::kernels::batchnorm_forward_eval(exec, s, BatchNormHyper{}, x, gamma, beta, rm, rv, y); }},
+          {"backward", false, 5, backward(false)},
+      };
+      if (large) {
+        passes.push_back({"train+relu", true, 3, train(true)});
+        passes.push_back({"backward+relu", true, 7, backward(true)});
+      }
+      for (const Pass& p : passes) {
+        if (p.relu || std::string(p.name) == "backward") train(p.relu)();  // save_mean/invstd (and y) first
+        const double ms = time_loop(stream, calls, p.call);
+        const double graph_ms = time_graph(exec, calls, p.call);
+        const double bytes = p.tensors * tensor_bytes;
+        const double floor_ms = bytes / kFloorBytesPerSecond * 1e3;
+        const double gbps = bytes / (ms * 1e-3) / 1e9;
+        const std::string shape = nt::cat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w);
+        const char* lname = layout == Layout::nchw ? "nchw" : "nhwc";
+        std::printf("%-6s %-16s %-14s %10.4f %10.4f %9.0f %10.4f %8.0f%%\n", lname, shape.c_str(), p.name, ms,
+                    graph_ms, gbps, floor_ms, 100 * floor_ms / ms);
+        csv += nt::cat(lname, ",", sh.n, ",", sh.c, ",", sh.h, ",", sh.w, ",", p.name, ",", ms, ",", graph_ms, ",",
+                       gbps, ",", floor_ms, ",", floor_ms / ms, "\n");
+      }
+      NT_CUDA_CHECK(cudaFree(ws));
+    }
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(dy), static_cast<void*>(y), static_cast<void*>(dx),
+                    static_cast<void*>(gamma), static_cast<void*>(beta), static_cast<void*>(mean),
+                    static_cast<void*>(invstd), static_cast<void*>(rm), static_cast<void*>(rv),
+                    static_cast<void*>(dgamma), static_cast<void*>(dbeta), static_cast<void*>(batches)})
+      NT_CUDA_CHECK(cudaFree(p));
+  }
+
+  if (!out_dir.empty()) {
+    std::ofstream f(out_dir + "/batchnorm.csv");
+    f << csv;
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s/batchnorm.csv\n", out_dir.c_str());
+      return 1;
+    }
+    std::printf("\nwrote %s/batchnorm.csv\n", out_dir.c_str());
+  }
+  nt::kernels::destroy_stream(exec.stream);
+  return 0;
+}

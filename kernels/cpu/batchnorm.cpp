@@ -1,0 +1,226 @@
+// BatchNorm on the CPU: the reference twin of kernels/cuda/batchnorm.cu (contract in kernels/batchnorm.h).
+//
+// Layouts: NCHW x[(n·C + c)·hw + i], NHWC x[(n·hw + i)·C + c]; per channel the count = n·hw values are
+// visited in ONE order in both layouts, k = n·hw + i ascending, so NCHW and NHWC give the same bits.
+// Numerics: every statistic and every output is computed in double (for fp32 data too) and rounded once
+// at the store:
+//   forward_train  two passes over x: mean = Σx / count, then var = Σ(x - mean)² / count, the textbook
+//                  two-pass variance, which cannot go negative and keeps its precision when the mean is
+//                  large against the spread; then y = (x - mean)·(invstd·gamma) + beta (x - mean first,
+//                  so a large mean does not cancel against the shift). running_var uses var·count/(count-1).
+//   forward_eval   y = (x - running_mean)·(gamma/sqrt(running_var + eps)) + beta.
+//   backward       one pass for Σdy' and Σdy'·(x - mean) (centred, so the mean does not cancel), then
+//                  dx = gamma·invstd·(dy' - Σdy'/count - (x - mean)·invstd · Σdy'·xhat / count).
+// Everything is written with `=`. ReLU: y = (v < 0 ? 0 : v), a NaN stays NaN; dy' = (y > 0 ? dy : 0).
+// No workspace (batchnorm_workspace_floats is 0): per-channel sums live in locals.
+//
+// Threads: the tasks are channel groups (one channel in NCHW, whose planes are contiguous; kGroup
+// adjacent channels in NHWC, so that a task reads whole cache lines of each row). A channel is summed by
+// one task, in the order above, so the results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/batchnorm.h"
+#include "kernels/cpu/op_scope.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace nt::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kGroup = 16;  // NHWC channels per task: 64 bytes of each fp32 row
+
+struct Groups {
+  int64_t size;   // channels per task
+  int64_t count;  // tasks
+};
+
+Groups groups_of(const BatchNormShape& s) {
+  const int64_t size = s.layout == Layout::nchw ? 1 : std::min<int64_t>(kGroup, s.c);
+  return {size, (s.c + size - 1) / size};
+}
+
+// Calls f(j, idx) for every element idx of the channels c0 + j, j in [0, cn), each channel's elements in
+// the order k = n·hw + i ascending.
+template <class F>
+void for_each_element(const BatchNormShape& s, int64_t c0, int64_t cn, const F& f) {
+  const int64_t C = s.c, hw = s.hw;
+  if (s.layout == Layout::nchw) {
+    for (int64_t j = 0; j < cn; ++j)
+      for (int64_t n = 0; n < s.n; ++n) {
+        const int64_t base = (n * C + c0 + j) * hw;  // plane (n, c): hw contiguous values
+        for (int64_t i = 0; i < hw; ++i) f(j, base + i);
+      }
+  } else {
+    const int64_t rows = s.n * hw;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = r * C + c0;  // row r = n·hw + i: C contiguous channels
+      for (int64_t j = 0; j < cn; ++j) f(j, base + j);
+    }
+  }
+}
+
+// Runs task(c0, cn) over the channel groups, on the pool when there is one.
+template <class Task>
+void for_channel_groups(const Exec& exec, const BatchNormShape& s, const Task& task) {
+  const Groups g = groups_of(s);
+  parallel_for(exec.pool, g.count, [&](int64_t t) {
+    const int64_t c0 = t * g.size;
+    task(c0, std::min(g.size, s.c - c0));
+  });
+}
+
+template <class T>
+T relu_of(double v) {
+  const T t = static_cast<T>(v);
+  return t < T(0) ? T(0) : t;
+}
+
+template <class T>
+void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x,
+                        const T* gamma, const T* beta, T* y, T* save_mean, T* save_invstd, T* running_mean,
+                        T* running_var, int64_t* num_batches_tracked) {
+  const int64_t count = s.n * s.hw;
+  if (count == 1)
+    throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
+                    " hw=", s.hw));
+  if (s.c == 0 || count == 0) return;
+  const double elems = double(count) * double(s.c);
+  OpScope scope(exec, "batchnorm_forward_train", profile::OpCost{elems * 3 * sizeof(T), elems * 8});
+  const double m = h.momentum;
+  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+    double mean[kGroup] = {}, sq[kGroup] = {}, scale[kGroup], shift[kGroup];
+    for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) { mean[j] += double(x[idx]); });
+    for (int64_t j = 0; j < cn; ++j) mean[j] /= double(count);
+    for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+      const double d = double(x[idx]) - mean[j];
+      sq[j] += d * d;
+    });
+    for (int64_t j = 0; j < cn; ++j) {
+      const int64_t c = c0 + j;
+      const double var = sq[j] / double(count);
+      const double invstd = 1.0 / std::sqrt(var + h.eps);
+      save_mean[c] = static_cast<T>(mean[j]);
+      save_invstd[c] = static_cast<T>(invstd);
+      if (running_mean) running_mean[c] = static_cast<T>((1 - m) * double(running_mean[c]) + m * mean[j]);
+      if (running_var)
+        running_var[c] =
+            static_cast<T>((1 - m) * double(running_var[c]) + m * var * double(count) / double(count - 1));
+      scale[j] = invstd * (gamma ? double(gamma[c]) : 1.0);
+      shift[j] = beta ? double(beta[c]) : 0.0;
+    }
+    if (h.relu)
+      for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+        y[idx] = relu_of<T>((double(x[idx]) - mean[j]) * scale[j] + shift[j]);
+      });
+    else
+      for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+        y[idx] = static_cast<T>((double(x[idx]) - mean[j]) * scale[j] + shift[j]);
+      });
+  });
+  if (num_batches_tracked) *num_batches_tracked += 1;
+}
+
+template <class T>
+void forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x,
+                       const T* gamma, const T* beta, const T* running_mean, const T* running_var, T* y) {
+  const int64_t count = s.n * s.hw;
+  if (s.c == 0 || count == 0) return;
+  const double elems = double(count) * double(s.c);
+  OpScope scope(exec, "batchnorm_forward_eval", profile::OpCost{elems * 2 * sizeof(T), elems * 2});
+  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+    double center[kGroup], scale[kGroup], shift[kGroup];
+    for (int64_t j = 0; j < cn; ++j) {
+      const int64_t c = c0 + j;
+      center[j] = double(running_mean[c]);
+      scale[j] = (gamma ? double(gamma[c]) : 1.0) / std::sqrt(double(running_var[c]) + h.eps);
+      shift[j] = beta ? double(beta[c]) : 0.0;
+    }
+    if (h.relu)
+      for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+        y[idx] = relu_of<T>((double(x[idx]) - center[j]) * scale[j] + shift[j]);
+      });
+    else
+      for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+        y[idx] = static_cast<T>((double(x[idx]) - center[j]) * scale[j] + shift[j]);
+      });
+  });
+}
+
+template <class T>
+void backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* y,
+                   const T* dy, const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma,
+                   T* dbeta) {
+  const int64_t count = s.n * s.hw;
+  if (s.c == 0 || count == 0 || (!dx && !dgamma && !dbeta)) return;
+  const double elems = double(count) * double(s.c);
+  const double passes = (h.relu ? 3 : 2) * (dx ? 2 : 1) + (dx ? 1 : 0);  // tensors read per pass, dx written
+  OpScope scope(exec, "batchnorm_backward", profile::OpCost{elems * passes * sizeof(T), elems * (dx ? 10 : 4)});
+  const bool relu = h.relu;
+  auto grad = [&](int64_t idx) { return relu ? (y[idx] > T(0) ? double(dy[idx]) : 0.0) : double(dy[idx]); };
+  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+    double mean[kGroup], invstd[kGroup], sum_dy[kGroup] = {}, sum_dyx[kGroup] = {};
+    for (int64_t j = 0; j < cn; ++j) mean[j] = double(save_mean[c0 + j]), invstd[j] = double(save_invstd[c0 + j]);
+    for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+      const double g = grad(idx);
+      sum_dy[j] += g;
+      sum_dyx[j] += g * (double(x[idx]) - mean[j]);
+    });
+    double k1[kGroup], mdy[kGroup], a[kGroup];
+    for (int64_t j = 0; j < cn; ++j) {
+      const int64_t c = c0 + j;
+      const double sum_dyxhat = sum_dyx[j] * invstd[j];
+      if (dgamma) dgamma[c] = static_cast<T>(sum_dyxhat);
+      if (dbeta) dbeta[c] = static_cast<T>(sum_dy[j]);
+      k1[j] = (gamma ? double(gamma[c]) : 1.0) * invstd[j];
+      mdy[j] = sum_dy[j] / double(count);
+      a[j] = invstd[j] * sum_dyxhat / double(count);
+    }
+    if (dx)
+      for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+        dx[idx] = static_cast<T>(k1[j] * (grad(idx) - mdy[j] - (double(x[idx]) - mean[j]) * a[j]));
+      });
+  });
+}
+
+}  // namespace
+
+size_t batchnorm_workspace_floats(const BatchNormShape&) { return 0; }
+
+void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                             const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
+                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float*) {
+  forward_train_impl(exec, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
+                     num_batches_tracked);
+}
+void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
+                             const double* gamma, const double* beta, double* y, double* save_mean,
+                             double* save_invstd, double* running_mean, double* running_var,
+                             int64_t* num_batches_tracked, double*) {
+  forward_train_impl(exec, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
+                     num_batches_tracked);
+}
+void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                            const float* gamma, const float* beta, const float* running_mean,
+                            const float* running_var, float* y) {
+  forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, y);
+}
+void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
+                            const double* gamma, const double* beta, const double* running_mean,
+                            const double* running_var, double* y) {
+  forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, y);
+}
+void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                        const float* y, const float* dy, const float* gamma, const float* save_mean,
+                        const float* save_invstd, float* dx, float* dgamma, float* dbeta, float*) {
+  backward_impl(exec, s, h, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
+                        const double* y, const double* dy, const double* gamma, const double* save_mean,
+                        const double* save_invstd, double* dx, double* dgamma, double* dbeta, double*) {
+  backward_impl(exec, s, h, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
+}
+
+}  // namespace nt::kernels::cpu

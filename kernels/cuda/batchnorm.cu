@@ -1,0 +1,891 @@
+// BatchNorm on the GPU, fp32 (contract in kernels/batchnorm.h; CPU twin kernels/cpu/batchnorm.cpp).
+//
+// Math, per channel c over its count = n·hw values:
+//   forward_train  (mean, M2) by Chan's parallel combination of per-thread shifted sums (below);
+//                  var = M2/count, invstd = 1/sqrtf(var + eps), y = fmaf(x - mean, gamma·invstd, beta)
+//                  (x - mean first: a large mean does not cancel against a precomputed shift), ReLU as
+//                  (v < 0 ? 0 : v) so NaN stays NaN; running_mean = (1-m)·rm + m·mean,
+//                  running_var = (1-m)·rv + m·M2/(count-1); *num_batches_tracked += 1.
+//   forward_eval   y = fmaf(x - running_mean, gamma/sqrtf(running_var + eps), beta), ReLU as above.
+//   backward       dy' = relu ? (y > 0 ? dy : 0) : dy (a select); S1 = Σdy', S2 = Σdy'·(x - mean) (centred);
+//                  dgamma = S2·invstd, dbeta = S1; dx = k1·(dy' - S1/count - (x - mean)·a) with
+//                  k1 = gamma·invstd, a = invstd·dgamma/count. All outputs written with `=`.
+// Layouts: NCHW x[(n·C + c)·hw + i], NHWC x[(n·hw + i)·C + c]. With hw == 1 both are (n, C) and the
+// NHWC path runs (coalesced across channels).
+//
+// Numerics of the statistics. Each thread sums its values shifted by the first value it read,
+// s1 = Σ(x - K), s2 = Σ(x - K)², over a few dozen values, and turns them into (count, mean = K + s1/n,
+// M2 = max(s2 - s1²/n, 0)); K lies inside the data, so s2 does not swamp M2 even when |mean| ≫ std.
+// From there on only (count, mean, M2) triples are combined (Chan et al.):
+//   n = na + nb, d = mb - ma, mean = ma + d·nb/n, M2 = M2a + M2b + d²·na·nb/n
+// which cannot go negative. The backward sums are centred on save_mean, so they do not cancel either.
+//
+// Work split (a "chunk" plan that depends on the shape only, see plan_chunks):
+//   NCHW  block (c, p): channel c, units [p·L, (p+1)·L) of the channel's n·hw/V units (V = 4 with float4
+//         loads when hw % 4 == 0 and the tensors are 16-byte aligned, else 1); unit j is plane n = j / hwv,
+//         offset i = j % hwv, address (n·C + c)·hwv + i in units. The 256 threads stride the chunk.
+//   NHWC  block (g, p): a group of tc vector columns (V channels each, V = 4 when C % 4 == 0 and aligned)
+//         and rows [p·L, (p+1)·L); thread t is column q = t % tc, row lane r = t / tc (tr = 256 / tc lanes),
+//         so a warp reads whole contiguous rows; every thread keeps its V channels for the whole chunk.
+// Every thread issues kUnroll = 4 independent 16-byte loads before using any (bytes in flight), reads
+// the statistics pass through the read-only path, and streams the outputs with evict-first stores.
+//
+// Passes (launches):
+//   forward_train NCHW: stats → apply (the apply block's warp 0 first combines its channel's partials,
+//                 and blocks p == 0 write save_*, running_* and num_batches_tracked): 2 launches.
+//   forward_train NHWC: stats → finalize (one warp per channel) → apply: 3 launches (an apply block
+//                 serves up to 1024 channels, too many to combine per block).
+//   forward_eval: one apply launch, per-channel scale computed by each thread.
+//   backward: reduce → apply (NCHW, fused finalize) or reduce → finalize → apply (NHWC); without dx,
+//                 reduce → finalize.
+// L2 reuse: the apply launches walk the grid and each chunk in REVERSE order of the statistics pass, so
+// the first data they read are the last the statistics pass left in the (50 MB) L2.
+//
+// Reduction order (determinism, no atomics): inside a block, thread partials combine by a fixed warp
+// shuffle-down tree, then the warps' results in warp order (NCHW), or by a fixed fold over the row
+// lanes (NHWC); block partials land in the workspace at [field][p][c]; a finalizing warp combines
+// chunk p = lane, lane + 32, ... sequentially per lane, then a shuffle-down tree, and uses lane 0's
+// result. The plan depends only on the shape and on the 16-byte alignment of the pointers, so a given
+// call gives the same bits every time.
+//
+// Workspace (floats): partials 3·P·C (forward: mean, M2, count) or 2·P·C (backward: S1, S2), then
+// per-channel parameters (3·C forward, 4·C backward) for the NHWC apply; sized for the larger:
+// 3·P·C + 4·C with P the shape's chunk count (P_actual <= P for either vector width).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/batchnorm.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpSize = 32;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kUnroll = 4;                   // independent loads in flight per thread
+constexpr int kMaxVec = 4;                   // float4
+constexpr int64_t kTargetBlocks = 1024;      // ~8 blocks per SM of an H100 (132 SMs): one wave, all resident
+constexpr int64_t kMinElemsPerBlock = 4096;  // 16 KB: below this a block is mostly launch and reduction
+constexpr int64_t kMaxChunksNchw = 128;      // partials a fused finalizing warp combines (4 per lane at most)
+constexpr int64_t kMaxChunksNhwc = 1024;     // partials the finalize kernel's warp combines (32 per lane)
+constexpr int64_t kMaxExtent = int64_t(1) << 30;  // units per channel (NCHW) / rows (NHWC): 32-bit index math
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- plan ----------------------------------------------------------------------------------------
+
+struct Geometry {
+  int64_t C = 0;       // channels
+  int64_t extent = 0;  // NCHW: vector units per channel (n·hwv); NHWC: rows (n·hw)
+  int64_t chunk = 0;   // units or rows per chunk
+  int chunks = 0;      // P: chunks actually used (<= the workspace's plan)
+  uint32_t hwv = 1;    // NCHW: vector units per plane (hw / V)
+  int64_t cv = 0;      // NHWC: vector units per row (C / V)
+  int tc = 1, tr = 1;  // NHWC: thread columns and row lanes of a block
+  int groups = 1;      // NHWC: column groups (grid.x)
+  int fold = 0;        // NHWC: largest power of two < tr (first stride of the row-lane fold), 0 if tr == 1
+};
+
+Layout effective_layout(const BatchNormShape& s) { return s.hw == 1 ? Layout::nhwc : s.layout; }
+
+// Chunks per channel (NCHW) or per column group (NHWC): about kTargetBlocks blocks in all, none smaller
+// than kMinElemsPerBlock elements. From the shape alone, so that the workspace query agrees with every call.
+int64_t plan_chunks(const BatchNormShape& s) {
+  const int64_t count = s.n * s.hw;
+  if (effective_layout(s) == Layout::nchw) {
+    const int64_t want = div_up<int64_t>(kTargetBlocks, s.c);
+    const int64_t by_size = std::max<int64_t>(1, count / kMinElemsPerBlock);
+    return std::clamp<int64_t>(std::min(want, by_size), 1, kMaxChunksNchw);
+  }
+  const int64_t channels_per_block = std::min<int64_t>(s.c, int64_t(kThreads) * kMaxVec);
+  const int64_t want = div_up<int64_t>(kTargetBlocks, div_up<int64_t>(s.c, channels_per_block));
+  const int64_t by_size = std::max<int64_t>(1, count * channels_per_block / kMinElemsPerBlock);
+  return std::clamp<int64_t>(std::min(want, by_size), 1, kMaxChunksNhwc);
+}
+
+Geometry make_geometry(const BatchNormShape& s, Layout layout, int V) {
+  Geometry g;
+  g.C = s.c;
+  const int64_t planned = plan_chunks(s);
+  if (layout == Layout::nchw) {
+    g.hwv = static_cast<uint32_t>(s.hw / V);
+    g.extent = s.n * (s.hw / V);
+  } else {
+    g.cv = s.c / V;
+    g.tc = static_cast<int>(std::min<int64_t>(g.cv, kThreads));
+    g.tr = kThreads / g.tc;
+    g.groups = static_cast<int>(div_up<int64_t>(g.cv, g.tc));
+    g.extent = s.n * s.hw;
+    if (g.tr > 1)
+      for (g.fold = 1; g.fold * 2 < g.tr;) g.fold *= 2;
+  }
+  NT_CHECK(g.extent <= kMaxExtent && s.c < (int64_t(1) << 31), "batchnorm: n·hw = ", s.n * s.hw, " with c = ", s.c,
+           " exceeds the kernels' 32-bit index range");
+  g.chunk = div_up<int64_t>(g.extent, planned);
+  g.chunks = static_cast<int>(div_up<int64_t>(g.extent, g.chunk));
+  return g;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }  // nullptr counts as aligned
+
+// ---- statistics helpers ---------------------------------------------------------------------------
+
+struct Stat {
+  float mean, m2, n;  // count as float: exact to 2^24, and only ever used in ratios beyond that
+};
+
+__device__ __forceinline__ Stat combine(const Stat& a, const Stat& b) {
+  if (b.n == 0.f) return a;
+  if (a.n == 0.f) return b;
+  const float n = a.n + b.n;
+  const float fb = b.n / n;
+  const float d = b.mean - a.mean;
+  return {fmaf(d, fb, a.mean), a.m2 + b.m2 + d * d * a.n * fb, n};
+}
+
+__device__ __forceinline__ Stat shfl_down(const Stat& s, int offset) {
+  return {__shfl_down_sync(kFullMask, s.mean, offset), __shfl_down_sync(kFullMask, s.m2, offset),
+          __shfl_down_sync(kFullMask, s.n, offset)};
+}
+
+// Lane 0 ends with the warp's combination: lane l takes lane l + o for o = 16, 8, 4, 2, 1. (Lanes whose
+// partner is past 31 combine garbage that lane 0's chain never reads.)
+__device__ __forceinline__ Stat warp_combine(Stat s) {
+#pragma unroll
+  for (int o = kWarpSize / 2; o >= 1; o /= 2) s = combine(s, shfl_down(s, o));
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = kWarpSize / 2; o >= 1; o /= 2) v += __shfl_down_sync(kFullMask, v, o);
+  return v;
+}
+
+// One thread's values shifted by the first one it read (see the top of the file).
+struct Shifted {
+  float shift = 0.f, s1 = 0.f, s2 = 0.f;
+  __device__ __forceinline__ void add(float v) {
+    const float d = v - shift;
+    s1 += d;
+    s2 = fmaf(d, d, s2);
+  }
+  __device__ __forceinline__ Stat stat(int n) const {
+    if (n == 0) return {0.f, 0.f, 0.f};
+    const float fn = static_cast<float>(n);
+    const float d = s1 / fn;
+    return {shift + d, fmaxf(s2 - s1 * d, 0.f), fn};
+  }
+};
+
+// Whole block (all threads one channel): the result is valid in thread 0.
+__device__ Stat block_combine(Stat s) {
+  __shared__ Stat warp_stats[kWarps];
+  s = warp_combine(s);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) warp_stats[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < kWarps; ++w) s = combine(s, warp_stats[w]);
+  return s;
+}
+
+__device__ float2 block_sum2(float2 v) {
+  __shared__ float2 warp_sums[kWarps];
+  v.x = warp_sum(v.x);
+  v.y = warp_sum(v.y);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < kWarps; ++w) v.x += warp_sums[w].x, v.y += warp_sums[w].y;
+  return v;
+}
+
+// ---- memory helpers -------------------------------------------------------------------------------
+
+template <int V>
+struct Pack {
+  float v[V];
+};
+
+// Statistics pass: through the read-only path, default caching (the apply pass may find them in L2).
+template <int V>
+__device__ __forceinline__ Pack<V> load_keep(const float* p, int64_t unit) {
+  if constexpr (V == 4) {
+    const float4 t = __ldg(reinterpret_cast<const float4*>(p) + unit);
+    return {{t.x, t.y, t.z, t.w}};
+  } else {
+    return {{__ldg(p + unit)}};
+  }
+}
+// Last use: evict-first.
+template <int V>
+__device__ __forceinline__ Pack<V> load_last(const float* p, int64_t unit) {
+  if constexpr (V == 4) {
+    const float4 t = __ldcs(reinterpret_cast<const float4*>(p) + unit);
+    return {{t.x, t.y, t.z, t.w}};
+  } else {
+    return {{__ldcs(p + unit)}};
+  }
+}
+template <int V>
+__device__ __forceinline__ void store_stream(float* p, int64_t unit, const Pack<V>& a) {
+  if constexpr (V == 4)
+    __stcs(reinterpret_cast<float4*>(p) + unit, make_float4(a.v[0], a.v[1], a.v[2], a.v[3]));
+  else
+    __stcs(p + unit, a.v[0]);
+}
+
+// The indices of [begin, end) that lane `lane` of `lanes` owns, kUnroll at a time: body(idx, valid)
+// gets kUnroll indices of which the first `valid` are in range. Forward: begin + lane, + lanes, ...;
+// reverse: end - 1 - lane, - lanes, ... (the same coverage, walked from the end).
+template <bool kReverse, class Body>
+__device__ __forceinline__ void for_chunk(int64_t begin, int64_t end, int lane, int lanes, const Body& body) {
+  const int64_t step = int64_t(kUnroll) * lanes;
+  if constexpr (!kReverse) {
+    for (int64_t j = begin + lane; j < end; j += step) {
+      int64_t idx[kUnroll];
+      int valid = 0;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        idx[u] = j + int64_t(u) * lanes;
+        valid += idx[u] < end;
+      }
+      body(idx, valid);
+    }
+  } else {
+    for (int64_t j = end - 1 - lane; j >= begin; j -= step) {
+      int64_t idx[kUnroll];
+      int valid = 0;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        idx[u] = j - int64_t(u) * lanes;
+        valid += idx[u] >= begin;
+      }
+      body(idx, valid);
+    }
+  }
+}
+
+// NCHW: the address, in vector units, of unit j of channel c. j < 2^30, so 32-bit division.
+__device__ __forceinline__ int64_t nchw_unit(const Geometry& g, int64_t c, int64_t j) {
+  const uint32_t n = static_cast<uint32_t>(j) / g.hwv;
+  const uint32_t i = static_cast<uint32_t>(j) - n * g.hwv;
+  return (int64_t(n) * g.C + c) * g.hwv + i;
+}
+
+// ---- per-channel parameters ------------------------------------------------------------------------
+
+struct ForwardArgs {
+  const float* x;
+  const float* gamma;  // nullable
+  const float* beta;   // nullable
+  float* y;
+  float* ws;  // partials [3][P][C], then (NHWC) parameters [3][C]
+  float* save_mean;
+  float* save_invstd;
+  float* running_mean;  // nullable
+  float* running_var;   // nullable
+  int64_t* num_batches_tracked;  // nullable
+  const float* eval_mean;  // forward_eval: running statistics, read only
+  const float* eval_var;
+  float eps, momentum, count, count_m1;
+};
+
+struct BackwardArgs {
+  const float* x;
+  const float* y;  // forward output; read only with relu
+  const float* dy;
+  const float* gamma;  // nullable
+  const float* save_mean;
+  const float* save_invstd;
+  float* dx;      // nullable (then no apply pass)
+  float* dgamma;  // nullable
+  float* dbeta;   // nullable
+  float* ws;      // partials [2][P][C], then (NHWC) parameters [4][C]
+  float count;
+};
+
+struct FwdParams {
+  float center, scale, offset;  // y = (x - center)·scale + offset
+};
+struct BwdParams {
+  float center, k1, mdy, a;  // dx = k1·(dy' - mdy - (x - center)·a)
+};
+
+__device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) { return fields * int64_t(g.chunks) * g.C; }
+
+// One full warp combines channel c's partials; lane 0 gets the parameters and, with `write`, stores
+// save_*, running_* (and bumps num_batches_tracked for channel 0).
+__device__ FwdParams finalize_forward(const Geometry& g, const ForwardArgs& a, int64_t c, bool write) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t pc = int64_t(g.chunks) * g.C;
+  Stat s{0.f, 0.f, 0.f};
+  for (int p = lane; p < g.chunks; p += kWarpSize) {
+    const int64_t k = int64_t(p) * g.C + c;
+    s = combine(s, Stat{a.ws[k], a.ws[pc + k], a.ws[2 * pc + k]});
+  }
+  s = warp_combine(s);
+  FwdParams r{0.f, 0.f, 0.f};
+  if (lane == 0) {
+    const float invstd = 1.f / sqrtf(s.m2 / a.count + a.eps);
+    r = {s.mean, invstd * (a.gamma ? a.gamma[c] : 1.f), a.beta ? a.beta[c] : 0.f};
+    if (write) {
+      a.save_mean[c] = s.mean;
+      a.save_invstd[c] = invstd;
+      const float m = a.momentum;
+      if (a.running_mean) a.running_mean[c] = (1.f - m) * a.running_mean[c] + m * s.mean;
+      if (a.running_var) a.running_var[c] = (1.f - m) * a.running_var[c] + m * (s.m2 / a.count_m1);
+      if (c == 0 && a.num_batches_tracked) *a.num_batches_tracked += 1;
+    }
+  }
+  return r;
+}
+
+__device__ __forceinline__ FwdParams eval_params(const ForwardArgs& a, int64_t c) {
+  const float g = a.gamma ? a.gamma[c] : 1.f;
+  return {a.eval_mean[c], g / sqrtf(a.eval_var[c] + a.eps), a.beta ? a.beta[c] : 0.f};
+}
+
+__device__ BwdParams finalize_backward(const Geometry& g, const BackwardArgs& b, int64_t c, bool write) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t pc = int64_t(g.chunks) * g.C;
+  float s1 = 0.f, s2 = 0.f;
+  for (int p = lane; p < g.chunks; p += kWarpSize) {
+    const int64_t k = int64_t(p) * g.C + c;
+    s1 += b.ws[k];
+    s2 += b.ws[pc + k];
+  }
+  s1 = warp_sum(s1);
+  s2 = warp_sum(s2);
+  BwdParams r{0.f, 0.f, 0.f, 0.f};
+  if (lane == 0) {
+    const float invstd = b.save_invstd[c];
+    const float dgamma = s2 * invstd;
+    if (write) {
+      if (b.dgamma) b.dgamma[c] = dgamma;
+      if (b.dbeta) b.dbeta[c] = s1;
+    }
+    r = {b.save_mean[c], (b.gamma ? b.gamma[c] : 1.f) * invstd, s1 / b.count, invstd * dgamma / b.count};
+  }
+  return r;
+}
+
+template <bool kRelu>
+__device__ __forceinline__ float normalize(float x, const FwdParams& f) {
+  const float v = fmaf(x - f.center, f.scale, f.offset);
+  if constexpr (kRelu) return v < 0.f ? 0.f : v;
+  return v;
+}
+
+__device__ __forceinline__ float dx_of(float g, float x, const BwdParams& b) {
+  return b.k1 * (g - b.mdy - (x - b.center) * b.a);
+}
+
+// ---- forward: statistics ---------------------------------------------------------------------------
+
+// grid (C, P): block (c, p) writes the partial (mean, M2, count) of channel c over chunk p.
+template <int V>
+__global__ void __launch_bounds__(kThreads) nchw_stats_kernel(const Geometry g, const float* __restrict__ x,
+                                                              float* __restrict__ ws) {
+  begin_dependent_kernel();
+  const int64_t c = blockIdx.x;
+  const int p = blockIdx.y;
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  Shifted acc;
+  int n = 0;
+  if (begin + threadIdx.x < end) acc.shift = load_keep<V>(x, nchw_unit(g, c, begin + threadIdx.x)).v[0];
+  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+    Pack<V> v[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) v[u] = load_keep<V>(x, nchw_unit(g, c, j[u]));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc.add(v[u].v[k]);
+        n += V;
+      }
+  });
+  const Stat s = block_combine(acc.stat(n));
+  if (threadIdx.x == 0) {
+    const int64_t pc = int64_t(g.chunks) * g.C, k = int64_t(p) * g.C + c;
+    ws[k] = s.mean;
+    ws[pc + k] = s.m2;
+    ws[2 * pc + k] = s.n;
+  }
+}
+
+// grid (groups, P): block (grp, p) writes the partials of its tc·V channels over rows chunk p.
+template <int V>
+__global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, const float* __restrict__ x,
+                                                              float* __restrict__ ws) {
+  begin_dependent_kernel();
+  __shared__ float sm_mean[kThreads * kMaxVec], sm_m2[kThreads * kMaxVec], sm_n[kThreads * kMaxVec];
+  const int t = threadIdx.x, q = t % g.tc, r = t / g.tc;
+  const int64_t col = int64_t(blockIdx.x) * g.tc + q;  // vector column: channels col·V .. col·V + V-1
+  const int p = blockIdx.y;
+  const bool active = r < g.tr && col < g.cv;
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  if (active) {
+    Shifted acc[V];
+    int n = 0;
+    if (begin + r < end) {
+      const Pack<V> first = load_keep<V>(x, (begin + r) * g.cv + col);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k].shift = first.v[k];
+    }
+    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+      Pack<V> v[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < valid) v[u] = load_keep<V>(x, row[u] * g.cv + col);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < valid) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[k].add(v[u].v[k]);
+          ++n;
+        }
+    });
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const Stat s = acc[k].stat(n);
+      sm_mean[t * V + k] = s.mean, sm_m2[t * V + k] = s.m2, sm_n[t * V + k] = s.n;
+    }
+  }
+  __syncthreads();
+  // Fold the row lanes: lane r takes lane r + s for s = fold, fold/2, ..., 1 (a fixed tree).
+  for (int s = g.fold; s >= 1; s /= 2) {
+    if (active && r < s && r + s < g.tr) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int a = t * V + k, b = (t + s * g.tc) * V + k;
+        const Stat m = combine({sm_mean[a], sm_m2[a], sm_n[a]}, {sm_mean[b], sm_m2[b], sm_n[b]});
+        sm_mean[a] = m.mean, sm_m2[a] = m.m2, sm_n[a] = m.n;
+      }
+    }
+    __syncthreads();
+  }
+  if (active && r == 0) {
+    const int64_t pc = int64_t(g.chunks) * g.C;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int64_t idx = int64_t(p) * g.C + col * V + k;
+      ws[idx] = sm_mean[t * V + k];
+      ws[pc + idx] = sm_m2[t * V + k];
+      ws[2 * pc + idx] = sm_n[t * V + k];
+    }
+  }
+}
+
+// ---- forward: finalize and apply ---------------------------------------------------------------------
+
+// grid ceil(C / 8): warp w of block b finalizes channel 8b + w and stores its parameters at params_at.
+__global__ void __launch_bounds__(kThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
+  begin_dependent_kernel();
+  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (c >= g.C) return;  // whole warps leave together
+  const FwdParams f = finalize_forward(g, a, c, true);
+  if (threadIdx.x % kWarpSize == 0) {
+    float* params = a.ws + params_at(g, 3);
+    params[c] = f.center, params[g.C + c] = f.scale, params[2 * g.C + c] = f.offset;
+  }
+}
+
+// grid (C, P), reversed: block (C-1-bx, P-1-by). kTrain: warp 0 finalizes the channel (blocks p == 0
+// also store save_*/running_*), else the parameters come from the running statistics.
+template <int V, bool kTrain, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nchw_forward_apply_kernel(const Geometry g, const ForwardArgs a) {
+  begin_dependent_kernel();
+  const int64_t c = g.C - 1 - int64_t(blockIdx.x);
+  const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
+  FwdParams f;
+  if constexpr (kTrain) {
+    __shared__ FwdParams shared;
+    if (threadIdx.x < kWarpSize) {
+      const FwdParams r = finalize_forward(g, a, c, p == 0);
+      if (threadIdx.x == 0) shared = r;
+    }
+    __syncthreads();
+    f = shared;
+  } else {
+    f = eval_params(a, c);
+  }
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+    Pack<V> v[kUnroll] = {};
+    int64_t at[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) at[u] = nchw_unit(g, c, j[u]), v[u] = load_last<V>(a.x, at[u]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[u].v[k] = normalize<kRelu>(v[u].v[k], f);
+        store_stream<V>(a.y, at[u], v[u]);
+      }
+  });
+}
+
+// grid (groups, P), reversed. kTrain: parameters from the finalize kernel, else from running statistics.
+template <int V, bool kTrain, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nhwc_forward_apply_kernel(const Geometry g, const ForwardArgs a) {
+  begin_dependent_kernel();
+  const int q = threadIdx.x % g.tc, r = threadIdx.x / g.tc;
+  const int64_t col = int64_t(g.groups - 1 - static_cast<int>(blockIdx.x)) * g.tc + q;
+  const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
+  if (r >= g.tr || col >= g.cv) return;
+  FwdParams f[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t c = col * V + k;
+    if constexpr (kTrain) {
+      const float* params = a.ws + params_at(g, 3);
+      f[k] = {params[c], params[g.C + c], params[2 * g.C + c]};
+    } else {
+      f[k] = eval_params(a, c);
+    }
+  }
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+    Pack<V> v[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) v[u] = load_last<V>(a.x, row[u] * g.cv + col);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[u].v[k] = normalize<kRelu>(v[u].v[k], f[k]);
+        store_stream<V>(a.y, row[u] * g.cv + col, v[u]);
+      }
+  });
+}
+
+// ---- backward -----------------------------------------------------------------------------------------
+
+template <int V, bool kRelu>
+__device__ __forceinline__ Pack<V> grad_in(const BackwardArgs& b, int64_t unit, bool last) {
+  Pack<V> d = last ? load_last<V>(b.dy, unit) : load_keep<V>(b.dy, unit);
+  if constexpr (kRelu) {
+    const Pack<V> y = last ? load_last<V>(b.y, unit) : load_keep<V>(b.y, unit);
+#pragma unroll
+    for (int k = 0; k < V; ++k) d.v[k] = y.v[k] > 0.f ? d.v[k] : 0.f;
+  }
+  return d;
+}
+
+// grid (C, P): block (c, p) writes (S1, S2) of channel c over chunk p.
+template <int V, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Geometry g, const BackwardArgs b) {
+  begin_dependent_kernel();
+  const int64_t c = blockIdx.x;
+  const int p = blockIdx.y;
+  const float mean = b.save_mean[c];
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  float2 acc = make_float2(0.f, 0.f);
+  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+    Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+        const int64_t at = nchw_unit(g, c, j[u]);
+        xs[u] = load_keep<V>(b.x, at);
+        ds[u] = grad_in<V, kRelu>(b, at, false);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid)
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          acc.x += ds[u].v[k];
+          acc.y = fmaf(ds[u].v[k], xs[u].v[k] - mean, acc.y);
+        }
+  });
+  const float2 s = block_sum2(acc);
+  if (threadIdx.x == 0) {
+    const int64_t pc = int64_t(g.chunks) * g.C, k = int64_t(p) * g.C + c;
+    b.ws[k] = s.x;
+    b.ws[pc + k] = s.y;
+  }
+}
+
+template <int V, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Geometry g, const BackwardArgs b) {
+  begin_dependent_kernel();
+  __shared__ float sm_s1[kThreads * kMaxVec], sm_s2[kThreads * kMaxVec];
+  const int t = threadIdx.x, q = t % g.tc, r = t / g.tc;
+  const int64_t col = int64_t(blockIdx.x) * g.tc + q;
+  const int p = blockIdx.y;
+  const bool active = r < g.tr && col < g.cv;
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  if (active) {
+    float mean[V], s1[V] = {}, s2[V] = {};
+#pragma unroll
+    for (int k = 0; k < V; ++k) mean[k] = b.save_mean[col * V + k];
+    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+      Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < valid) {
+          const int64_t at = row[u] * g.cv + col;
+          xs[u] = load_keep<V>(b.x, at);
+          ds[u] = grad_in<V, kRelu>(b, at, false);
+        }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < valid)
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            s1[k] += ds[u].v[k];
+            s2[k] = fmaf(ds[u].v[k], xs[u].v[k] - mean[k], s2[k]);
+          }
+    });
+#pragma unroll
+    for (int k = 0; k < V; ++k) sm_s1[t * V + k] = s1[k], sm_s2[t * V + k] = s2[k];
+  }
+  __syncthreads();
+  for (int s = g.fold; s >= 1; s /= 2) {
+    if (active && r < s && r + s < g.tr) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const int a = t * V + k, o = (t + s * g.tc) * V + k;
+        sm_s1[a] += sm_s1[o];
+        sm_s2[a] += sm_s2[o];
+      }
+    }
+    __syncthreads();
+  }
+  if (active && r == 0) {
+    const int64_t pc = int64_t(g.chunks) * g.C;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int64_t idx = int64_t(p) * g.C + col * V + k;
+      b.ws[idx] = sm_s1[t * V + k];
+      b.ws[pc + idx] = sm_s2[t * V + k];
+    }
+  }
+}
+
+// grid ceil(C / 8): warp per channel; writes dgamma/dbeta and the apply parameters at params_at.
+__global__ void __launch_bounds__(kThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
+  begin_dependent_kernel();
+  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (c >= g.C) return;
+  const BwdParams f = finalize_backward(g, b, c, true);
+  if (threadIdx.x % kWarpSize == 0 && b.dx) {
+    float* params = b.ws + params_at(g, 2);
+    params[c] = f.center, params[g.C + c] = f.k1, params[2 * g.C + c] = f.mdy, params[3 * g.C + c] = f.a;
+  }
+}
+
+// grid (C, P), reversed; warp 0 finalizes the channel (blocks p == 0 store dgamma/dbeta).
+template <int V, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nchw_backward_apply_kernel(const Geometry g, const BackwardArgs b) {
+  begin_dependent_kernel();
+  const int64_t c = g.C - 1 - int64_t(blockIdx.x);
+  const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
+  __shared__ BwdParams shared;
+  if (threadIdx.x < kWarpSize) {
+    const BwdParams r = finalize_backward(g, b, c, p == 0);
+    if (threadIdx.x == 0) shared = r;
+  }
+  __syncthreads();
+  const BwdParams f = shared;
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+    Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
+    int64_t at[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+        at[u] = nchw_unit(g, c, j[u]);
+        xs[u] = load_last<V>(b.x, at[u]);
+        ds[u] = grad_in<V, kRelu>(b, at[u], true);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) ds[u].v[k] = dx_of(ds[u].v[k], xs[u].v[k], f);
+        store_stream<V>(b.dx, at[u], ds[u]);
+      }
+  });
+}
+
+template <int V, bool kRelu>
+__global__ void __launch_bounds__(kThreads) nhwc_backward_apply_kernel(const Geometry g, const BackwardArgs b) {
+  begin_dependent_kernel();
+  const int q = threadIdx.x % g.tc, r = threadIdx.x / g.tc;
+  const int64_t col = int64_t(g.groups - 1 - static_cast<int>(blockIdx.x)) * g.tc + q;
+  const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
+  if (r >= g.tr || col >= g.cv) return;
+  BwdParams f[V];
+  const float* params = b.ws + params_at(g, 2);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int64_t c = col * V + k;
+    f[k] = {params[c], params[g.C + c], params[2 * g.C + c], params[3 * g.C + c]};
+  }
+  const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
+  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+    Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+        const int64_t at = row[u] * g.cv + col;
+        xs[u] = load_last<V>(b.x, at);
+        ds[u] = grad_in<V, kRelu>(b, at, true);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (u < valid) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) ds[u].v[k] = dx_of(ds[u].v[k], xs[u].v[k], f[k]);
+        store_stream<V>(b.dx, row[u] * g.cv + col, ds[u]);
+      }
+  });
+}
+
+// ---- launchers ---------------------------------------------------------------------------------------
+
+// Calls f(std::integral_constant<int, V>, std::bool_constant<relu>) for the run-time choice.
+template <class F>
+void with_vec_relu(bool vec, bool relu, const F& f) {
+  using V4 = std::integral_constant<int, 4>;
+  using V1 = std::integral_constant<int, 1>;
+  if (vec)
+    relu ? f(V4{}, std::true_type{}) : f(V4{}, std::false_type{});
+  else
+    relu ? f(V1{}, std::true_type{}) : f(V1{}, std::false_type{});
+}
+
+dim3 grid_of(const Geometry& g, Layout layout) {
+  const int64_t x = layout == Layout::nchw ? g.C : g.groups;
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(g.chunks));
+}
+
+dim3 finalize_grid(const Geometry& g) { return dim3(static_cast<unsigned>(div_up<int64_t>(g.C, kWarps))); }
+
+}  // namespace
+
+size_t batchnorm_workspace_floats(const BatchNormShape& s) {
+  if (s.c <= 0 || s.n * s.hw <= 0) return 0;
+  return static_cast<size_t>(3 * plan_chunks(s) * s.c + 4 * s.c);
+}
+
+void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                             const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
+                             float* running_mean, float* running_var, int64_t* num_batches_tracked,
+                             float* workspace) {
+  const int64_t count = s.n * s.hw;
+  if (count == 1)
+    throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
+                    " hw=", s.hw));
+  if (s.c == 0 || count == 0) return;
+  NT_CHECK(workspace != nullptr, "batchnorm_forward_train needs batchnorm_workspace_floats() of workspace");
+  const Layout layout = effective_layout(s);
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(x) && aligned16(y);
+  const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
+  const ForwardArgs a{x,           gamma,       beta,
+                      y,           workspace,   save_mean,
+                      save_invstd, running_mean, running_var,
+                      num_batches_tracked, nullptr, nullptr,
+                      static_cast<float>(h.eps), static_cast<float>(h.momentum), static_cast<float>(count),
+                      static_cast<float>(count - 1)};
+  const double elems = double(count) * double(s.c);
+  const profile::OpCost stats_cost{elems * 4, elems * 3};
+  const profile::OpCost apply_cost{elems * 8, elems * 3};
+  const profile::OpCost finalize_cost{double(g.chunks) * double(s.c) * 12, double(g.chunks) * double(s.c) * 10};
+  with_vec_relu(vec, h.relu, [&](auto v, auto relu) {
+    constexpr int V = decltype(v)::value;
+    constexpr bool kRelu = decltype(relu)::value;
+    if (layout == Layout::nchw) {
+      launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
+             g, x, workspace);
+      launch(exec, "batchnorm_forward_nchw", apply_cost, nchw_forward_apply_kernel<V, true, kRelu>,
+             grid_of(g, layout), dim3(kThreads), 0, g, a);
+    } else {
+      launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
+             g, x, workspace);
+      launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g), dim3(kThreads), 0,
+             g, a);
+      launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>,
+             grid_of(g, layout), dim3(kThreads), 0, g, a);
+    }
+  });
+}
+
+void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                            const float* gamma, const float* beta, const float* running_mean,
+                            const float* running_var, float* y) {
+  const int64_t count = s.n * s.hw;
+  if (s.c == 0 || count == 0) return;
+  const Layout layout = effective_layout(s);
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(x) && aligned16(y);
+  const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
+  const ForwardArgs a{x,       gamma,   beta,         y,           nullptr,      nullptr, nullptr, nullptr,
+                      nullptr, nullptr, running_mean, running_var, static_cast<float>(h.eps), 0.f, 0.f, 0.f};
+  const double elems = double(count) * double(s.c);
+  const profile::OpCost cost{elems * 8, elems * 3};
+  with_vec_relu(vec, h.relu, [&](auto v, auto relu) {
+    constexpr int V = decltype(v)::value;
+    constexpr bool kRelu = decltype(relu)::value;
+    if (layout == Layout::nchw)
+      launch(exec, "batchnorm_eval_nchw", cost, nchw_forward_apply_kernel<V, false, kRelu>, grid_of(g, layout),
+             dim3(kThreads), 0, g, a);
+    else
+      launch(exec, "batchnorm_eval_nhwc", cost, nhwc_forward_apply_kernel<V, false, kRelu>, grid_of(g, layout),
+             dim3(kThreads), 0, g, a);
+  });
+}
+
+void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
+                        const float* y, const float* dy, const float* gamma, const float* save_mean,
+                        const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace) {
+  const int64_t count = s.n * s.hw;
+  if (s.c == 0 || count == 0 || (!dx && !dgamma && !dbeta)) return;
+  NT_CHECK(workspace != nullptr, "batchnorm_backward needs batchnorm_workspace_floats() of workspace");
+  NT_CHECK(!h.relu || y != nullptr, "batchnorm_backward with relu needs the forward output y");
+  const Layout layout = effective_layout(s);
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(x) && aligned16(dy) &&
+                   aligned16(dx) && (!h.relu || aligned16(y));
+  const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
+  const BackwardArgs b{x, h.relu ? y : nullptr, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, workspace,
+                       static_cast<float>(count)};
+  const double elems = double(count) * double(s.c);
+  const double reads = h.relu ? 3 : 2;
+  const profile::OpCost reduce_cost{elems * 4 * reads, elems * 4};
+  const profile::OpCost apply_cost{elems * 4 * (reads + 1), elems * 5};
+  const profile::OpCost finalize_cost{double(g.chunks) * double(s.c) * 8, double(g.chunks) * double(s.c) * 2};
+  with_vec_relu(vec, h.relu, [&](auto v, auto relu) {
+    constexpr int V = decltype(v)::value;
+    constexpr bool kRelu = decltype(relu)::value;
+    if (layout == Layout::nchw) {
+      launch(exec, "batchnorm_backward_reduce_nchw", reduce_cost, nchw_backward_reduce_kernel<V, kRelu>,
+             grid_of(g, layout), dim3(kThreads), 0, g, b);
+      if (dx)
+        launch(exec, "batchnorm_backward_nchw", apply_cost, nchw_backward_apply_kernel<V, kRelu>, grid_of(g, layout),
+               dim3(kThreads), 0, g, b);
+      else
+        launch(exec, "batchnorm_backward_finalize", finalize_cost, finalize_backward_kernel, finalize_grid(g),
+               dim3(kThreads), 0, g, b);
+    } else {
+      launch(exec, "batchnorm_backward_reduce_nhwc", reduce_cost, nhwc_backward_reduce_kernel<V, kRelu>,
+             grid_of(g, layout), dim3(kThreads), 0, g, b);
+      launch(exec, "batchnorm_backward_finalize", finalize_cost, finalize_backward_kernel, finalize_grid(g),
+             dim3(kThreads), 0, g, b);
+      if (dx)
+        launch(exec, "batchnorm_backward_nhwc", apply_cost, nhwc_backward_apply_kernel<V, kRelu>, grid_of(g, layout),
+               dim3(kThreads), 0, g, b);
+    }
+  });
+}
+
+}  // namespace nt::kernels::cuda
