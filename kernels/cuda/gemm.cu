@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace nt::kernels::cuda {
@@ -90,28 +91,14 @@ struct KernelArgs {
   bool store_vec;        // C is 16-byte aligned and ldc % 4 == 0: float4 stores
 };
 
-// ---- tile configurations -------------------------------------------------------------------------
+// ---- tile configurations, slab loaders, microkernel: kernels/cuda/gemm_tile.cuh (shared with conv.cu) ---
 
-template <int BM_, int BN_, int BK_, int TM_, int TN_, int MinBlocks_>
-struct TileConfig {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
-  static constexpr int kMinBlocks = MinBlocks_;               // __launch_bounds__ occupancy target
-  static constexpr int kLaneRows = 4, kLaneCols = 8;          // a warp's lanes as a 4×8 grid
-  static constexpr int WM = kLaneRows * TM, WN = kLaneCols * TN;  // warp tile
-  static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kPad = 4;                              // floats; keeps rows 16-byte aligned
-  static constexpr int kLdA = BM + kPad, kLdB = BN + kPad;    // shared-memory row strides
-  static constexpr int kStageFloats = BK * (kLdA + kLdB);
-  static constexpr int kPipelineFloats = 2 * kStageFloats;
-
-  static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are made of 4x4 pieces: TM, TN multiples of 4");
-  static_assert(BM % WM == 0 && BN % WN == 0, "block tile must be a whole number of warp tiles");
-  static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "tiles are loaded as float4: multiples of 4");
-  static_assert(BM * BK % (4 * kThreads) == 0 && BN * BK % (4 * kThreads) == 0,
-                "every thread must load the same number of float4 per slab: adjust BK or the thread count");
-  static_assert(kThreads >= BM, "one thread per tile row sums op(A): need kThreads >= BM");
-};
+using gemm_tile::col_step;
+using gemm_tile::load4;
+using gemm_tile::multiply_slab;
+using gemm_tile::row_step;
+using gemm_tile::SlabLoader;
+using gemm_tile::TileConfig;
 
 using LargeTile = TileConfig<128, 128, 8, 8, 8, 2>;
 using MediumTile = TileConfig<64, 64, 16, 8, 4, 4>;
@@ -120,96 +107,6 @@ using SmallTile = TileConfig<32, 32, 16, 4, 4, 8>;
 constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
 constexpr int kMinSplitK = 128;  // below this K a split-K cluster costs more than it saves (choose_plan)
 
-// ---- global -> registers -> shared memory ----------------------------------------------------------
-
-// Four consecutive elements of one line of a row-major matrix, zero outside [0,line_limit)×[0,u_limit).
-template <bool Vec>
-__device__ __forceinline__ float4 load4(const float* p, int ld, int line, int line_limit, int u, int u_limit) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (line >= line_limit) return v;
-  const float* q = p + static_cast<size_t>(line) * ld + u;
-  if (Vec && u + 3 < u_limit) return __ldg(reinterpret_cast<const float4*>(q));
-  if (u + 0 < u_limit) v.x = __ldg(q + 0);
-  if (u + 1 < u_limit) v.y = __ldg(q + 1);
-  if (u + 2 < u_limit) v.z = __ldg(q + 2);
-  if (u + 3 < u_limit) v.w = __ldg(q + 3);
-  return v;
-}
-
-// One operand's R×BK slab, viewed as a (rows, K) matrix X: op(A) itself, or op(B)ᵀ (rows = N).
-//   KContig:  X[r][k] at p[r*ld + k]   (A, or B with trans_b): float4 runs along k,
-//   otherwise X[r][k] at p[k*ld + r]   (A with trans_a, or B): float4 runs along r.
-// Shared memory holds the slab as s[k][r] with row stride R + kPad.
-template <int R, int BK, int Threads, bool KContig, bool Vec>
-struct SlabLoader {
-  static constexpr int kVecs = R * BK / (4 * Threads);  // float4 per thread per slab
-  static constexpr int kLd = R + 4;
-
-  // Slab-local (r, k) of the first element of float4 number idx.
-  __device__ static int r_of(int idx) { return KContig ? idx / (BK / 4) : (idx % (R / 4)) * 4; }
-  __device__ static int k_of(int idx) { return KContig ? (idx % (BK / 4)) * 4 : idx / (R / 4); }
-
-  __device__ static void load(float4 (&v)[kVecs], const float* p, int ld, int rows, int K, int r0, int k0) {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const int idx = threadIdx.x + j * Threads;
-      const int r = r0 + r_of(idx), k = k0 + k_of(idx);
-      v[j] = KContig ? load4<Vec>(p, ld, r, rows, k, K) : load4<Vec>(p, ld, k, K, r, rows);
-    }
-  }
-
-  __device__ static void store(float* s, const float4 (&v)[kVecs]) {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const int idx = threadIdx.x + j * Threads;
-      const int r = r_of(idx), k = k_of(idx);
-      if constexpr (KContig) {  // transpose on the way in: four k rows of one column r
-        s[(k + 0) * kLd + r] = v[j].x;
-        s[(k + 1) * kLd + r] = v[j].y;
-        s[(k + 2) * kLd + r] = v[j].z;
-        s[(k + 3) * kLd + r] = v[j].w;
-      } else {
-        *reinterpret_cast<float4*>(&s[k * kLd + r]) = v[j];
-      }
-    }
-  }
-};
-
-// ---- the multiply ---------------------------------------------------------------------------------
-
-// acc += As·Bs over one slab. a_off/b_off: this thread's first row/column inside the block tile.
-template <class Cfg>
-__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::TM][Cfg::TN], const float* As, const float* Bs,
-                                              int a_off, int b_off) {
-#pragma unroll
-  for (int kk = 0; kk < Cfg::BK; ++kk) {
-    float a[Cfg::TM], b[Cfg::TN];
-#pragma unroll
-    for (int c = 0; c < Cfg::TM / 4; ++c) {
-      const float4 v = *reinterpret_cast<const float4*>(&As[kk * Cfg::kLdA + a_off + c * Cfg::kLaneRows * 4]);
-      a[4 * c + 0] = v.x, a[4 * c + 1] = v.y, a[4 * c + 2] = v.z, a[4 * c + 3] = v.w;
-    }
-#pragma unroll
-    for (int d = 0; d < Cfg::TN / 4; ++d) {
-      const float4 v = *reinterpret_cast<const float4*>(&Bs[kk * Cfg::kLdB + b_off + d * Cfg::kLaneCols * 4]);
-      b[4 * d + 0] = v.x, b[4 * d + 1] = v.y, b[4 * d + 2] = v.z, b[4 * d + 3] = v.w;
-    }
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-  }
-}
-
-// Micro-tile element (i, j) of this thread lies at tile row a_off + row_step(i), column b_off + col_step(j).
-template <class Cfg>
-__device__ __forceinline__ int row_step(int i) {
-  return (i / 4) * Cfg::kLaneRows * 4 + i % 4;
-}
-template <class Cfg>
-__device__ __forceinline__ int col_step(int j) {
-  return (j / 4) * Cfg::kLaneCols * 4 + j % 4;
-}
 
 // ---- epilogue --------------------------------------------------------------------------------------
 

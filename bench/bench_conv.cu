@@ -1,0 +1,190 @@
+// Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, fp32 FFMA (no TF32).
+//
+//   bench_conv [output-folder]      prints a table; with a folder also writes conv.csv there, which
+//                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings
+//
+// Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
+// passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
+// convs feed BatchNorm). Method: random inputs in [-1, 1]; each pass is first checked against the CPU twin
+// (max |diff| / max |cpu|). Timing: the median of 50 repetitions of an event-timed loop of 100 back-to-back
+// calls after warm-up, divided by 100 ("us", what conv_torch.py measures for cuDNN the same way), and the
+// same from a CUDA graph of 100 calls ("us graph", no host launch cost: the engine's training step).
+// GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between calls, as in training.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "kernels/conv.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/runtime.h"
+
+namespace {
+
+using nt::kernels::Conv2dShape;
+using nt::kernels::Exec;
+
+constexpr int kReps = 50;
+constexpr int kCalls = 100;
+
+struct Case {
+  const char* name;
+  Conv2dShape shape;
+};
+
+Conv2dShape conv_shape(int n, int c, int hw, int k) {
+  Conv2dShape s;
+  s.n = n, s.c = c, s.h = hw, s.w = hw, s.k = k, s.r = 3, s.s = 3, s.stride = 1, s.pad = 1;
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median µs per call of kCalls back-to-back calls, timed with events around the loop.
+double time_loop(cudaStream_t stream, int calls, const std::function<void()>& call) {
+  cudaEvent_t start, stop;
+  NT_CUDA_CHECK(cudaEventCreate(&start));
+  NT_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < std::max(3, calls); ++i) call();  // warm-up
+  std::vector<double> us;
+  for (int r = 0; r < kReps; ++r) {
+    NT_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < calls; ++i) call();
+    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    NT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(1e3 * ms / calls);
+  }
+  NT_CUDA_CHECK(cudaEventDestroy(start));
+  NT_CUDA_CHECK(cudaEventDestroy(stop));
+  return median(us);
+}
+
+double time_graph(const Exec& exec, const std::function<void()>& call) {
+  auto graph = nt::kernels::Graph::capture(exec, [&] {
+    for (int i = 0; i < kCalls; ++i) call();
+  });
+  graph.launch(exec);  // warm-up
+  return time_loop(static_cast<cudaStream_t>(exec.stream), 1, [&] { graph.launch(exec); }) / kCalls;
+}
+
+std::vector<float> random_host(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+float* to_device(const std::vector<float>& host) {
+  float* dev = nullptr;
+  NT_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(host.size(), 1) * sizeof(float)));
+  NT_CUDA_CHECK(cudaMemcpy(dev, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return dev;
+}
+
+double relative_difference(const float* dev, const std::vector<float>& ref) {
+  std::vector<float> got(ref.size());
+  NT_CUDA_CHECK(cudaMemcpy(got.data(), dev, ref.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff = std::max(diff, std::abs(double(got[i]) - ref[i]));
+    scale = std::max(scale, std::abs(double(ref[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string out_dir = argc > 1 ? argv[1] : "";
+  cudaDeviceProp prop{};
+  NT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, sm_%d%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+
+  Exec exec;
+  exec.backend = nt::kernels::Backend::cuda;
+  exec.stream = nt::kernels::create_stream();
+  auto stream = static_cast<cudaStream_t>(exec.stream);
+  nt::kernels::ThreadPool pool;
+  Exec cpu;
+  cpu.pool = &pool;
+  std::mt19937 rng(7);
+
+  const Case cases[] = {{"conv1 b64", conv_shape(64, 1, 28, 32)},
+                        {"conv2 b64", conv_shape(64, 32, 14, 64)},
+                        {"conv1 b256", conv_shape(256, 1, 28, 32)},
+                        {"conv2 b256", conv_shape(256, 32, 14, 64)}};
+
+  std::string csv = "shape,pass,M,N,K,us,us_graph,gflops,rel_diff\n";
+  std::printf("\n%-11s %-16s %6s %7s %6s %9s %9s %9s %9s\n", "shape", "pass", "M", "N", "K", "us", "us graph",
+              "GFLOP/s", "rel diff");
+  for (const auto& c : cases) {
+    const Conv2dShape& s = c.shape;
+    const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.k) * s.c * s.r * s.s;
+    const size_t ny = size_t(s.n) * s.k * s.p() * s.q();
+    const auto hx = random_host(nx, rng), hw = random_host(nw, rng), hdy = random_host(ny, rng);
+    float *x = to_device(hx), *w = to_device(hw), *dy = to_device(hdy);
+    float *y = to_device(std::vector<float>(ny)), *dx = to_device(std::vector<float>(nx));
+    float* dw = to_device(std::vector<float>(nw));
+    const size_t ws_floats = nt::kernels::conv2d_workspace_floats(nt::kernels::Backend::cuda, s);
+    float* ws = to_device(std::vector<float>(ws_floats));
+
+    std::vector<float> ref_y(ny), ref_dx(nx), ref_dw(nw);
+    nt::kernels::conv2d_forward(cpu, s, hx.data(), hw.data(), nullptr, ref_y.data(), nullptr);
+    nt::kernels::conv2d_backward_data(cpu, s, hdy.data(), hw.data(), ref_dx.data(), nullptr);
+    nt::kernels::conv2d_backward_weight(cpu, s, hx.data(), hdy.data(), ref_dw.data(), nullptr, nullptr);
+
+    const int P = s.p(), Q = s.q();
+    struct Pass {
+      const char* name;
+      int M, N, K;
+      std::function<void()> call;
+      const float* out;
+      const std::vector<float>* ref;
+    };
+    const Pass passes[] = {
+        {"forward", s.k, s.n * P * Q, s.c * s.r * s.s,
+         [&] { nt::kernels::conv2d_forward(exec, s, x, w, nullptr, y, ws); }, y, &ref_y},
+        {"backward_data", s.c, s.n * s.h * s.w, s.k * s.r * s.s,
+         [&] { nt::kernels::conv2d_backward_data(exec, s, dy, w, dx, ws); }, dx, &ref_dx},
+        {"backward_weight", s.k, s.c * s.r * s.s, s.n * P * Q,
+         [&] { nt::kernels::conv2d_backward_weight(exec, s, x, dy, dw, nullptr, ws); }, dw, &ref_dw},
+    };
+    const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
+    for (const auto& p : passes) {
+      p.call();
+      nt::kernels::synchronize(exec);
+      const double diff = relative_difference(p.out, *p.ref);
+      const double us = time_loop(stream, kCalls, p.call);
+      const double us_graph = time_graph(exec, p.call);
+      const double gflops = flops / (us_graph * 1e3);
+      std::printf("%-11s %-16s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, p.M, p.N, p.K, us, us_graph,
+                  gflops, diff);
+      char line[256];
+      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, p.M, p.N, p.K, us,
+                    us_graph, gflops, diff);
+      csv += line;
+    }
+    for (float* ptr : {x, w, dy, y, dx, dw, ws}) NT_CUDA_CHECK(cudaFree(ptr));
+  }
+  nt::kernels::destroy_stream(exec.stream);
+
+  if (!out_dir.empty()) {
+    const std::string path = out_dir + "/conv.csv";
+    std::ofstream(path) << csv;
+    std::printf("\nwrote %s\n", path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d), NCHW, the three passes of a layer.
+//
+//   forward:         y[n,k,p,q]  = Σ_{c,r,s} x[n,c, p·stride−pad+r, q·stride−pad+s] · w[k,c,r,s]  (+ bias[k])
+//   backward_data:   dx[n,c,h,w] = Σ_{k,r,s} dy[n,k,p,q] · w[k,c,r,s]  over the taps with h = p·stride−pad+r,
+//                                  w = q·stride−pad+s for an output (p,q) inside the output
+//   backward_weight: dw[k,c,r,s] = Σ_{n,p,q} dy[n,k,p,q] · x[n,c, p·stride−pad+r, q·stride−pad+s]
+//                    dbias[k]    = Σ_{n,p,q} dy[n,k,p,q]                           (when dbias != nullptr)
+// Input pixels outside [0,H)×[0,W) are zero (zero padding). Layouts (PyTorch's, row-major):
+//   x, dx (N,C,H,W)   w, dw (K,C,R,S)   bias, dbias (K)   y, dy (N,K,P,Q), P = (H+2·pad−R)/stride + 1 (0 if negative)
+// Every output is written with `=` (never accumulated); the outputs must not alias the inputs.
+// Numerics: fp32 products summed in fp32, each output's sum in one fixed order on a given backend and device,
+// so results are bit-reproducible run to run (no atomics). Any sizes >= 0 (an empty output launches nothing;
+// an empty sum writes 0, or the bias).
+//
+// Workspace: the CUDA passes split long sums (K of their GEMM) over several blocks and reduce the partial
+// results in a fixed order; the partials live in a caller-provided workspace of
+// conv2d_workspace_floats(backend, shape) floats, an upper bound for all three passes and for every batch
+// size n' <= shape.n (a layer plans with its full batch and may run a partial last batch). The CPU needs none
+// (0, and nullptr may be passed). Kernels and their GEMM mappings: kernels/cuda/conv.cu, docs/conv.md.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/exec.h"
+
+namespace nt::kernels {
+
+struct Conv2dShape {
+  int n = 0, c = 0, h = 0, w = 0;  // input  x (N,C,H,W)
+  int k = 0, r = 0, s = 0;         // weight w (K,C,R,S); optional bias (K)
+  int stride = 1, pad = 0;         // same in both spatial dims, zero padding
+  int p() const { return h + 2 * pad < r ? 0 : (h + 2 * pad - r) / stride + 1; }  // output height
+  int q() const { return w + 2 * pad < s ? 0 : (w + 2 * pad - s) / stride + 1; }  // output width
+};
+
+namespace cpu {
+size_t conv2d_workspace_floats(const Conv2dShape& s);  // 0
+void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y, float* workspace);
+void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          float* workspace);
+void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* dbias, float* workspace);
+// f64, for finite-difference gradient checks (plain loops)
+void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
+                    double* y, double* workspace);
+void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* dy, const double* w, double* dx,
+                          double* workspace);
+void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, double* dw,
+                            double* dbias, double* workspace);
+}  // namespace cpu
+
+namespace cuda {
+size_t conv2d_workspace_floats(const Conv2dShape& s);
+void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y, float* workspace);
+void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          float* workspace);
+void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* dbias, float* workspace);
+}  // namespace cuda
+
+inline size_t conv2d_workspace_floats(Backend backend, const Conv2dShape& s) {
+#if NT_WITH_CUDA
+  if (backend == Backend::cuda) return cuda::conv2d_workspace_floats(s);
+#else
+  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
+#endif
+  return cpu::conv2d_workspace_floats(s);
+}
+
+inline void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                           float* y, float* workspace) {
+  NT_DISPATCH(exec, conv2d_forward, s, x, w, bias, y, workspace);
+}
+inline void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                                 float* workspace) {
+  NT_DISPATCH(exec, conv2d_backward_data, s, dy, w, dx, workspace);
+}
+inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy,
+                                   float* dw, float* dbias, float* workspace) {
+  NT_DISPATCH(exec, conv2d_backward_weight, s, x, dy, dw, dbias, workspace);
+}
+
+inline void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w,
+                           const double* bias, double* y, double* workspace) {
+  NT_CPU_ONLY(exec, conv2d_forward, s, x, w, bias, y, workspace);
+}
+inline void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* dy, const double* w,
+                                 double* dx, double* workspace) {
+  NT_CPU_ONLY(exec, conv2d_backward_data, s, dy, w, dx, workspace);
+}
+inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
+                                   double* dw, double* dbias, double* workspace) {
+  NT_CPU_ONLY(exec, conv2d_backward_weight, s, x, dy, dw, dbias, workspace);
+}
+
+}  // namespace nt::kernels

@@ -1,0 +1,520 @@
+// 2-D convolution on the GPU as implicit GEMM: fp32 SIMT (FFMA only, no TF32), deterministic.
+//
+// Math and layouts (contract in kernels/conv.h): x, dx (N,C,H,W); w, dw (K,C,R,S); y, dy (N,K,P,Q);
+// bias, dbias (K); every output written with `=`. Each pass is one GEMM C(M,N) = A(M,Kg) · B(Kg,N) whose
+// operands are never materialized: the slab loaders compute each element's address on the fly (zero
+// where a tap falls into the padding), and the epilogue scatters C to its NCHW / KCRS place.
+//
+//   pass             M     N          Kg         A(m, kg)                    B(kg, n)                     C(m, n) ->
+//   forward          K     N·P·Q      C·R·S      w[k=m, (c,r,s)=kg]          x[n, c, p·st−pad+r, ...]     y[n,k=m,p,q]
+//   backward_data    C     N·H·W      K·R·S      w[k, c=m, r, s]             dy[n, k, (h+pad−r)/st, ...]  dx[n,c=m,h,w]
+//   backward_weight  K     C·R·S      N·P·Q      dy[n, k=m, p, q]            x[n, c, p·st−pad+r, ...]     dw[k=m,crs]
+// The output channels are M (the short side) and pixels N, so consecutive GEMM columns are consecutive
+// pixels of one image: the gathers of x / dy and the NCHW stores run along rows of the images. In
+// backward_data a tap (r,s) lands on an output only where (h+pad−r) and (w+pad−s) are multiples of the
+// stride and inside [0,P)×[0,Q); the others load 0 (for stride 1 every in-range tap lands).
+//
+// Tiling: the tile configurations and the microkernel of the SIMT GEMM (kernels/cuda/gemm_tile.cuh):
+// a block owns a BM×BN tile of C, walks Kg in BK = 16 slabs held in shared memory as As[k][m] and
+// Bs[k][n], two stages, the next slab's global loads in registers while the current one is multiplied
+// (one __syncthreads per slab), TM×TN accumulators per thread. Only the loaders differ from gemm.cu:
+//   thread t loads the slab column kl = t % BK and rows t / BK + j·(threads/BK), j < BM·BK/threads (A) and
+//   BN·BK/threads (B). Per slab a thread decodes its one Kg index kl + k0 once (k_info: two fast divisions);
+//   the per-column decode of the tile's N indices (pixel or (c,r,s)) is done once per block into a small
+//   shared table `columns` (column()); each element is then an add, two unsigned range compares and a load.
+//   Configurations: Medium 64×64 (8×4 per thread, 128 threads), Narrow 32×64 (4×4, 128 threads), Small 32×32
+//   (4×4, 64 threads). Plan (choose_plan): Medium if M > 32 and it yields >= kTargetBlocks tiles, else Narrow
+//   if N > 32 and it does, else Small; when Small gives fewer than kTargetBlocks tiles, Kg is split over S
+//   blocks (S a power of two <= kMaxSplit, each keeping >= kMinSlabsPerSplit slabs) until tiles·S reaches
+//   kTargetBlocks. The plan depends on (M, N, Kg) only, not on the device: the same bits on every GPU.
+//
+// Split-K and determinism: with S > 1, block z of the grid sums Kg slabs [z·L, (z+1)·L) (L = ceil(slabs/S)),
+// k ascending, and writes its raw partial tile to workspace[z][m][n] (all S blocks write, an empty range
+// writes zeros); then conv_split_reduce_kernel sums, for each output, the S partials in a fixed tree:
+// thread row g < G = min(S, 32) adds partials g, g+G, g+2G, ... in order, then row 0 adds the G results
+// g ascending, and applies the epilogue. No atomics; the same inputs give the same bits run to run.
+// dbias (backward_weight) = row sums of A = dY: the blocks of tile column 0 add their As slabs, k ascending
+// (zero-filled past Kg), into one register per tile row, written directly or as the split's partial row
+// workspace[z][M·N + m], reduced with the tile.
+//
+// Workspace: S·(M·N) floats for the pass that splits (+M for backward_weight's bias rows); the query returns
+// the maximum over the three passes and every batch size n' <= n. Indices are 32-bit: tensors must hold
+// fewer than 2^31 elements (checked).
+#include "kernels/conv.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/gemm_tile.cuh"
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+using gemm_tile::col_step;
+using gemm_tile::multiply_slab;
+using gemm_tile::row_step;
+using gemm_tile::TileConfig;
+
+using ConvMedium = TileConfig<64, 64, 16, 8, 4, 4>;  // 128 threads, 17.4 KB smem
+using ConvNarrow = TileConfig<32, 64, 16, 4, 4, 4>;  // 128 threads, 13.3 KB
+using ConvSmall = TileConfig<32, 32, 16, 4, 4, 8>;   //  64 threads,  9.2 KB
+
+constexpr int kBK = 16;                // every configuration's slab depth
+constexpr int64_t kTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H200; fixed, so plans are device-free
+constexpr int kMaxSplit = 256;
+constexpr int kMinSlabsPerSplit = 4;   // >= 64 products per output per split block
+constexpr int kInvalid = -(1 << 30);   // an image coordinate that fails every range check, even doubled
+constexpr int kReduceRows = 32;        // reduce kernel: up to 32 partial streams per output
+
+// x / d and x % d for 0 <= x < 2^31 with a multiply and a shift (d fixed per launch; d <= 0 acts as 1).
+// The magic number: m = ceil(2^(31+l) / d), l = ceil(log2 d), quotient = umulhi(x, m) >> (l − 1).
+struct FastDivmod {
+  int d = 1;
+  unsigned mul = 0, shr = 0;
+
+  FastDivmod() = default;
+  explicit FastDivmod(int divisor) : d(std::max(divisor, 1)) {
+    if (d == 1) return;
+    unsigned l = 0;
+    while ((1u << l) < static_cast<unsigned>(d)) ++l;
+    const unsigned p = 31u + l;
+    mul = static_cast<unsigned>(((uint64_t(1) << p) + static_cast<unsigned>(d) - 1) / static_cast<unsigned>(d));
+    shr = p - 32u;
+  }
+  __device__ __forceinline__ int div(int x) const {
+    return d == 1 ? x : static_cast<int>(__umulhi(static_cast<unsigned>(x), mul) >> shr);
+  }
+  __device__ __forceinline__ void divmod(int x, int& q, int& r) const {
+    q = div(x);
+    r = x - q * d;
+  }
+};
+
+// Everything a kernel needs, by value.
+struct ConvArgs {
+  int n, c, h, w, k, r, s, stride, pad, p, q;  // the convolution
+  int hw, pq, rs, chw, kpq;                    // products used in the indexing
+  int M, N, K;                                 // the pass's GEMM (K = Kg)
+  int split, slabs_per_split;                  // split-K: S and L (S == 1: no split)
+  int partial_stride;                          // floats per split in the workspace
+  const float* a_src;                          // forward: w   backward_data: w   backward_weight: dy
+  const float* b_src;                          // forward: x   backward_data: dy  backward_weight: x
+  const float* bias;                           // forward, nullable
+  float* out;                                  // y, dx or dw
+  float* out_rows;                             // backward_weight: dbias, nullable
+  float* partial;                              // workspace (split > 1)
+  FastDivmod by_rs, by_s, by_pq, by_q, by_hw, by_w, by_n;
+};
+
+// 0 <= v < limit, in one unsigned compare (a negative v wraps to a huge unsigned value).
+__device__ __forceinline__ bool inside(int v, int limit) {
+  return static_cast<unsigned>(v) < static_cast<unsigned>(limit);
+}
+
+// ---- the three passes: operand gathers and epilogues -----------------------------------------------------
+// k_info(kg): what a thread needs about its Kg index for this slab. column(n): the per-block table entry of
+// GEMM column n (int4). load_a / load_b: one operand element, 0 outside. store: C(m, n) to its place.
+
+struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
+  static constexpr bool kRowSums = false;
+  struct KInfo {
+    int kg, off, r, s;  // off = c·H·W + r·W + s
+  };
+  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
+    KInfo ki{kg, 0, kInvalid, kInvalid};
+    if (kg < a.K) {
+      int c, rs, r, s;
+      a.by_rs.divmod(kg, c, rs);
+      a.by_s.divmod(rs, r, s);
+      ki.off = c * a.hw + r * a.w + s, ki.r = r, ki.s = s;
+    }
+    return ki;
+  }
+  // pixel (img, p, q): {x offset of its (0,0) tap, h0 = p·st − pad, w0 = q·st − pad, y offset of channel 0}
+  __device__ static int4 column(const ConvArgs& a, int col) {
+    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
+    int img, pq, oh, ow;
+    a.by_pq.divmod(col, img, pq);
+    a.by_q.divmod(pq, oh, ow);
+    const int h0 = oh * a.stride - a.pad, w0 = ow * a.stride - a.pad;
+    return make_int4(img * a.chw + h0 * a.w + w0, h0, w0, img * a.kpq + pq);
+  }
+  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // w (K, C·R·S)
+    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[m * a.K + ki.kg]) : 0.f;
+  }
+  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
+    const int ih = col.y + ki.r, iw = col.z + ki.s;
+    return inside(ih, a.h) && inside(iw, a.w) ? __ldg(&a.b_src[col.x + ki.off]) : 0.f;
+  }
+  __device__ static float finish(const ConvArgs& a, int m, float v) { return a.bias ? v + __ldg(&a.bias[m]) : v; }
+  __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
+    a.out[col.w + m * a.pq] = finish(a, m, v);  // y[img, m, pq]
+  }
+  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) {
+    int img, pq;
+    a.by_pq.divmod(n, img, pq);
+    a.out[img * a.kpq + m * a.pq + pq] = finish(a, m, v);
+  }
+};
+
+struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k, tap)
+  static constexpr bool kRowSums = false;
+  struct KInfo {
+    int kg, w_off, dy_off, r, s;  // w_off = k·C·R·S + r·S + s (w index of channel 0), dy_off = k·P·Q
+  };
+  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
+    KInfo ki{kg, 0, 0, 0, 0};
+    if (kg < a.K) {
+      int k, rs;
+      a.by_rs.divmod(kg, k, rs);
+      a.by_s.divmod(rs, ki.r, ki.s);
+      ki.w_off = k * a.c * a.rs + rs, ki.dy_off = k * a.pq;
+    }
+    return ki;
+  }
+  // input pixel (img, h, w): {dy offset of image img, h + pad, w + pad, dx offset of channel 0}
+  __device__ static int4 column(const ConvArgs& a, int col) {
+    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
+    int img, hw, ih, iw;
+    a.by_hw.divmod(col, img, hw);
+    a.by_w.divmod(hw, ih, iw);
+    return make_int4(img * a.kpq, ih + a.pad, iw + a.pad, img * a.chw + hw);
+  }
+  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // w[k, c = m, r, s]
+    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[ki.w_off + m * a.rs]) : 0.f;
+  }
+  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // dy
+    int oh = col.y - ki.r, ow = col.z - ki.s;  // = p·stride, q·stride if the tap lands on an output
+    if (a.stride != 1) {
+      if (oh < 0 || ow < 0 || oh % a.stride != 0 || ow % a.stride != 0) return 0.f;
+      oh /= a.stride, ow /= a.stride;
+    }
+    const bool lands = ki.kg < a.K && inside(oh, a.p) && inside(ow, a.q);
+    return lands ? __ldg(&a.b_src[col.x + ki.dy_off + oh * a.q + ow]) : 0.f;
+  }
+  __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
+    a.out[col.w + m * a.hw] = v;  // dx[img, c = m, h, w]
+  }
+  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) {
+    int img, hw;
+    a.by_hw.divmod(n, img, hw);
+    a.out[img * a.chw + m * a.hw + hw] = v;
+  }
+};
+
+struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output pixel)
+  static constexpr bool kRowSums = true;  // dbias = row sums of A = dy
+  struct KInfo {
+    int kg, dy_off, x_off, h0, w0;  // dy_off = img·K·P·Q + pq; x_off = img·C·H·W + h0·W + w0
+  };
+  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
+    KInfo ki{kg, 0, 0, kInvalid, kInvalid};
+    if (kg < a.K) {
+      int img, pq, oh, ow;
+      a.by_pq.divmod(kg, img, pq);
+      a.by_q.divmod(pq, oh, ow);
+      ki.h0 = oh * a.stride - a.pad, ki.w0 = ow * a.stride - a.pad;
+      ki.dy_off = img * a.kpq + pq, ki.x_off = img * a.chw + ki.h0 * a.w + ki.w0;
+    }
+    return ki;
+  }
+  // tap (c, r, s): {c·H·W + r·W + s, r, s, unused}
+  __device__ static int4 column(const ConvArgs& a, int col) {
+    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
+    int c, rs, r, s;
+    a.by_rs.divmod(col, c, rs);
+    a.by_s.divmod(rs, r, s);
+    return make_int4(c * a.hw + r * a.w + s, r, s, 0);
+  }
+  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // dy[img, k = m, pq]
+    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[ki.dy_off + m * a.pq]) : 0.f;
+  }
+  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
+    const int ih = ki.h0 + col.y, iw = ki.w0 + col.z;
+    return inside(ih, a.h) && inside(iw, a.w) ? __ldg(&a.b_src[ki.x_off + col.x]) : 0.f;
+  }
+  __device__ static void store(const ConvArgs& a, int m, int n, const int4&, float v) { a.out[m * a.N + n] = v; }
+  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
+};
+
+// ---- the implicit-GEMM kernel ------------------------------------------------------------------------------
+
+// grid (tiles_n, tiles_m, S): block (x, y, z) computes C tile (y, x) over the z-th share of Kg.
+// smem: two stages of As[BK][BM+4], Bs[BK][BN+4] and the BN-entry column table.
+template <class Cfg, class Pass>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a) {
+  begin_dependent_kernel();
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
+  constexpr int kRowStep = kThreads / BK;                      // rows between one thread's slab elements
+  constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;  // slab elements per thread
+  static_assert(BK == kBK && kThreads % BK == 0 && BM % kRowStep == 0 && BN % kRowStep == 0,
+                "conv loaders: each thread loads one slab column, threads/BK rows apart");
+  __shared__ __align__(16) float smem[Cfg::kPipelineFloats];
+  __shared__ int4 columns[BN];
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, split = blockIdx.z;
+  for (int i = threadIdx.x; i < BN; i += kThreads) columns[i] = Pass::column(a, n0 + i);
+  __syncthreads();
+
+  const int kl = threadIdx.x % BK, rl = threadIdx.x / BK;  // this thread's slab column and first row
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int a_off = (warp / Cfg::kWarpsN) * Cfg::WM + (lane / Cfg::kLaneCols) * 4;
+  const int b_off = (warp % Cfg::kWarpsN) * Cfg::WN + (lane % Cfg::kLaneCols) * 4;
+
+  const int slabs_total = (a.K + BK - 1) / BK;
+  const int slab_begin = min(split * a.slabs_per_split, slabs_total);
+  const int n_slabs = min(slab_begin + a.slabs_per_split, slabs_total) - slab_begin;
+
+  const bool row_sums = Pass::kRowSums && a.out_rows != nullptr && blockIdx.x == 0 && threadIdx.x < BM;
+  float row_sum = 0.f;
+
+  float acc[Cfg::TM][Cfg::TN];
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = 0.f;
+
+  float a_next[kElemsA], b_next[kElemsB];
+  auto load_slab = [&](int slab) {
+    const auto ki = Pass::k_info(a, slab * BK + kl);
+#pragma unroll
+    for (int j = 0; j < kElemsA; ++j) a_next[j] = Pass::load_a(a, ki, m0 + rl + j * kRowStep);
+#pragma unroll
+    for (int j = 0; j < kElemsB; ++j) b_next[j] = Pass::load_b(a, ki, columns[rl + j * kRowStep]);
+  };
+  auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
+  auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BK * Cfg::kLdA; };
+  auto store_slab = [&](int st) {
+    float* As = stage_a(st);
+    float* Bs = stage_b(st);
+#pragma unroll
+    for (int j = 0; j < kElemsA; ++j) As[kl * Cfg::kLdA + rl + j * kRowStep] = a_next[j];
+#pragma unroll
+    for (int j = 0; j < kElemsB; ++j) Bs[kl * Cfg::kLdB + rl + j * kRowStep] = b_next[j];
+  };
+
+  if (n_slabs > 0) {
+    load_slab(slab_begin);
+    store_slab(0);
+  }
+  __syncthreads();
+
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) load_slab(slab_begin + t + 1);  // global loads in flight while this slab is multiplied
+    const float* As = stage_a(cur);
+    if (row_sums) {
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) row_sum += As[kk * Cfg::kLdA + threadIdx.x];
+    }
+    multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off);
+    if (has_next) store_slab(cur ^ 1);  // the other stage was last read before the previous barrier
+    __syncthreads();
+  }
+
+  if (a.split == 1) {
+#pragma unroll
+    for (int i = 0; i < Cfg::TM; ++i) {
+      const int m = m0 + a_off + row_step<Cfg>(i);
+      if (m >= a.M) continue;
+#pragma unroll
+      for (int j = 0; j < Cfg::TN; ++j) {
+        const int cl = b_off + col_step<Cfg>(j);
+        if (n0 + cl < a.N) Pass::store(a, m, n0 + cl, columns[cl], acc[i][j]);
+      }
+    }
+    if (row_sums && m0 + threadIdx.x < a.M) a.out_rows[m0 + threadIdx.x] = row_sum;
+  } else {
+    float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // (M, N) row-major, then M rows
+#pragma unroll
+    for (int i = 0; i < Cfg::TM; ++i) {
+      const int m = m0 + a_off + row_step<Cfg>(i);
+      if (m >= a.M) continue;
+#pragma unroll
+      for (int j = 0; j < Cfg::TN; ++j) {
+        const int n = n0 + b_off + col_step<Cfg>(j);
+        if (n < a.N) part[static_cast<size_t>(m) * a.N + n] = acc[i][j];
+      }
+    }
+    if (row_sums && m0 + threadIdx.x < a.M) part[static_cast<size_t>(a.M) * a.N + m0 + threadIdx.x] = row_sum;
+  }
+}
+
+// Split-K reduction: block (32, G) handles 32 consecutive outputs e of the flattened (M·N [+ M]) result.
+// Thread (e, g) sums partials g, g+G, ... (ascending); row g = 0 then adds the G sums g ascending.
+template <class Pass>
+__global__ void __launch_bounds__(32 * kReduceRows) conv_split_reduce_kernel(ConvArgs a, int total) {
+  begin_dependent_kernel();
+  __shared__ float sums[kReduceRows][33];
+  const int e = blockIdx.x * 32 + threadIdx.x, g = threadIdx.y, rows = blockDim.y;
+  float v = 0.f;
+  if (e < total) {
+    for (int z = g; z < a.split; z += rows) v += a.partial[static_cast<size_t>(z) * a.partial_stride + e];
+  }
+  sums[g][threadIdx.x] = v;
+  __syncthreads();
+  if (g != 0 || e >= total) return;
+  float sum = sums[0][threadIdx.x];
+  for (int i = 1; i < rows; ++i) sum += sums[i][threadIdx.x];
+  const int mn = a.M * a.N;
+  if (e >= mn) {  // backward_weight's bias rows
+    a.out_rows[e - mn] = sum;
+    return;
+  }
+  int m, n;
+  a.by_n.divmod(e, m, n);
+  Pass::store_flat(a, m, n, sum);
+}
+
+// ---- launchers -----------------------------------------------------------------------------------------------
+
+enum class Tile { medium, narrow, small };
+
+struct Plan {
+  Tile tile = Tile::small;
+  int split = 1;
+};
+
+int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
+  return ((M + bm - 1) / bm) * std::max<int64_t>((N + bn - 1) / bn, 1);
+}
+
+Plan choose_plan(int M, int N, int K) {
+  if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
+  if (N > ConvSmall::BN && tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN) >= kTargetBlocks) return {Tile::narrow, 1};
+  Plan plan{Tile::small, 1};
+  const int64_t tiles = tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
+  const int64_t slabs = (int64_t(K) + kBK - 1) / kBK;
+  while (plan.split * 2 <= kMaxSplit && tiles * plan.split < kTargetBlocks &&
+         slabs >= int64_t(plan.split) * 2 * kMinSlabsPerSplit)
+    plan.split *= 2;
+  return plan;
+}
+
+// The three GEMMs of a shape.
+struct PassGemm {
+  int M, N, K;
+};
+PassGemm forward_gemm(const Conv2dShape& s) { return {s.k, s.n * s.p() * s.q(), s.c * s.r * s.s}; }
+PassGemm backward_data_gemm(const Conv2dShape& s) { return {s.c, s.n * s.h * s.w, s.k * s.r * s.s}; }
+PassGemm backward_weight_gemm(const Conv2dShape& s) { return {s.k, s.c * s.r * s.s, s.n * s.p() * s.q()}; }
+
+size_t split_floats(const PassGemm& g, int extra_rows) {
+  if (g.M == 0 || g.N + extra_rows == 0) return 0;
+  const Plan plan = choose_plan(g.M, g.N, g.K);
+  return plan.split > 1 ? size_t(plan.split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
+}
+
+size_t workspace_for(const Conv2dShape& s) {
+  return std::max({split_floats(forward_gemm(s), 0), split_floats(backward_data_gemm(s), 0),
+                   split_floats(backward_weight_gemm(s), s.k)});
+}
+
+void check_shape(const Conv2dShape& s) {
+  NT_CHECK(s.n >= 0 && s.c >= 0 && s.h >= 0 && s.w >= 0 && s.k >= 0 && s.r >= 0 && s.s >= 0,
+           "conv2d: negative size in shape");
+  NT_CHECK(s.stride >= 1 && s.pad >= 0, "conv2d: stride ", s.stride, " / pad ", s.pad, " out of range");
+  constexpr int64_t kMax = (int64_t(1) << 31) - 64;  // 32-bit indexing, with room for a slab past the end
+  const int64_t x = int64_t(s.n) * s.c * s.h * s.w, y = int64_t(s.n) * s.k * s.p() * s.q();
+  const int64_t wts = int64_t(s.k) * s.c * s.r * s.s;
+  NT_CHECK(x < kMax && y < kMax && wts < kMax, "conv2d: tensors of 2^31 elements or more are not supported");
+}
+
+ConvArgs make_args(const Conv2dShape& s, const PassGemm& g) {
+  ConvArgs a{};
+  a.n = s.n, a.c = s.c, a.h = s.h, a.w = s.w, a.k = s.k, a.r = s.r, a.s = s.s, a.stride = s.stride, a.pad = s.pad;
+  a.p = s.p(), a.q = s.q();
+  a.hw = s.h * s.w, a.pq = a.p * a.q, a.rs = s.r * s.s, a.chw = s.c * a.hw, a.kpq = s.k * a.pq;
+  a.M = g.M, a.N = g.N, a.K = g.K;
+  a.by_rs = FastDivmod(a.rs), a.by_s = FastDivmod(s.s), a.by_pq = FastDivmod(a.pq), a.by_q = FastDivmod(a.q);
+  a.by_hw = FastDivmod(a.hw), a.by_w = FastDivmod(s.w), a.by_n = FastDivmod(g.N);
+  return a;
+}
+
+template <class Cfg, class Pass>
+void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost, const ConvArgs& a) {
+  const dim3 grid(static_cast<unsigned>(std::max((a.N + Cfg::BN - 1) / Cfg::BN, 1)),
+                  static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(a.split));
+  launch(exec, name, cost, conv_gemm_kernel<Cfg, Pass>, grid, dim3(Cfg::kThreads), 0, a);
+}
+
+// Runs one pass: the GEMM kernel, then (split > 1) the reduction. rows: the bias rows written (0 or M).
+template <class Pass>
+void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
+              double bytes, float* workspace) {
+  const Plan plan = choose_plan(a.M, a.N, a.K);
+  const int slabs = (a.K + kBK - 1) / kBK;
+  a.split = plan.split;
+  a.slabs_per_split = (slabs + plan.split - 1) / plan.split;
+  a.partial_stride = a.M * a.N + rows;
+  a.partial = workspace;
+  NT_CHECK(plan.split == 1 || workspace != nullptr, name, ": needs a workspace (conv2d_workspace_floats)");
+  const profile::OpCost cost{bytes, flops};
+  switch (plan.tile) {
+    case Tile::medium: launch_tile<ConvMedium, Pass>(exec, name, cost, a); break;
+    case Tile::narrow: launch_tile<ConvNarrow, Pass>(exec, name, cost, a); break;
+    case Tile::small: launch_tile<ConvSmall, Pass>(exec, name, cost, a); break;
+  }
+  if (plan.split == 1) return;
+  const int total = a.partial_stride;
+  const int g = std::min(plan.split, kReduceRows);
+  const profile::OpCost reduce_cost{4.0 * total * (plan.split + 1), double(total) * plan.split};
+  launch(exec, reduce_name, reduce_cost, conv_split_reduce_kernel<Pass>,
+         dim3(static_cast<unsigned>((total + 31) / 32)), dim3(32, static_cast<unsigned>(g)), 0, a, total);
+}
+
+double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
+double conv_bytes(const Conv2dShape& s) {
+  return 4.0 * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * s.p() * s.q());
+}
+
+}  // namespace
+
+size_t conv2d_workspace_floats(const Conv2dShape& s) {
+  check_shape(s);
+  size_t most = 0;  // a layer plans with its full batch and may run any smaller one
+  for (int n = 1; n <= s.n; ++n) {
+    Conv2dShape t = s;
+    t.n = n;
+    most = std::max(most, workspace_for(t));
+  }
+  return most;
+}
+
+void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                    float* y, float* workspace) {
+  check_shape(s);
+  const PassGemm g = forward_gemm(s);
+  if (g.M == 0 || g.N == 0) return;  // y is empty
+  ConvArgs a = make_args(s, g);
+  a.a_src = w, a.b_src = x, a.bias = bias, a.out = y;
+  run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
+                        workspace);
+}
+
+void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
+                          float* workspace) {
+  check_shape(s);
+  const PassGemm g = backward_data_gemm(s);
+  if (g.M == 0 || g.N == 0) return;  // dx is empty
+  ConvArgs a = make_args(s, g);
+  a.a_src = w, a.b_src = dy, a.out = dx;
+  run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, conv_flops(s),
+                             conv_bytes(s), workspace);
+}
+
+void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                            float* dbias, float* workspace) {
+  check_shape(s);
+  const PassGemm g = backward_weight_gemm(s);
+  if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
+  ConvArgs a = make_args(s, g);
+  a.a_src = dy, a.b_src = x, a.out = dw, a.out_rows = dbias;
+  run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a,
+                               dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
+}
+
+}  // namespace nt::kernels::cuda

@@ -1,0 +1,215 @@
+// CPU tests of the conv2d family (kernels/conv.h): the three passes in f32 and f64 against a direct
+// convolution written from the definition in double, over strides 1-3, paddings 0-2, 1x1 / 3x3 / 5x5 and
+// non-square kernels, odd sizes and rows longer than the CPU's column chunk; with and without bias; zero
+// sizes; and bit-identical results on one thread and on a pool.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/conv.h"
+#include "kernels/cpu/thread_pool.h"
+#include "support/test_support.h"
+
+namespace nt::test {
+namespace {
+
+using kernels::Conv2dShape;
+using kernels::Exec;
+
+Conv2dShape shape(int n, int c, int h, int w, int k, int r, int s, int stride, int pad) {
+  Conv2dShape sh;
+  sh.n = n, sh.c = c, sh.h = h, sh.w = w, sh.k = k, sh.r = r, sh.s = s, sh.stride = stride, sh.pad = pad;
+  return sh;
+}
+
+size_t x_size(const Conv2dShape& s) { return size_t(s.n) * s.c * s.h * s.w; }
+size_t w_size(const Conv2dShape& s) { return size_t(s.k) * s.c * s.r * s.s; }
+size_t y_size(const Conv2dShape& s) { return size_t(s.n) * s.k * s.p() * s.q(); }
+
+// ---- the reference: the definition, in double -------------------------------------------------------------
+
+struct Reference {
+  std::vector<double> y, dx, dw, dbias;
+};
+
+// y from the gather form; dx and dw from the scatter form (every (n,k,p,q,c,r,s) product added to its
+// place), so that the reference shares no index algebra with the op's loops.
+Reference reference(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                    const std::vector<float>* bias, const std::vector<float>& dy) {
+  const int P = s.p(), Q = s.q();
+  Reference ref;
+  ref.y.assign(y_size(s), 0.0);
+  ref.dx.assign(x_size(s), 0.0);
+  ref.dw.assign(w_size(s), 0.0);
+  ref.dbias.assign(size_t(s.k), 0.0);
+  auto X = [&](int n, int c, int h, int ww) { return size_t(((n * s.c + c) * s.h + h) * s.w + ww); };
+  auto W = [&](int k, int c, int r, int t) { return size_t(((k * s.c + c) * s.r + r) * s.s + t); };
+  auto Y = [&](int n, int k, int p, int q) { return size_t(((n * s.k + k) * P + p) * Q + q); };
+  for (int n = 0; n < s.n; ++n)
+    for (int k = 0; k < s.k; ++k)
+      for (int p = 0; p < P; ++p)
+        for (int q = 0; q < Q; ++q) {
+          double acc = bias ? double((*bias)[k]) : 0.0;
+          const double g = dy[Y(n, k, p, q)];
+          ref.dbias[k] += g;
+          for (int c = 0; c < s.c; ++c)
+            for (int r = 0; r < s.r; ++r)
+              for (int t = 0; t < s.s; ++t) {
+                const int h = p * s.stride - s.pad + r, ww = q * s.stride - s.pad + t;
+                if (h < 0 || h >= s.h || ww < 0 || ww >= s.w) continue;
+                acc += double(x[X(n, c, h, ww)]) * double(w[W(k, c, r, t)]);
+                ref.dx[X(n, c, h, ww)] += g * double(w[W(k, c, r, t)]);
+                ref.dw[W(k, c, r, t)] += g * double(x[X(n, c, h, ww)]);
+              }
+          ref.y[Y(n, k, p, q)] = acc;
+        }
+  return ref;
+}
+
+// f64 results against the reference: the op sums the same products in double in another order.
+void require_close_f64(const std::vector<double>& got, const std::vector<double>& want, int terms) {
+  REQUIRE(got.size() == want.size());
+  double scale = 0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  const double allowed = 1e-300 + 8.0 * std::sqrt(double(std::max(terms, 1))) * std::ldexp(1.0, -52) * scale;
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i] << ", allowed " << allowed);
+    REQUIRE(std::abs(got[i] - want[i]) <= allowed);  // NaN fails
+  }
+}
+
+std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+// Runs the three passes in f32 and f64 and checks each against the reference.
+void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
+  INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
+            << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias);
+  const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), bias = random_floats(size_t(s.k));
+  const auto dy = random_floats(y_size(s));
+  const Reference ref = reference(s, x, w, with_bias ? &bias : nullptr, dy);
+  const int k_fwd = s.c * s.r * s.s, k_data = s.k * s.r * s.s, k_weight = s.n * s.p() * s.q();
+
+  auto y = poisoned(y_size(s)), dx = poisoned(x_size(s)), dw = poisoned(w_size(s)), db = poisoned(size_t(s.k));
+  kernels::conv2d_forward(exec, s, x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), nullptr);
+  kernels::conv2d_backward_data(exec, s, dy.data(), w.data(), dx.data(), nullptr);
+  kernels::conv2d_backward_weight(exec, s, x.data(), dy.data(), dw.data(), with_bias ? db.data() : nullptr, nullptr);
+  NT_REQUIRE_CLOSE(y, ref.y, fp32_dot(k_fwd));
+  NT_REQUIRE_CLOSE(dx, ref.dx, fp32_dot(k_data));
+  NT_REQUIRE_CLOSE(dw, ref.dw, fp32_dot(k_weight));
+  if (with_bias) NT_REQUIRE_CLOSE(db, ref.dbias, fp32_dot(k_weight));
+
+  const auto xd = to_double(x), wd = to_double(w), bd = to_double(bias), dyd = to_double(dy);
+  const double nan = std::nan("");
+  std::vector<double> y64(y_size(s), nan), dx64(x_size(s), nan), dw64(w_size(s), nan), db64(size_t(s.k), nan);
+  kernels::conv2d_forward(exec, s, xd.data(), wd.data(), with_bias ? bd.data() : nullptr, y64.data(), nullptr);
+  kernels::conv2d_backward_data(exec, s, dyd.data(), wd.data(), dx64.data(), nullptr);
+  kernels::conv2d_backward_weight(exec, s, xd.data(), dyd.data(), dw64.data(), with_bias ? db64.data() : nullptr,
+                                  nullptr);
+  require_close_f64(y64, ref.y, k_fwd);
+  require_close_f64(dx64, ref.dx, k_data);
+  require_close_f64(dw64, ref.dw, k_weight);
+  if (with_bias) require_close_f64(db64, ref.dbias, k_weight);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+const std::vector<Conv2dShape>& shapes() {
+  static const std::vector<Conv2dShape> all = {
+      shape(3, 5, 7, 9, 6, 3, 3, 1, 1),   // odd sizes, 3x3 same padding
+      shape(3, 5, 7, 9, 6, 3, 3, 1, 0),   // valid
+      shape(3, 5, 7, 9, 6, 3, 3, 1, 2),   // pad larger than needed
+      shape(3, 5, 7, 9, 6, 3, 3, 2, 0),   // stride 2
+      shape(3, 5, 7, 9, 6, 3, 3, 2, 1),
+      shape(3, 5, 8, 9, 6, 3, 3, 2, 2),
+      shape(2, 5, 7, 9, 6, 5, 5, 1, 2),   // 5x5
+      shape(2, 5, 9, 11, 6, 5, 5, 2, 1),
+      shape(3, 5, 7, 9, 6, 1, 1, 1, 0),   // 1x1
+      shape(3, 5, 7, 9, 6, 1, 1, 2, 0),   // 1x1 stride 2 (skips pixels)
+      shape(2, 3, 6, 7, 4, 2, 3, 3, 1),   // non-square kernel, stride 3
+      shape(1, 2, 3, 150, 3, 3, 3, 1, 1), // rows longer than the CPU's 64-column chunk
+      shape(2, 3, 2, 2, 5, 3, 3, 1, 2),   // image smaller than the kernel, padded
+      shape(2, 1, 28, 28, 8, 3, 3, 1, 1), // the cnn's first conv (fewer channels)
+      shape(2, 9, 14, 14, 10, 3, 3, 1, 1),
+  };
+  return all;
+}
+
+TEST_CASE("conv2d matches the direct definition in f32 and f64", "[cpu][conv]") {
+  Exec exec;
+  for (const auto& s : shapes()) {
+    check_shape(exec, s, false);
+    check_shape(exec, s, true);
+  }
+}
+
+TEST_CASE("conv2d runs on a pool with results identical to one thread", "[cpu][conv]") {
+  kernels::ThreadPool pool(2);
+  Exec serial, pooled;
+  pooled.pool = &pool;
+  for (const auto& s : {shape(3, 5, 7, 9, 6, 3, 3, 1, 1), shape(2, 32, 14, 14, 64, 3, 3, 1, 1),
+                        shape(4, 1, 28, 28, 32, 3, 3, 1, 1), shape(3, 6, 9, 7, 5, 5, 5, 2, 2)}) {
+    INFO("c=" << s.c << " k=" << s.k);
+    const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), bias = random_floats(size_t(s.k));
+    const auto dy = random_floats(y_size(s));
+    std::vector<float> y[2], dx[2], dw[2], db[2];
+    const Exec* execs[2] = {&serial, &pooled};
+    for (int i = 0; i < 2; ++i) {
+      y[i] = poisoned(y_size(s)), dx[i] = poisoned(x_size(s)), dw[i] = poisoned(w_size(s)),
+      db[i] = poisoned(size_t(s.k));
+      kernels::conv2d_forward(*execs[i], s, x.data(), w.data(), bias.data(), y[i].data(), nullptr);
+      kernels::conv2d_backward_data(*execs[i], s, dy.data(), w.data(), dx[i].data(), nullptr);
+      kernels::conv2d_backward_weight(*execs[i], s, x.data(), dy.data(), dw[i].data(), db[i].data(), nullptr);
+    }
+    CHECK(same_bits(y[0], y[1]));
+    CHECK(same_bits(dx[0], dx[1]));
+    CHECK(same_bits(dw[0], dw[1]));
+    CHECK(same_bits(db[0], db[1]));
+    CHECK(std::none_of(y[1].begin(), y[1].end(), [](float v) { return std::isnan(v); }));
+  }
+}
+
+TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs touch nothing", "[cpu][conv]") {
+  Exec exec;
+  SECTION("no output pixels: dx = 0, dw = 0, dbias = 0, y untouched") {
+    const auto s = shape(2, 3, 2, 2, 4, 3, 3, 1, 0);  // P = Q = 0
+    REQUIRE(s.p() == 0);
+    const auto x = random_floats(x_size(s)), w = random_floats(w_size(s));
+    auto dx = poisoned(x_size(s)), dw = poisoned(w_size(s)), db = poisoned(4);
+    kernels::conv2d_forward(exec, s, x.data(), w.data(), nullptr, nullptr, nullptr);
+    kernels::conv2d_backward_data(exec, s, nullptr, w.data(), dx.data(), nullptr);
+    kernels::conv2d_backward_weight(exec, s, x.data(), nullptr, dw.data(), db.data(), nullptr);
+    CHECK(std::all_of(dx.begin(), dx.end(), [](float v) { return v == 0.f; }));
+    CHECK(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.f; }));
+    CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == 0.f; }));
+  }
+  SECTION("no input channels: y = bias, dbias still summed") {
+    const auto s = shape(2, 0, 4, 4, 3, 3, 3, 1, 1);
+    const auto bias = random_floats(3), dy = random_floats(y_size(s));
+    auto y = poisoned(y_size(s)), db = poisoned(3);
+    kernels::conv2d_forward(exec, s, nullptr, nullptr, bias.data(), y.data(), nullptr);
+    kernels::conv2d_backward_weight(exec, s, nullptr, dy.data(), nullptr, db.data(), nullptr);
+    for (size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == bias[(i / 16) % 3]);
+    for (int k = 0; k < 3; ++k) {
+      double want = 0;
+      for (int n = 0; n < 2; ++n)
+        for (int i = 0; i < 16; ++i) want += dy[size_t((n * 3 + k) * 16 + i)];
+      REQUIRE(std::abs(db[size_t(k)] - want) <= 1e-5);
+    }
+  }
+  SECTION("batch 0 leaves everything untouched") {
+    const auto s = shape(0, 3, 5, 5, 4, 3, 3, 1, 1);
+    auto dw = poisoned(w_size(s));
+    std::vector<float> w = random_floats(w_size(s));
+    kernels::conv2d_forward(exec, s, nullptr, w.data(), nullptr, nullptr, nullptr);
+    kernels::conv2d_backward_data(exec, s, nullptr, w.data(), nullptr, nullptr);
+    kernels::conv2d_backward_weight(exec, s, nullptr, nullptr, dw.data(), nullptr, nullptr);
+    CHECK(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.f; }));  // an empty sum is 0
+  }
+  CHECK(kernels::conv2d_workspace_floats(kernels::Backend::cpu, shape(64, 32, 14, 14, 64, 3, 3, 1, 1)) == 0);
+}
+
+}  // namespace
+}  // namespace nt::test
