@@ -6,11 +6,33 @@
 //   v = momentum * v + g          (v starts at 0, so the first v is g, as PyTorch's clone of g)
 //   p = p - lr * (momentum != 0 ? v : g)
 // velocity may be nullptr when momentum == 0.
+//
+// Adam / AdamW, PyTorch semantics (torch.optim.Adam / AdamW; amsgrad, maximize, foreach, capturable off):
+//   Adam:  g = grad + weight_decay * p                 AdamW (decoupled): p = p * (1 - lr*weight_decay), g = grad
+//   m = m.lerp(g, 1 - beta1)                           (= beta1*m + (1-beta1)*g)
+//   v = beta2 * v + (1 - beta2) * g * g
+//   bc1 = 1 - beta1^t     bc2 = 1 - beta2^t            (in double, from the step t)
+//   p = p - (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// The step t comes from a device-resident counter (kernels/cuda/grid_counter.cuh): two zero-initialised
+// uint64 words {value, done}; value = the steps taken so far. Each call uses t = value + 1 and leaves
+// value = t, on both backends, so a captured CUDA graph replays with the right t every time. Every call
+// advances the counter, n == 0 included. m and v are zero-initialised state blocks with the params'
+// layout; padding (p = g = m = v = 0) stays exactly 0.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/exec.h"
+
+#ifndef NT_HOST_DEVICE
+#if defined(__CUDACC__)
+#define NT_HOST_DEVICE __host__ __device__
+#else
+#define NT_HOST_DEVICE
+#endif
+#endif
 
 namespace nt::kernels {
 
@@ -29,6 +51,63 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
 inline void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n,
                        const SgdHyper& h) {
   NT_DISPATCH(exec, sgd_update, params, grads, velocity, n, h);
+}
+
+// Double, as PyTorch's Python floats: 1 - beta2 is formed in double and rounded once (0.001f, where
+// 1 - 0.999f would give 0.00099998713f), and the bias corrections are computed in double.
+struct AdamHyper {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;  // decoupled = AdamW
+};
+
+// The per-step scalars, computed from t exactly the same way by both backends (host and device code):
+// beta^t by binary powering with explicitly rounded double multiplies (no pow(), whose last bit differs
+// between libm and CUDA, and no FMA contraction), then one rounding to fp32 each.
+struct AdamStepScalars {
+  float step_size;  // lr / (1 - beta1^t)
+  float bc2_sqrt;   // sqrt(1 - beta2^t)
+};
+
+NT_HOST_DEVICE inline double adam_dmul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+NT_HOST_DEVICE inline double adam_power(double base, uint64_t t) {  // base^t, t >= 1
+  double result = 1.0;
+  while (t != 0) {
+    if (t & 1u) result = adam_dmul(result, base);
+    base = adam_dmul(base, base);
+    t >>= 1;
+  }
+  return result;
+}
+
+NT_HOST_DEVICE inline AdamStepScalars adam_step_scalars(double lr, double beta1, double beta2, uint64_t t) {
+  const double bc1 = 1.0 - adam_power(beta1, t);
+  const double bc2 = 1.0 - adam_power(beta2, t);
+#if defined(__CUDA_ARCH__)
+  const double bc2_sqrt = ::sqrt(bc2);  // IEEE correctly rounded, as std::sqrt
+#else
+  const double bc2_sqrt = std::sqrt(bc2);
+#endif
+  return {static_cast<float>(lr / bc1), static_cast<float>(bc2_sqrt)};
+}
+
+namespace cpu {
+void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
+                 const AdamHyper& h, uint64_t* step);
+}
+namespace cuda {
+void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
+                 const AdamHyper& h, uint64_t* step);
+}
+inline void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
+                        const AdamHyper& h, uint64_t* step) {
+  NT_DISPATCH(exec, adam_update, params, grads, m, v, n, h, step);
 }
 
 }  // namespace nt::kernels

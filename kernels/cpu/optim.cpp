@@ -1,4 +1,4 @@
-// SGD update, CPU twin of kernels/cuda/optim.cu: one flat pass over the n parameters of the model.
+// SGD and Adam/AdamW updates, CPU twin of kernels/cuda/optim.cu: one flat pass over the n parameters.
 //
 // params, grads, velocity: (n) contiguous fp32, at the same offsets; params and velocity updated in place.
 // PyTorch semantics (dampening 0, no Nesterov), each multiply-add one fused, correctly rounded fmaf:
@@ -12,6 +12,20 @@
 // fmaf is exact by definition, so the result does not depend on how it is computed: the loop is built
 // twice (target_clones) and the machine picks the FMA-instruction clone, vectorized, when it has one,
 // else the portable clone, which calls libm's (slower, equally exact) fmaf.
+//
+// Adam / AdamW (the formulas of kernels/optim.h), params, grads, m, v: (n) fp32 at the same offsets, p, m,
+// v updated in place. step: {value, done}; this call uses t = value + 1 and stores value = t (done unused
+// on the CPU, stays 0). Per element, in this order, every operation one correctly rounded fp32 operation
+// (so the CUDA twin, which spells out the same operations, gives the same bits):
+//   AdamW (wd != 0): p = p * decay                   decay = fp32(1 - lr*wd in double), as PyTorch's mul_
+//   Adam  (wd != 0): g = fmaf(wd, p, grad)
+//   d = g - m;  m = w < 0.5 ? fmaf(w, d, m) : fmaf(-d, 1 - w, g)      w = 1 - beta1: PyTorch's lerp_
+//   v = fmaf((1 - beta2) * g, g, v * beta2)                             PyTorch's mul_(beta2).addcmul_
+//   denom = sqrtf(v) / bc2_sqrt + eps
+//   p = fmaf(-step_size, m / denom, p)                                  PyTorch's addcdiv_
+// step_size and bc2_sqrt come once per call from adam_step_scalars (kernels/optim.h). With wd == 0 the
+// decay term is skipped, as PyTorch does. Padding (p = g = m = v = 0) stays +0: d = 0, m = 0, v = 0,
+// denom = eps, m / denom = 0, p = fmaf(-s, 0, 0) = +0.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -53,14 +67,75 @@ void sgd_plain_range(float* __restrict__ p, const float* __restrict__ g, size_t 
   }
 }
 
+// The scalars of one Adam call, the same for every element.
+struct AdamConsts {
+  float w, one_minus_w;     // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
+  float c2, beta2;          // 1 - beta2, beta2
+  float eps;
+  float wd;                 // Adam: coupled decay added to g (0 = none)
+  float decay;              // AdamW: p *= decay (1 = none)
+  bool coupled, decoupled;  // which decay applies (neither when wd == 0)
+  bool small_weight;        // w < 0.5: PyTorch's lerp branch
+  float step_size, bc2_sqrt;
+};
+
+// p, g, m, v: (n) one chunk; elementwise, so the result does not depend on the chunking.
+NT_CLONE_FOR_FMA
+void adam_range(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v,
+                size_t n, const AdamConsts& c) {
+  for (size_t i = 0; i < n; ++i) {
+    float pi = p[i], gi = g[i];
+    if (c.decoupled) pi = pi * c.decay;
+    if (c.coupled) gi = std::fma(c.wd, pi, gi);
+    const float d = gi - m[i];
+    const float mi = c.small_weight ? std::fma(c.w, d, m[i]) : std::fma(-d, c.one_minus_w, gi);
+    const float vi = std::fma(c.c2 * gi, gi, v[i] * c.beta2);
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = std::fma(-c.step_size, mi / denom, pi);
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
 }  // namespace
+
+void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
+                 const AdamHyper& h, uint64_t* step) {
+  const uint64_t t = step[0] + 1;  // the counter's value is the number of steps taken so far
+  if (n != 0) {
+    const double N = double(n);
+    // p, m, v read+written, g read; ~16 flops per element (FMAs count 2, sqrt and divisions 1).
+    OpScope scope(exec, "adam_update", profile::OpCost{N * 4 * 7, N * 16});
+    const AdamStepScalars s = adam_step_scalars(h.lr, h.beta1, h.beta2, t);
+    AdamConsts c{};
+    c.w = static_cast<float>(1.0 - h.beta1);
+    c.one_minus_w = 1.f - c.w;
+    c.c2 = static_cast<float>(1.0 - h.beta2);
+    c.beta2 = static_cast<float>(h.beta2);
+    c.eps = static_cast<float>(h.eps);
+    c.wd = static_cast<float>(h.weight_decay);
+    c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+    c.coupled = h.weight_decay != 0 && !h.decoupled;
+    c.decoupled = h.weight_decay != 0 && h.decoupled;
+    c.small_weight = c.w < 0.5f;
+    c.step_size = s.step_size;
+    c.bc2_sqrt = s.bc2_sqrt;
+
+    const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+    parallel_for(exec.pool, tasks, [&](int64_t task) {
+      size_t begin = static_cast<size_t>(task) * kChunk;
+      adam_range(params + begin, grads + begin, m + begin, v + begin, std::min(kChunk, n - begin), c);
+    });
+  }
+  step[0] = t;  // every call advances the counter, n == 0 included (as the CUDA twin)
+}
 
 void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n, const SgdHyper& h) {
   if (n == 0) return;
   const bool momentum = h.momentum != 0.f;
   const double N = double(n);
   // p read+written, g read, v read+written; an FMA counts 2 flops (decay, momentum, step).
-  profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0.f ? 1 : 0))};
+  profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0 ? 1 : 0))};
   OpScope scope(exec, "sgd_update", cost);
 
   const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);

@@ -1,0 +1,89 @@
+// Dropout, CPU twin of kernels/cuda/dropout.cu (the contract is in kernels/dropout.h).
+//
+//   forward:  mask[i] = dropout_uniform(seed, draw, i) >= p;  y[i] = (x[i] * mask[i]) / (1 - p)
+//   backward: dx[i] = (dy[i] * mask[i]) / (1 - p)
+// x, y, dy, dx: (n) fp32 (or f64), written (=), in place allowed (y == x, dx == dy); mask: (n) bytes 0/1.
+// keep = 1 - p in the element type, the same expression as the CUDA launcher; a product by the 0/1 mask
+// (exact, and it keeps NaN and infinities visible) and one correctly rounded division per element, so
+// the two backends agree bit for bit.
+// counter: {value, done}; draw = value, then value += 1 (every call, n == 0 included; done stays 0).
+// Elementwise over chunks: the result does not depend on the thread count.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/op_scope.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/dropout.h"
+
+namespace nt::kernels::cpu {
+
+namespace {
+
+constexpr size_t kChunk = size_t(1) << 16;  // elements per parallel task
+
+// Runs body(begin, count) over [0, n) in chunks, on the pool when there is one.
+template <class Body>
+void for_chunks(const Exec& exec, size_t n, const Body& body) {
+  const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+  parallel_for(exec.pool, tasks, [&](int64_t t) {
+    size_t begin = static_cast<size_t>(t) * kChunk;
+    body(begin, std::min(kChunk, n - begin));
+  });
+}
+
+template <class T>
+T keep_probability(float p) {
+  return T(1) - static_cast<T>(p);
+}
+
+template <class T>
+void dropout_forward_impl(const Exec& exec, const T* x, T* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                          uint64_t* counter) {
+  const uint64_t draw = counter[0];
+  if (n != 0) {
+    // x read, y written, mask written; a hash (~12 integer ops), a multiply and a division per element.
+    const double bytes = double(n) * (2 * sizeof(T) + 1);
+    OpScope scope(exec, "dropout_forward", profile::OpCost{bytes, double(n) * 2});
+    const T keep_p = keep_probability<T>(p);
+    const uint64_t key = dropout_key(seed, draw);
+    for_chunks(exec, n, [&](size_t begin, size_t count) {
+      for (size_t i = begin; i < begin + count; ++i) {
+        const bool keep = dropout_uniform_keyed(key, i) >= p;
+        mask[i] = keep ? 1 : 0;
+        y[i] = (x[i] * (keep ? T(1) : T(0))) / keep_p;
+      }
+    });
+  }
+  counter[0] = draw + 1;
+}
+
+template <class T>
+void dropout_backward_impl(const Exec& exec, const T* dy, const uint8_t* mask, T* dx, size_t n, float p) {
+  if (n == 0) return;
+  const double bytes = double(n) * (2 * sizeof(T) + 1);  // dy, mask read, dx written
+  OpScope scope(exec, "dropout_backward", profile::OpCost{bytes, double(n) * 2});
+  const T keep_p = keep_probability<T>(p);
+  for_chunks(exec, n, [&](size_t begin, size_t count) {
+    for (size_t i = begin; i < begin + count; ++i) dx[i] = (dy[i] * (mask[i] ? T(1) : T(0))) / keep_p;
+  });
+}
+
+}  // namespace
+
+void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                     uint64_t* counter) {
+  dropout_forward_impl(exec, x, y, mask, n, p, seed, counter);
+}
+void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                     uint64_t* counter) {
+  dropout_forward_impl(exec, x, y, mask, n, p, seed, counter);
+}
+void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p) {
+  dropout_backward_impl(exec, dy, mask, dx, n, p);
+}
+void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n, float p) {
+  dropout_backward_impl(exec, dy, mask, dx, n, p);
+}
+
+}  // namespace nt::kernels::cpu

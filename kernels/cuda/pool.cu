@@ -1,0 +1,114 @@
+// 2-D max pooling on the GPU (the contract is in kernels/pool.h; CPU twin kernels/cpu/pool.cpp).
+//
+//   forward:  y[n,c,i,j] = x[n,c,h*,w*], (h*,w*) the first element of the window, scanned row-major, that
+//             is larger than all before it or NaN (PyTorch's rule); argmax[n,c,i,j] = h*·W + w*
+//   backward: dx[n,c,h,w] = Σ dy[n,c,i,j] over the windows (i,j) containing (h,w), in increasing (i, j)
+//             order, whose argmax is h·W + w; 0 where none chose it
+// x, dx: (N, C, H, W) fp32; y, dy, argmax: (N, C, P, Q); every output written (=).
+// The forward is selects only and the backward adds in the CPU twin's order from the same +0 start, so
+// the backends agree bit for bit. The backward is a gather (one thread per input element reads the at
+// most ceil(window/stride)^2 windows that can contain it): no atomics, overlapping windows included.
+//
+// Launch: grid-stride, one thread per output element (forward) or per input element (backward), at most
+// 2048 blocks of 256; consecutive threads take consecutive j (w), so a warp's loads of x (dy, argmax)
+// and stores of y (dx) are contiguous rows. Indices are int64 over the tensor, int32 within a plane.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/pool.h"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 2048;  // enough to fill an H100/H200 (132 SMs x 2048 threads); the rest strides
+
+struct Dims {
+  int H, W, P, Q, K, S;  // input plane, output plane, window, stride
+};
+
+// x: (N, C, H, W); y, argmax: (N, C, P, Q); outputs = N·C·P·Q. One output element per thread per stride.
+__global__ void __launch_bounds__(kThreads) maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                                                     int32_t* __restrict__ argmax, int64_t outputs,
+                                                                     Dims d) {
+  begin_dependent_kernel();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += stride) {
+    const int j = static_cast<int>(o % d.Q);
+    const int64_t row = o / d.Q;                     // plane * P + i
+    const int i = static_cast<int>(row % d.P);
+    const int64_t plane = row / d.P;                 // n * C + c
+    const float* xp = x + plane * d.H * d.W;         // (H, W)
+    const int h0 = i * d.S, w0 = j * d.S;
+    float best = -INFINITY;
+    int32_t arg = h0 * d.W + w0;
+    for (int a = 0; a < d.K; ++a)
+      for (int b = 0; b < d.K; ++b) {
+        const int32_t idx = (h0 + a) * d.W + (w0 + b);
+        const float v = xp[idx];
+        if (v > best || isnan(v)) {  // PyTorch's rule: first maximum, any NaN wins
+          best = v;
+          arg = idx;
+        }
+      }
+    y[o] = best;
+    argmax[o] = arg;
+  }
+}
+
+// dy, argmax: (N, C, P, Q); dx: (N, C, H, W); inputs = N·C·H·W. One input element per thread per stride.
+__global__ void __launch_bounds__(kThreads)
+    maxpool2d_backward_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
+                              float* __restrict__ dx, int64_t inputs, Dims d) {
+  begin_dependent_kernel();
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < inputs; e += stride) {
+    const int w = static_cast<int>(e % d.W);
+    const int64_t row = e / d.W;                     // plane * H + h
+    const int h = static_cast<int>(row % d.H);
+    const int64_t plane = row / d.H;                 // n * C + c
+    const float* dyp = dy + plane * d.P * d.Q;       // (P, Q)
+    const int32_t* ap = argmax + plane * d.P * d.Q;  // (P, Q)
+    // The windows containing (h, w): rows i in [i_lo, i_hi], columns j in [j_lo, j_hi] (maybe empty).
+    const int i_lo = h < d.K ? 0 : (h - d.K) / d.S + 1, i_hi = min(h / d.S, d.P - 1);
+    const int j_lo = w < d.K ? 0 : (w - d.K) / d.S + 1, j_hi = min(w / d.S, d.Q - 1);
+    const int32_t idx = h * d.W + w;
+    float sum = 0.f;
+    for (int i = i_lo; i <= i_hi; ++i)
+      for (int j = j_lo; j <= j_hi; ++j)
+        if (ap[i * d.Q + j] == idx) sum = __fadd_rn(sum, dyp[i * d.Q + j]);
+    dx[e] = sum;
+  }
+}
+
+dim3 grid_for(int64_t items) {
+  return dim3(static_cast<unsigned>(std::clamp<int64_t>(div_up<int64_t>(items, kThreads), 1, kMaxBlocks)));
+}
+
+Dims dims_of(const Pool2dShape& s) { return {s.h, s.w, s.p(), s.q(), s.window, s.stride}; }
+
+}  // namespace
+
+void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+  const int64_t outputs = int64_t(s.n) * s.c * s.p() * s.q();
+  if (outputs == 0) return;
+  // x read once (windows overlap at most a little), y and argmax written; one compare per window element.
+  const double bytes = double(s.n) * s.c * s.h * s.w * 4 + double(outputs) * 8;
+  const profile::OpCost cost{bytes, double(outputs) * s.window * s.window};
+  launch(exec, "maxpool2d_forward", cost, maxpool2d_forward_kernel, grid_for(outputs), dim3(kThreads), 0, x, y,
+         argmax, outputs, dims_of(s));
+}
+
+void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+  const int64_t inputs = int64_t(s.n) * s.c * s.h * s.w;
+  if (inputs == 0) return;
+  const int spans = (s.window + s.stride - 1) / s.stride;  // windows per input row (column), at most
+  const double bytes = double(inputs) * 4 + double(inputs) * spans * spans * 8;
+  const profile::OpCost cost{bytes, double(inputs) * spans * spans};
+  launch(exec, "maxpool2d_backward", cost, maxpool2d_backward_kernel, grid_for(inputs), dim3(kThreads), 0, dy,
+         argmax, dx, inputs, dims_of(s));
+}
+
+}  // namespace nt::kernels::cuda

@@ -1,0 +1,88 @@
+// Dropout (training mode; the evaluation mode is an identity copy and needs no kernel).
+//
+//   dropout_forward:  mask[i] = u(seed, draw, i) >= p ? 1 : 0;   y[i] = (x[i] * mask[i]) / (1 - p)
+//   dropout_backward: dx[i] = (dy[i] * mask[i]) / (1 - p)
+// with 1 - p computed in the element type, p in [0, 1): each element is kept with probability 1 - p, and
+// a kept element is exactly x / (1 - p), one correctly rounded division (PyTorch multiplies by the
+// rounded reciprocal instead, which can differ in the last bit). The multiply by the 0/1 mask is
+// arithmetic, not a select, so a NaN or infinite input still shows up as NaN in y (as torch's dropout).
+// draw is the value of a device-resident counter, {value, done} as in kernels/cuda/grid_counter.cuh: each
+// forward call uses draw = value and leaves value + 1, so every call (and every replay of a captured CUDA
+// graph) draws a fresh mask, p == 0 and n == 0 included. u is a counter-based hash of (seed, draw, i),
+// dropout_uniform below, compiled for host and device alike: the same seed and counter give the same
+// masks on CPU and CUDA, bit for bit, and the f64 overloads draw the same masks as the f32 ones.
+// mask: (n) bytes 0/1, written (=); y, dx written (=). x == y and dy == dx may alias exactly (in place).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/exec.h"
+
+#ifndef NT_HOST_DEVICE
+#if defined(__CUDACC__)
+#define NT_HOST_DEVICE __host__ __device__
+#else
+#define NT_HOST_DEVICE
+#endif
+#endif
+
+namespace nt::kernels {
+
+// SplitMix64's finalizer (Steele, Lea, Flood 2014; the mixing of engine/rng.h): a bijection of 64-bit
+// words whose outputs pass BigCrush when fed a Weyl sequence.
+NT_HOST_DEVICE inline uint64_t splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// The uniform number of element i in draw `draw` of stream `seed`: in [0, 1) with 24 random bits, every
+// value exactly representable in fp32. (seed, draw) picks a 64-bit key; element i is then the i-th
+// output of a SplitMix64 generator started at that key, so within a draw the numbers are SplitMix64's
+// own sequence, and distinct draws or seeds start at unrelated points of its 2^64 cycle.
+// The ops compute the key once per call: dropout_uniform(seed, draw, i) == dropout_uniform_keyed(key, i).
+inline constexpr uint64_t kDropoutGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's Weyl increment
+
+NT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed, uint64_t draw) {
+  return splitmix64_mix(splitmix64_mix(seed) ^ (draw * kDropoutGolden + kDropoutGolden));
+}
+NT_HOST_DEVICE inline float dropout_uniform_keyed(uint64_t key, uint64_t i) {
+  return static_cast<float>(splitmix64_mix(key + (i + 1) * kDropoutGolden) >> 40) * 0x1.0p-24f;
+}
+NT_HOST_DEVICE inline float dropout_uniform(uint64_t seed, uint64_t draw, uint64_t i) {
+  return dropout_uniform_keyed(dropout_key(seed, draw), i);
+}
+
+namespace cpu {
+void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                     uint64_t* counter);
+void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p);
+void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                     uint64_t* counter);
+void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n, float p);
+}  // namespace cpu
+namespace cuda {
+void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
+                     uint64_t* counter);
+void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p);
+}  // namespace cuda
+
+inline void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p,
+                            uint64_t seed, uint64_t* counter) {
+  NT_DISPATCH(exec, dropout_forward, x, y, mask, n, p, seed, counter);
+}
+inline void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p) {
+  NT_DISPATCH(exec, dropout_backward, dy, mask, dx, n, p);
+}
+
+inline void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p,
+                            uint64_t seed, uint64_t* counter) {
+  NT_CPU_ONLY(exec, dropout_forward, x, y, mask, n, p, seed, counter);
+}
+inline void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n,
+                             float p) {
+  NT_CPU_ONLY(exec, dropout_backward, dy, mask, dx, n, p);
+}
+
+}  // namespace nt::kernels
