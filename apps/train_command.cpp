@@ -30,9 +30,7 @@ struct TrainCommand {
   WorkloadOptions workload;
   int epochs = 5;
   int batch = 64;
-  double lr = 0.03;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
+  OptimizerConfig optimizer;  // --optimizer, --lr, --momentum, --weight-decay, --beta1, --beta2, --eps
   uint64_t seed = 1;
   std::string metrics_path;
   int64_t train_limit = 0;
@@ -43,17 +41,23 @@ struct TrainCommand {
   std::string order_out;   // the data order of every epoch, (epochs, examples) int32 .npy
   bool profile = false;     // time every kernel; print the table after the last epoch
   std::string profile_out;  // also write PREFIX.csv, .json, .trace.json (implies profile)
+  std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
 };
 
 void validate_train(const TrainCommand& t) {
   validate_common(t.common);
   if (t.epochs < 1 || t.epochs > 100000) throw UsageError(cat("--epochs: must be in [1, 100000], got ", t.epochs));
   if (t.batch < 1 || t.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", t.batch));
-  if (!(std::isfinite(t.lr) && t.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", t.lr));
-  if (!(std::isfinite(t.momentum) && t.momentum >= 0 && t.momentum < 1))
-    throw UsageError(cat("--momentum: must be in [0, 1), got ", t.momentum));
-  if (!(std::isfinite(t.weight_decay) && t.weight_decay >= 0))
-    throw UsageError(cat("--weight-decay: must be a number >= 0, got ", t.weight_decay));
+  const OptimizerConfig& o = t.optimizer;
+  if (!(std::isfinite(o.lr) && o.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", o.lr));
+  if (!(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1))
+    throw UsageError(cat("--momentum: must be in [0, 1), got ", o.momentum));
+  if (o.momentum != 0 && o.name != "sgd") throw UsageError("--momentum: applies to --optimizer sgd only");
+  if (!(std::isfinite(o.weight_decay) && o.weight_decay >= 0))
+    throw UsageError(cat("--weight-decay: must be a number >= 0, got ", o.weight_decay));
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) throw UsageError(cat("--beta1: must be in [0, 1), got ", o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) throw UsageError(cat("--beta2: must be in [0, 1), got ", o.beta2));
+  if (!(std::isfinite(o.eps) && o.eps > 0)) throw UsageError(cat("--eps: must be a positive number, got ", o.eps));
   validate_workload(t.workload);
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   // Output folders are checked now, not after an hour of training.
@@ -65,6 +69,7 @@ void validate_train(const TrainCommand& t) {
       throw UsageError(cat(flag, ": folder '", parent.string(), "' does not exist"));
   }
   validate_profile_out(t.profile_out);
+  parse_profile_timer(t.profile_timer);
 }
 
 // What a checkpoint records about the run that wrote it (safetensors "__metadata__").
@@ -167,9 +172,8 @@ int run_train(const TrainCommand& t) {
     write_npy_i32(t.order_out, orders, {t.epochs, split.train.count});
   }
   layers::SoftmaxCrossEntropy loss;
-  Sgd sgd(ctx.exec(), model->params(),
-          {static_cast<float>(t.lr), static_cast<float>(t.momentum), static_cast<float>(t.weight_decay)});
-  spdlog::info("{}, batch {}, {} epochs, seed {}", sgd.describe(), t.batch, t.epochs, t.seed);
+  auto optimizer = make_optimizer(ctx.exec(), model->params(), t.optimizer);
+  spdlog::info("{}, batch {}, {} epochs, seed {}", optimizer->describe(), t.batch, t.epochs, t.seed);
 
   Progress progress(isatty(STDOUT_FILENO) != 0);
   int current_epoch = 0;
@@ -177,9 +181,10 @@ int run_train(const TrainCommand& t) {
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
   options.on_step = [&](int64_t step, int64_t steps) { progress.update(current_epoch, step, steps); };
-  Trainer trainer(ctx, *model, loss, sgd, train_data, options);
+  Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
   // Profiling times every launch, so its steps run eagerly (docs/profiler.md, "CUDA graphs").
-  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty(), t.profile_out);
+  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty(), t.profile_out, /*hold=*/true,
+                           parse_profile_timer(t.profile_timer));
   if (profiling.enabled() && ctx.on_cuda() && options.use_graphs) spdlog::info("profiling: CUDA graphs off, eager launches");
 
   for (int epoch = 1; epoch <= t.epochs; ++epoch) {
@@ -205,12 +210,21 @@ Command register_train(CLI::App& app) {
   auto train = std::make_shared<TrainCommand>();
   auto* train_cmd = app.add_subcommand("train", "Train a model and evaluate it after every epoch");
   add_common_options(*train_cmd, train->common);
-  add_workload_options(*train_cmd, train->workload, "mlp, or a layer spec such as linear:128,relu,linear:10");
+  add_workload_options(*train_cmd, train->workload,
+                       "mlp, cnn, or a layer spec such as conv:16:3,bn,relu,maxpool:2,flatten,linear:10");
   train_cmd->add_option("--epochs", train->epochs, "Training epochs")->capture_default_str();
   train_cmd->add_option("--batch", train->batch, "Mini-batch size (the last partial batch is dropped)")->capture_default_str();
-  train_cmd->add_option("--lr", train->lr, "Learning rate")->capture_default_str();
-  train_cmd->add_option("--momentum", train->momentum, "SGD momentum")->capture_default_str();
-  train_cmd->add_option("--weight-decay", train->weight_decay, "L2 weight decay")->capture_default_str();
+  OptimizerConfig& o = train->optimizer;
+  train_cmd->add_option("--optimizer", o.name, "sgd, adam or adamw (PyTorch's semantics)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  train_cmd->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
+  train_cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  train_cmd->add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd and adam, decoupled for adamw)")
+      ->capture_default_str();
+  train_cmd->add_option("--beta1", o.beta1, "Adam's first-moment decay")->capture_default_str();
+  train_cmd->add_option("--beta2", o.beta2, "Adam's second-moment decay")->capture_default_str();
+  train_cmd->add_option("--eps", o.eps, "Adam's denominator epsilon")->capture_default_str();
   train_cmd->add_option("--seed", train->seed, "Seed of the initial weights and the data order")->capture_default_str();
   train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file");
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
@@ -221,6 +235,7 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy");
   train_cmd->add_flag("--profile", train->profile, "Time every kernel (eager launches) and print the table at the end");
   train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
+  train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
 
   return {train_cmd, [train] { return run_train(*train); }};
 }

@@ -417,10 +417,25 @@ uint64_t read_u64_le(const uint8_t* p) {
 
 // ---- model <-> tensors -----------------------------------------------------------------------------
 
-std::vector<NamedFloats> host_tensors(const ParamStore& params, const kernels::Exec& exec) {
-  std::vector<NamedFloats> out;
-  for (const auto& p : params.params())
-    out.push_back({p.name, p.value.shape().dims(), p.value.to_host<float>(exec)});
+// The safetensors dtype a model tensor is stored as (f32 models only: checked by the callers).
+const char* file_dtype(const Tensor& t) { return t.dtype() == DType::i64 ? "I64" : "F32"; }
+
+NamedTensor host_tensor(const std::string& name, const Tensor& t, const kernels::Exec& exec) {
+  NamedTensor out{name, file_dtype(t), t.shape().dims(), std::vector<uint8_t>(t.bytes())};
+  if (t.dtype() == DType::i64) {
+    auto values = t.to_host<int64_t>(exec);
+    std::memcpy(out.bytes.data(), values.data(), out.bytes.size());
+  } else {
+    auto values = t.to_host<float>(exec);
+    std::memcpy(out.bytes.data(), values.data(), out.bytes.size());
+  }
+  return out;
+}
+
+std::vector<NamedTensor> host_tensors(const ParamStore& params, const kernels::Exec& exec) {
+  std::vector<NamedTensor> out;
+  for (const auto& p : params.params()) out.push_back(host_tensor(p.name, p.value, exec));
+  for (const auto& b : params.buffers()) out.push_back(host_tensor(b.name, b.value, exec));
   return out;
 }
 
@@ -498,7 +513,7 @@ std::vector<float> SafetensorsFile::floats(const std::string& name) const {
 
 // ---- writing ---------------------------------------------------------------------------------------
 
-void write_safetensors(const std::string& path, const std::vector<NamedFloats>& tensors,
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata) {
   std::string header = "{";
   if (!metadata.empty()) {
@@ -514,10 +529,11 @@ void write_safetensors(const std::string& path, const std::vector<NamedFloats>& 
   uint64_t offset = 0;
   for (const auto& t : tensors) {
     NT_CHECK(t.name != "__metadata__" && names.insert(t.name).second, "tensor name '", t.name, "' is reserved or repeated");
-    NT_CHECK(static_cast<int64_t>(t.values.size()) == Shape(t.shape).numel(), "tensor '", t.name, "': ",
-             t.values.size(), " values for shape ", shape_str(t.shape));
-    const uint64_t bytes = t.values.size() * sizeof(float);
-    header += cat(header.size() > 1 ? "," : "", json_escaped(t.name), ":{\"dtype\":\"F32\",\"shape\":[");
+    const size_t element = dtype_bytes(t.dtype);
+    NT_CHECK(element != 0 && t.bytes.size() == static_cast<size_t>(Shape(t.shape).numel()) * element, "tensor '",
+             t.name, "': ", t.bytes.size(), " bytes of ", t.dtype, " for shape ", shape_str(t.shape));
+    const uint64_t bytes = t.bytes.size();
+    header += cat(header.size() > 1 ? "," : "", json_escaped(t.name), ":{\"dtype\":\"", t.dtype, "\",\"shape\":[");
     for (size_t i = 0; i < t.shape.size(); ++i) header += cat(i ? "," : "", t.shape[i]);
     header += cat("],\"data_offsets\":[", offset, ",", offset + bytes, "]}");
     offset += bytes;
@@ -529,7 +545,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedFloats>& 
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xFF);
   std::vector<std::string_view> parts{std::string_view(length, 8), header};
   for (const auto& t : tensors)
-    parts.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+    parts.emplace_back(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
   write_file_atomically(path, parts);
 }
 
@@ -547,7 +563,6 @@ void save_safetensors(const std::string& path, const ParamStore& params, const k
 void save_safetensors(const std::string& path, const Model& model, const kernels::Exec& exec,
                       CheckpointMetadata metadata) {
   metadata.try_emplace("model", model.name());
-  // Buffers (BatchNorm running statistics) join the parameters here once layers declare them.
   save_safetensors(path, model.params(), exec, std::move(metadata));
 }
 
@@ -559,24 +574,27 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
     throw Error(cat("checkpoint ", quoted(path), ": checkpoints hold f32 parameters, this model's are ",
                     dtype_name(model.params().dtype())));
   const SafetensorsFile file = SafetensorsFile::read(path);
-  const auto& params = model.params().params();
+  // Every tensor the model holds: parameters, then buffers.
+  std::vector<std::pair<std::string, Tensor>> targets;
+  for (const auto& p : model.params().params()) targets.emplace_back(p.name, p.value);
+  for (const auto& b : model.params().buffers()) targets.emplace_back(b.name, b.value);
 
   // Validate everything before copying anything, so that a failed load leaves the model unchanged.
   std::vector<std::string> missing, unexpected;
   std::set<std::string> expected;
-  for (const auto& p : params) {
-    expected.insert(p.name);
-    const SafetensorsTensor* t = file.find(p.name);
+  for (const auto& [name, value] : targets) {
+    expected.insert(name);
+    const SafetensorsTensor* t = file.find(name);
     if (!t) {
-      missing.push_back(p.name);
+      missing.push_back(name);
       continue;
     }
-    if (t->dtype != "F32")
-      throw Error(cat("checkpoint ", quoted(path), ": tensor ", quoted(p.name), " has dtype ", t->dtype,
-                      ", the model needs F32"));
-    if (t->shape != p.value.shape().dims())
-      throw Error(cat("checkpoint ", quoted(path), ": tensor ", quoted(p.name), " has shape ", shape_str(t->shape),
-                      " but model ", quoted(model.name()), " expects ", p.value.shape().str()));
+    if (t->dtype != file_dtype(value))
+      throw Error(cat("checkpoint ", quoted(path), ": tensor ", quoted(name), " has dtype ", t->dtype,
+                      ", the model needs ", file_dtype(value)));
+    if (t->shape != value.shape().dims())
+      throw Error(cat("checkpoint ", quoted(path), ": tensor ", quoted(name), " has shape ", shape_str(t->shape),
+                      " but model ", quoted(model.name()), " expects ", value.shape().str()));
   }
   for (const auto& t : file.tensors())
     if (!expected.count(t.name)) unexpected.push_back(t.name);
@@ -589,10 +607,8 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
                     join_names(unexpected), " (model ", quoted(model.name()), " has ", join_names(std::vector<std::string>(
                         expected.begin(), expected.end())), ")"));
 
-  for (const auto& p : params) {
-    const SafetensorsTensor* t = file.find(p.name);
-    kernels::copy_host_to_device(exec, p.value.raw(), file.bytes(*t), p.value.bytes());
-  }
+  for (const auto& [name, value] : targets)
+    kernels::copy_host_to_device(exec, value.raw(), file.bytes(*file.find(name)), value.bytes());
   kernels::synchronize(exec);  // the file's bytes go out of scope when we return
   return file.metadata();
 }

@@ -31,16 +31,16 @@ namespace nt {
 using CheckpointMetadata = std::map<std::string, std::string>;
 
 // ---- whole models ----------------------------------------------------------------------------------
-// Every parameter (and, once layers have them, every buffer such as BatchNorm's running statistics),
-// fp32, in the model's order. The values are read back from the device (this synchronizes).
+// Every parameter (F32) and every buffer (BatchNorm's running statistics F32, num_batches_tracked I64),
+// in the model's order. The values are read back from the device (this synchronizes).
 void save_safetensors(const std::string& path, const Model& model, const kernels::Exec& exec,
                       CheckpointMetadata metadata = {});
 void save_safetensors(const std::string& path, const ParamStore& params, const kernels::Exec& exec,
                       CheckpointMetadata metadata = {});
 
-// Replaces every parameter of `model` (which must have its parameters, i.e. init_params() was called)
-// with the file's values. The file must hold exactly the model's tensors: a missing tensor, an
-// unexpected one, another dtype than F32 or another shape is an error naming the tensor.
+// Replaces every parameter and buffer of `model` (which must have its parameters, i.e. init_params()
+// was called) with the file's values. The file must hold exactly the model's tensors: a missing tensor,
+// an unexpected one, another dtype (F32; I64 for counters) or another shape is an error naming the tensor.
 // Returns the file's metadata.
 CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec);
 
@@ -72,13 +72,14 @@ class SafetensorsFile {
   std::vector<uint8_t> data_;  // the data block
 };
 
-// A host tensor to write.
-struct NamedFloats {
+// A host tensor to write: F32 parameters and running statistics, I64 counters.
+struct NamedTensor {
   std::string name;
+  std::string dtype;            // "F32" or "I64"
   std::vector<int64_t> shape;
-  std::vector<float> values;  // row-major, shape's element count
+  std::vector<uint8_t> bytes;   // row-major, little-endian, shape's element count times the dtype's size
 };
-void write_safetensors(const std::string& path, const std::vector<NamedFloats>& tensors,
+void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata);
 
 // ---- .npy ------------------------------------------------------------------------------------------

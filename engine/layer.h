@@ -21,6 +21,13 @@ namespace nt {
 
 enum class Mode { train, eval };
 
+// What a layer's plan() needs to size its buffers: the compiled batch, where it runs, in what dtype.
+struct PlanInfo {
+  int batch = 0;
+  Backend backend = Backend::cpu;
+  DType dtype = DType::f32;
+};
+
 struct ParamSpec {
   std::string name;   // PyTorch's name within the layer: "weight", "bias"
   Shape shape;        // PyTorch's shape: Linear weight is (out, in)
@@ -33,6 +40,20 @@ struct Param {
   Tensor grad;
 };
 
+// State a layer keeps that no optimizer touches but a checkpoint saves, as PyTorch's buffers:
+// BatchNorm's running_mean, running_var and num_batches_tracked.
+struct BufferSpec {
+  std::string name;     // PyTorch's name within the layer
+  Shape shape;
+  bool integer = false; // i64 (a counter); else floating, in the model's dtype
+  double fill = 0;      // initial value of every element
+};
+
+struct Buffer {
+  std::string name;     // full name: "1.running_mean"
+  Tensor value;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -41,7 +62,16 @@ class Layer {
   virtual Shape output_shape(const Shape& input) const = 0;     // per sample; throws nt::Error on mismatch
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual void bind_params(std::span<Param*> params) { (void)params; }  // in param_specs() order
-  virtual void plan(ArenaPlan& plan, int batch, const Shape& input) { (void)plan, (void)batch, (void)input; }
+  virtual std::vector<BufferSpec> buffer_specs() const { return {}; }
+  virtual void bind_buffers(std::span<Buffer*> buffers) { (void)buffers; }  // in buffer_specs() order
+  // A seed of the layer's own (dropout masks), derived from the model's seed: the same seed gives the
+  // same training run on every backend.
+  virtual void seed(uint64_t seed) { (void)seed; }
+  // A view layer (Flatten) only reshapes: its output and output gradient alias its input's, and
+  // the model never calls its forward or backward.
+  virtual bool is_view() const { return false; }
+  // Requests the layer's own buffers (saved statistics, masks, workspace) for `batch` samples.
+  virtual void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) { (void)plan, (void)info, (void)input; }
 
   // x: (rows, input...), y: (rows, output...), rows <= the compiled batch.
   virtual void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) = 0;

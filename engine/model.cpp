@@ -39,11 +39,28 @@ void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
       entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
   }
   params_.build(entries, ctx.exec(), seed, dtype);
+
+  std::vector<ParamStore::BufferEntry> buffer_entries;
+  std::vector<size_t> first_buffer_of_layer;
+  for (const auto& layer : layers_) {
+    first_buffer_of_layer.push_back(buffer_entries.size());
+    for (auto& spec : layer->buffer_specs())
+      buffer_entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
+  }
+  params_.build_buffers(buffer_entries, ctx.exec());
+
   for (size_t i = 0; i < layers_.size(); ++i) {
-    size_t end = i + 1 < layers_.size() ? first_of_layer[i + 1] : entries.size();
+    const size_t end = i + 1 < layers_.size() ? first_of_layer[i + 1] : entries.size();
     std::vector<Param*> mine;
     for (size_t j = first_of_layer[i]; j < end; ++j) mine.push_back(&params_.params()[j]);
     layers_[i]->bind_params(mine);
+
+    const size_t buffers_end = i + 1 < layers_.size() ? first_buffer_of_layer[i + 1] : buffer_entries.size();
+    std::vector<Buffer*> buffers;
+    for (size_t j = first_buffer_of_layer[i]; j < buffers_end; ++j) buffers.push_back(&params_.buffers()[j]);
+    layers_[i]->bind_buffers(buffers);
+    // A per-layer stream of the model's seed (SplitMix64 keeps nearby seeds apart).
+    layers_[i]->seed(seed ^ (0x9E3779B97F4A7C15ull * (i + 1)));
   }
 }
 
@@ -53,18 +70,29 @@ void Model::compile(const Context& ctx, int batch) {
   activations_.assign(shapes_.size(), Tensor{});
   activation_grads_.assign(shapes_.size(), Tensor{});
   ArenaPlan plan;
+  auto is_view_output = [&](size_t i) { return i > 0 && layers_[i - 1]->is_view(); };
   for (size_t i = 0; i < shapes_.size(); ++i) {
+    if (is_view_output(i)) continue;  // aliases activation i-1, bound below
     Shape full = shapes_[i].prepend(batch);
     plan.request(&activations_[i], full, params_.dtype());
     if (i > 0) plan.request(&activation_grads_[i], full, params_.dtype());
   }
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, batch, shapes_[i]);
+  const PlanInfo info{batch, ctx.exec().backend, params_.dtype()};
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, info, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
+  for (size_t i = 1; i < shapes_.size(); ++i) {
+    if (!is_view_output(i)) continue;
+    Shape full = shapes_[i].prepend(batch);
+    activations_[i] = activations_[i - 1].reshaped(full);
+    // The input gradient of a first-layer view is never needed (and never planned).
+    if (activation_grads_[i - 1].defined()) activation_grads_[i] = activation_grads_[i - 1].reshaped(full);
+  }
 }
 
 void Model::forward(const kernels::Exec& exec, int rows, Mode mode) {
   NT_CHECK(rows > 0 && rows <= batch_, "forward of ", rows, " rows on a model compiled for ", batch_);
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i]->is_view()) continue;
     profile::LayerScope scope(layer_labels_[i]);
     layers_[i]->forward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows), mode);
   }
@@ -73,10 +101,13 @@ void Model::forward(const kernels::Exec& exec, int rows, Mode mode) {
 void Model::backward(const kernels::Exec& exec, int rows) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
   for (size_t i = layers_.size(); i-- > 0;) {
+    if (layers_[i]->is_view()) continue;
     profile::LayerScope scope(layer_labels_[i]);
-    Tensor dx = i > 0 ? activation_grads_[i].rows(rows) : Tensor{};
+    // No input gradient for the first layer, nor behind a first-layer view (nobody needs them).
+    const bool wants_dx = i > 0 && activation_grads_[i].defined();
+    Tensor dx = wants_dx ? activation_grads_[i].rows(rows) : Tensor{};
     layers_[i]->backward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
-                         activation_grads_[i + 1].rows(rows), i > 0 ? &dx : nullptr);
+                         activation_grads_[i + 1].rows(rows), wants_dx ? &dx : nullptr);
   }
 }
 

@@ -23,4 +23,44 @@ std::string Sgd::describe() const {
   return cat("sgd(lr=", hyper_.lr, ", momentum=", hyper_.momentum, ", weight_decay=", hyper_.weight_decay, ")");
 }
 
+Adam::Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyper& hyper)
+    : params_(params), hyper_(hyper) {
+  if (!(std::isfinite(hyper.lr) && hyper.lr > 0)) throw Error(cat("--lr: must be a positive number, got ", hyper.lr));
+  if (!(hyper.beta1 >= 0 && hyper.beta1 < 1)) throw Error(cat("--beta1: must be in [0, 1), got ", hyper.beta1));
+  if (!(hyper.beta2 >= 0 && hyper.beta2 < 1)) throw Error(cat("--beta2: must be in [0, 1), got ", hyper.beta2));
+  if (!(std::isfinite(hyper.eps) && hyper.eps > 0)) throw Error(cat("--eps: must be positive, got ", hyper.eps));
+  if (!(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0))
+    throw Error(cat("--weight-decay: must be >= 0, got ", hyper.weight_decay));
+  NT_CHECK(params.dtype() == DType::f32, "Adam updates f32 parameters");
+  ArenaPlan plan;  // zero-filled: m = v = 0 and t = 0, as PyTorch's fresh state
+  const Shape block{static_cast<int64_t>(params.total())};
+  plan.request(&m_, block, DType::f32);
+  plan.request(&v_, block, DType::f32);
+  plan.request(&steps_, Shape{2}, DType::i64);
+  state_arena_ = plan.commit(exec);
+}
+
+void Adam::step(const kernels::Exec& exec) {
+  kernels::adam_update(exec, params_.values().f32(), params_.grads().f32(), m_.f32(), v_.f32(), params_.total(), hyper_,
+                       reinterpret_cast<uint64_t*>(steps_.data<int64_t>()));
+}
+
+std::string Adam::describe() const {
+  return cat(hyper_.decoupled ? "adamw(lr=" : "adam(lr=", hyper_.lr, ", betas=(", hyper_.beta1, ", ", hyper_.beta2,
+             "), eps=", hyper_.eps, ", weight_decay=", hyper_.weight_decay, ")");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const kernels::Exec& exec, ParamStore& params, const OptimizerConfig& c) {
+  auto f = [](double v) { return static_cast<float>(v); };
+  if (c.name == "sgd") return std::make_unique<Sgd>(exec, params, kernels::SgdHyper{f(c.lr), f(c.momentum), f(c.weight_decay)});
+  if (c.name == "adam" || c.name == "adamw") {
+    if (c.momentum != 0) throw Error("--momentum: applies to sgd only (adam takes --beta1)");
+    kernels::AdamHyper h;
+    h.lr = c.lr, h.beta1 = c.beta1, h.beta2 = c.beta2, h.eps = c.eps, h.weight_decay = c.weight_decay;
+    h.decoupled = c.name == "adamw";
+    return std::make_unique<Adam>(exec, params, h);
+  }
+  throw Error(cat("--optimizer: must be sgd, adam or adamw, got '", c.name, "'"));
+}
+
 }  // namespace nt

@@ -1,6 +1,7 @@
 // Optimizers update every parameter of a ParamStore in one launch (see kernels/optim.h).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "engine/params.h"
@@ -13,6 +14,24 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step(const kernels::Exec& exec) = 0;   // enqueue only: no allocation, no synchronization
   virtual std::string describe() const = 0;
+};
+
+// Adam and AdamW (decoupled weight decay), PyTorch's semantics (kernels/optim.h). The step count t of
+// the bias corrections lives on the device and is advanced by the update itself, so a captured epoch
+// replays correctly.
+class Adam final : public Optimizer {
+ public:
+  // Throws nt::Error naming --lr, --beta1, --beta2, --eps or --weight-decay for values out of range.
+  Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyper& hyper);
+  void step(const kernels::Exec& exec) override;
+  std::string describe() const override;
+
+ private:
+  ParamStore& params_;
+  kernels::AdamHyper hyper_;
+  Arena state_arena_;
+  Tensor m_, v_;     // moments, same layout as the parameters
+  Tensor steps_;     // (2) i64: the device step counter {t, done} of kernels/optim.h
 };
 
 class Sgd final : public Optimizer {
@@ -28,5 +47,16 @@ class Sgd final : public Optimizer {
   Arena state_arena_;
   Tensor velocity_;  // same layout as the parameters; undefined without momentum
 };
+
+// An optimizer by name, as the CLI and the tests choose one: "sgd" (lr, momentum, weight_decay),
+// "adam" and "adamw" (lr, betas, eps, weight_decay). Throws nt::Error naming --optimizer or the value.
+struct OptimizerConfig {
+  std::string name = "sgd";
+  double lr = 0.03;
+  double momentum = 0;
+  double weight_decay = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+std::unique_ptr<Optimizer> make_optimizer(const kernels::Exec& exec, ParamStore& params, const OptimizerConfig& c);
 
 }  // namespace nt

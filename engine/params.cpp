@@ -45,6 +45,28 @@ void ParamStore::build(const std::vector<Entry>& entries, const kernels::Exec& e
   }
 }
 
+void ParamStore::build_buffers(const std::vector<BufferEntry>& entries, const kernels::Exec& exec) {
+  buffers_.assign(entries.size(), Buffer{});
+  ArenaPlan plan;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    buffers_[i].name = entries[i].full_name;
+    plan.request(&buffers_[i].value, entries[i].spec.shape, entries[i].spec.integer ? DType::i64 : dtype_);
+  }
+  buffer_arena_ = plan.commit(exec);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Tensor& t = buffers_[i].value;
+    const auto n = static_cast<size_t>(t.numel());
+    const double fill = entries[i].spec.fill;
+    if (t.dtype() == DType::i64) {
+      t.copy_from_host(exec, std::vector<int64_t>(n, static_cast<int64_t>(fill)).data(), t.bytes());
+    } else if (t.dtype() == DType::f64) {
+      t.copy_from_host(exec, std::vector<double>(n, fill).data(), t.bytes());
+    } else {
+      t.copy_from_host(exec, std::vector<float>(n, static_cast<float>(fill)).data(), t.bytes());
+    }
+  }
+}
+
 const Param& ParamStore::find(const std::string& full_name) const {
   for (const auto& p : params_)
     if (p.name == full_name) return p;

@@ -36,12 +36,23 @@ class ParamStore {
   const Tensor& values() const { return values_; }        // (total)
   const Tensor& grads() const { return grads_; }          // (total)
 
+  // Buffers (BatchNorm's running statistics): one more block, floating ones in the parameters'
+  // dtype and counters in i64, each filled with its spec's value. Not touched by optimizers.
+  struct BufferEntry {
+    BufferSpec spec;
+    std::string full_name;
+  };
+  void build_buffers(const std::vector<BufferEntry>& entries, const kernels::Exec& exec);
+  std::vector<Buffer>& buffers() { return buffers_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+
   // A zeroed block with the same layout, for optimizer state (momentum, Adam moments).
   Tensor make_state_block(const kernels::Exec& exec, Arena& holder) const;
 
  private:
   std::vector<Param> params_;
-  Arena arena_;
+  std::vector<Buffer> buffers_;
+  Arena arena_, buffer_arena_;
   Tensor values_, grads_;
   size_t total_ = 0;
   DType dtype_ = DType::f32;

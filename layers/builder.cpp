@@ -4,7 +4,11 @@
 #include <map>
 #include <sstream>
 
+#include "layers/batchnorm.h"
+#include "layers/conv2d.h"
+#include "layers/dropout.h"
 #include "layers/linear.h"
+#include "layers/pooling.h"
 #include "layers/relu.h"
 
 namespace nt::layers {
@@ -14,6 +18,7 @@ namespace {
 const std::map<std::string, std::string>& named_models() {
   static const std::map<std::string, std::string> models{
       {"mlp", "linear:320,relu,linear:160,relu,linear:10"},
+      {"cnn", "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10"},
   };
   return models;
 }
@@ -30,6 +35,14 @@ int64_t positive_int(const std::string& text, const std::string& item) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc{} || end != text.data() + text.size() || v <= 0)
     throw Error(cat("--model: '", item, "' needs a positive integer, got '", text, "'"));
+  return v;
+}
+
+double probability(const std::string& text, const std::string& item) {
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || end != text.data() + text.size() || !(v >= 0 && v < 1))
+    throw Error(cat("--model: '", item, "' needs a probability in [0, 1), got '", text, "'"));
   return v;
 }
 
@@ -59,21 +72,53 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   for (size_t i = 0; i < items.size(); ++i) {
     const auto fields = split(items[i], ':');
     const std::string& kind = fields.empty() ? items[i] : fields[0];
+    const size_t index = i;
+    auto next_is = [&](const char* what) { return i + 1 < items.size() && items[i + 1] == what; };
+    auto needs_rank = [&](int rank, const char* hint) {
+      if (shape.rank() != rank)
+        throw Error(cat("--model: item ", i, " '", items[i], "' gets input ", shape.str(), hint));
+    };
+    auto field = [&](size_t k, int64_t fallback) {
+      return k < fields.size() ? positive_int(fields[k], items[i]) : fallback;
+    };
     std::unique_ptr<Layer> layer;
     if (kind == "linear" && fields.size() == 2) {
-      if (shape.rank() != 1)
-        throw Error(cat("--model: item ", i, " '", items[i], "' gets input ", shape.str(), "; put flatten before it"));
-      const bool fuse_relu = i + 1 < items.size() && items[i + 1] == "relu";
+      needs_rank(1, "; put flatten before it");
+      const bool fuse_relu = next_is("relu");
       layer = std::make_unique<Linear>(shape[0], positive_int(fields[1], items[i]), fuse_relu);
-      layer->sequential_index = static_cast<int>(i);
       if (fuse_relu) ++i;  // the relu module is inside this layer now
+    } else if (kind == "conv" && fields.size() >= 3 && fields.size() <= 5) {
+      needs_rank(3, " (conv needs (C, H, W))");
+      const int kernel = static_cast<int>(positive_int(fields[2], items[i]));
+      const int stride = static_cast<int>(field(3, 1));
+      int pad = kernel / 2;  // "same" size at stride 1
+      if (fields.size() == 5 && fields[4] == "0") pad = 0;
+      else if (fields.size() == 5) pad = static_cast<int>(positive_int(fields[4], items[i]));
+      // A BatchNorm right after makes a bias redundant (its mean subtraction cancels it): none, as is usual.
+      layer = std::make_unique<Conv2d>(shape[0], positive_int(fields[1], items[i]), kernel, stride, pad,
+                                       /*bias=*/!next_is("bn"));
+    } else if (kind == "bn" && fields.size() == 1) {
+      if (shape.rank() != 1 && shape.rank() != 3)
+        throw Error(cat("--model: item ", i, " 'bn' gets input ", shape.str(), " (needs (C) or (C, H, W))"));
+      const bool fuse_relu = next_is("relu");
+      layer = std::make_unique<BatchNorm>(shape[0], shape.rank() == 3, kernels::Layout::nchw, fuse_relu);
+      if (fuse_relu) ++i;
+    } else if (kind == "maxpool" && (fields.size() == 2 || fields.size() == 3)) {
+      needs_rank(3, " (maxpool needs (C, H, W))");
+      const int window = static_cast<int>(positive_int(fields[1], items[i]));
+      layer = std::make_unique<MaxPool2d>(window, static_cast<int>(field(2, window)));
+    } else if (kind == "flatten" && fields.size() == 1) {
+      layer = std::make_unique<Flatten>();
+    } else if (kind == "dropout" && fields.size() == 2) {
+      layer = std::make_unique<Dropout>(probability(fields[1], items[i]));
     } else if (kind == "relu" && fields.size() == 1) {
       layer = std::make_unique<Relu>();
-      layer->sequential_index = static_cast<int>(i);
     } else {
       throw Error(cat("--model: unknown model or layer '", items[i], "' (models: ", known_names(),
-                      "; layers: linear:N, relu)"));
+                      "; layers: linear:N, conv:K:R[:stride[:pad]], bn, relu, maxpool:W[:stride], flatten, ",
+                      "dropout:P)"));
     }
+    layer->sequential_index = static_cast<int>(index);
     shape = layer->output_shape(shape);
     layers.push_back(std::move(layer));
   }

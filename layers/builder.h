@@ -1,9 +1,16 @@
 // The model builder: named models and layer-spec strings.
 //
 //   mlp   784 -> 320 -> ReLU -> 160 -> ReLU -> 10
+//   cnn   conv 3x3 32 (pad 1) -> BN -> ReLU -> maxpool 2 -> conv 3x3 64 (pad 1) -> BN -> ReLU -> maxpool 2
+//         -> flatten -> 128 -> ReLU -> 10
 //   spec  comma-separated layers, e.g. "linear:320,relu,linear:160,relu,linear:10"
-//         linear:N   a fully connected layer with N outputs (with bias)
-//         relu       fused into a preceding linear, else a standalone ReLU
+//         linear:N                a fully connected layer with N outputs (with bias)
+//         conv:K:R[:stride[:pad]] K filters of RxR (stride 1, pad R/2 by default; no bias when bn follows)
+//         bn                      BatchNorm1d after a (C) input, BatchNorm2d after (C, H, W)
+//         maxpool:W[:stride]      max pooling over WxW windows (stride W by default)
+//         flatten                 (C, H, W) -> (C*H*W), a view
+//         dropout:P               dropout with probability P
+//         relu                    fused into a preceding linear or bn, else a standalone ReLU
 // Names of parameters follow the equivalent PyTorch nn.Sequential ("0.weight", "2.bias", ...), where
 // every spec item, fused or not, is one module. A model whose first layer is linear takes each sample
 // flattened to (C*H*W).

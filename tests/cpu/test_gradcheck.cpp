@@ -13,8 +13,12 @@
 #include "engine/model.h"
 #include "kernels/activation.h"
 #include "kernels/softmax_xent.h"
+#include "kernels/dropout.h"
+#include "layers/batchnorm.h"
 #include "layers/builder.h"
+#include "layers/conv2d.h"
 #include "layers/linear.h"
+#include "layers/pooling.h"
 #include "layers/relu.h"
 #include "layers/softmax_xent.h"
 
@@ -112,9 +116,35 @@ struct Problem {
   }
 };
 
-std::unique_ptr<Model> model_of(std::vector<std::unique_ptr<Layer>> layers, int64_t inputs) {
+std::unique_ptr<Model> model_of(std::vector<std::unique_ptr<Layer>> layers, Shape input) {
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->sequential_index = static_cast<int>(i);
-  return std::make_unique<Model>("gradcheck", Shape{inputs}, std::move(layers));
+  return std::make_unique<Model>("gradcheck", std::move(input), std::move(layers));
+}
+std::unique_ptr<Model> model_of(std::vector<std::unique_ptr<Layer>> layers, int64_t inputs) {
+  return model_of(std::move(layers), Shape{inputs});
+}
+
+// A view to any shape of the same size (the inverse of Flatten), so that a parametrized layer can feed
+// a layer whose input gradient would otherwise go unchecked (an NHWC BatchNorm).
+class Unflatten final : public Layer {
+ public:
+  explicit Unflatten(Shape to) : to_(std::move(to)) {}
+  std::string describe() const override { return "unflatten"; }
+  Shape output_shape(const Shape& input) const override {
+    REQUIRE(input.numel() == to_.numel());
+    return to_;
+  }
+  bool is_view() const override { return true; }
+  void forward(const kernels::Exec&, const Tensor&, const Tensor&, Mode) override {}
+  void backward(const kernels::Exec&, const Tensor&, const Tensor&, const Tensor&, const Tensor*) override {}
+
+ private:
+  Shape to_;
+};
+
+template <class L, class... Args>
+void add(std::vector<std::unique_ptr<Layer>>& layers, Args&&... args) {
+  layers.push_back(std::make_unique<L>(std::forward<Args>(args)...));
 }
 
 }  // namespace
@@ -155,6 +185,116 @@ TEST_CASE("standalone ReLU gradients match finite differences", "[cpu][grad]") {
 
 TEST_CASE("a two-hidden-layer MLP from a spec matches finite differences end to end", "[cpu][grad]") {
   Problem(layers::build_model("linear:7,relu,linear:5,relu,linear:3", Shape{1, 3, 3}, 3), 6).check_all_parameters();
+}
+
+// ---- CNN layers --------------------------------------------------------------------------------------
+// Only parameter gradients are compared, so every layer under test sits behind a parametrized layer
+// (a conv or linear) whose gradient is only right if the layer's input gradient is right.
+
+TEST_CASE("Conv2d gradients match finite differences (stride 1 and 2, padding 0 and 1, 3x3 and 5x5)",
+          "[cpu][grad][conv]") {
+  std::vector<std::unique_ptr<Layer>> layers;
+  add<layers::Conv2d>(layers, 2, 3, 3, 2, 1, true);    // (2,7,6) -> (3,4,3)
+  add<layers::Conv2d>(layers, 3, 2, 3, 1, 0, false);   // -> (2,2,1): dx of this one is checked by the first
+  add<layers::Flatten>(layers);
+  add<layers::Linear>(layers, 4, 3, false);
+  Problem(model_of(std::move(layers), Shape{2, 7, 6}), 2).check_all_parameters();
+
+  std::vector<std::unique_ptr<Layer>> wide;
+  add<layers::Conv2d>(wide, 1, 2, 5, 2, 2, true);      // (1,6,5) -> (2,3,3)
+  add<layers::Conv2d>(wide, 2, 2, 3, 1, 1, true);      // -> (2,3,3)
+  add<layers::Flatten>(wide);
+  add<layers::Linear>(wide, 18, 3, false);
+  Problem(model_of(std::move(wide), Shape{1, 6, 5}), 3).check_all_parameters();
+}
+
+TEST_CASE("MaxPool2d gradients match finite differences (2/2, overlapping 3/2, odd sizes)", "[cpu][grad][maxpool]") {
+  std::vector<std::unique_ptr<Layer>> layers;
+  add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, true);    // (2,7,5) -> (3,7,5)
+  add<layers::MaxPool2d>(layers, 2, 2);                // -> (3,3,2)
+  add<layers::Flatten>(layers);
+  add<layers::Linear>(layers, 18, 3, false);
+  Problem(model_of(std::move(layers), Shape{2, 7, 5}), 2).check_all_parameters();
+
+  std::vector<std::unique_ptr<Layer>> overlapping;
+  add<layers::Conv2d>(overlapping, 1, 2, 3, 1, 1, true);  // (1,7,7) -> (2,7,7)
+  add<layers::MaxPool2d>(overlapping, 3, 2);               // -> (2,3,3)
+  add<layers::Flatten>(overlapping);
+  add<layers::Linear>(overlapping, 18, 3, false);
+  Problem(model_of(std::move(overlapping), Shape{1, 7, 7}), 2).check_all_parameters();
+}
+
+TEST_CASE("BatchNorm2d (NCHW) gradients match finite differences in training mode, with and without ReLU",
+          "[cpu][grad][batchnorm]") {
+  for (bool relu : {false, true}) {
+    INFO("relu " << relu);
+    std::vector<std::unique_ptr<Layer>> layers;
+    add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);   // (2,4,5) -> (3,4,5)
+    add<layers::BatchNorm>(layers, 3, true, kernels::Layout::nchw, relu);
+    add<layers::Flatten>(layers);
+    add<layers::Linear>(layers, 60, 3, false);
+    Problem(model_of(std::move(layers), Shape{2, 4, 5}), 3).check_all_parameters();
+  }
+}
+
+TEST_CASE("BatchNorm2d (NHWC) gradients match finite differences in training mode", "[cpu][grad][batchnorm]") {
+  for (bool relu : {false, true}) {
+    INFO("relu " << relu);
+    std::vector<std::unique_ptr<Layer>> layers;
+    add<layers::Linear>(layers, 6, 3 * 2 * 4, false);   // -> (24), viewed as (H,W,C) = (3,2,4)
+    add<Unflatten>(layers, Shape{3, 2, 4});
+    add<layers::BatchNorm>(layers, 4, true, kernels::Layout::nhwc, relu);
+    add<layers::Flatten>(layers);
+    add<layers::Linear>(layers, 24, 3, false);
+    Problem(model_of(std::move(layers), 6), 3).check_all_parameters();
+  }
+}
+
+TEST_CASE("BatchNorm1d gradients match finite differences, affine and not", "[cpu][grad][batchnorm]") {
+  for (bool affine : {true, false}) {
+    INFO("affine " << affine);
+    std::vector<std::unique_ptr<Layer>> layers;
+    add<layers::Linear>(layers, 7, 5, false);
+    add<layers::BatchNorm>(layers, 5, false, kernels::Layout::nchw, /*relu=*/true, affine);
+    add<layers::Linear>(layers, 5, 3, false);
+    Problem(model_of(std::move(layers), 7), 6).check_all_parameters();
+  }
+}
+
+TEST_CASE("the cnn spec's layers, scaled down, match finite differences end to end", "[cpu][grad]") {
+  Problem(layers::build_model("conv:3:3,bn,relu,maxpool:2,conv:4:3,bn,relu,maxpool:2,flatten,linear:6,relu,linear:3",
+                              Shape{1, 8, 8}, 3),
+          4)
+      .check_all_parameters();
+}
+
+TEST_CASE("Dropout's backward is the derivative of its forward for the drawn mask", "[cpu][grad][dropout]") {
+  // Kernel level: with the draw counter rewound before every evaluation the mask is fixed, and
+  // L = sum_i w_i * y_i has dL/dx = dropout_backward(w).
+  kernels::Exec exec;
+  const size_t n = 41;
+  const float p = 0.3f;
+  auto wide = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  auto x = wide(test::random_floats(n)), w = wide(test::random_floats(n));
+  std::vector<double> y(n);
+  std::vector<uint8_t> mask(n);
+  uint64_t counter[2] = {0, 0};
+  auto loss = [&] {
+    counter[0] = 5;  // the same draw every time
+    kernels::dropout_forward(exec, x.data(), y.data(), mask.data(), n, p, 1234, counter);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += w[i] * y[i];
+    return sum;
+  };
+  loss();
+  std::vector<double> analytic(n, std::nan(""));
+  kernels::dropout_backward(exec, w.data(), mask.data(), analytic.data(), n, p);
+  int skipped = 0;
+  check_gradient(std::span<double>(x), analytic, loss, [] { return 0; }, &skipped);
+  CHECK(skipped == 0);
+  const auto kept = std::count(mask.begin(), mask.end(), uint8_t{1});
+  CHECK(kept > 0);
+  CHECK(kept < static_cast<long>(n));  // p = 0.3 over 41 elements: both kinds occur for this seed
 }
 
 TEST_CASE("SoftmaxCrossEntropy's dlogits match finite differences of the mean loss", "[cpu][grad]") {

@@ -15,6 +15,13 @@ Model& initialized(Model& model, const Context& ctx, uint64_t seed) {
   return model;
 }
 
+OptimizerConfig optimizer_config(const RigOptions& o) {
+  if (o.optimizer.name != "sgd") return o.optimizer;
+  OptimizerConfig c;
+  c.lr = o.sgd.lr, c.momentum = o.sgd.momentum, c.weight_decay = o.sgd.weight_decay;
+  return c;
+}
+
 TrainOptions train_options(const RigOptions& o) {
   TrainOptions t;
   t.batch = o.batch;
@@ -27,8 +34,8 @@ Rig::Rig(const data::Dataset& train, const RigOptions& o)
     : ctx({o.device, o.threads, false}),
       model(layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes)),
       train_data(ctx, train, true, o.seed),
-      sgd(ctx.exec(), initialized(*model, ctx, o.seed).params(), o.sgd),
-      trainer(ctx, *model, loss, sgd, train_data, train_options(o)) {
+      optimizer(make_optimizer(ctx.exec(), initialized(*model, ctx, o.seed).params(), optimizer_config(o))),
+      trainer(ctx, *model, loss, *optimizer, train_data, train_options(o)) {
   train_data.begin_epoch(ctx.exec(), 1);
 }
 

@@ -18,7 +18,8 @@ struct RigOptions {
   std::string model = "mlp";
   uint64_t seed = 1;
   int batch = 64;
-  kernels::SgdHyper sgd{0.03f, 0.f, 0.f};
+  kernels::SgdHyper sgd{0.03f, 0.f, 0.f};  // unless `optimizer` names another
+  OptimizerConfig optimizer{};              // used when its name is not "sgd"
   int threads = 0;
   bool use_graphs = true;
 };
@@ -34,7 +35,7 @@ struct Rig {
   std::unique_ptr<Model> model;
   data::DeviceBatcher train_data;
   layers::SoftmaxCrossEntropy loss;
-  Sgd sgd;
+  std::unique_ptr<Optimizer> optimizer;
   Trainer trainer;
 };
 

@@ -1,0 +1,120 @@
+#include "layers/batchnorm.h"
+
+namespace nt::layers {
+
+namespace {
+constexpr double kEps = 1e-5;      // PyTorch's defaults
+constexpr double kMomentum = 0.1;
+}  // namespace
+
+BatchNorm::BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine)
+    : channels_(channels), spatial_(spatial), layout_(layout), relu_(relu), affine_(affine) {
+  if (channels <= 0) throw Error(cat("batchnorm: channels must be positive, got ", channels));
+}
+
+std::string BatchNorm::describe() const {
+  return cat(spatial_ ? "batchnorm2d " : "batchnorm1d ", channels_,
+             spatial_ && layout_ == kernels::Layout::nhwc ? " nhwc" : "", affine_ ? "" : " (no affine)",
+             relu_ ? " +relu" : "");
+}
+
+Shape BatchNorm::output_shape(const Shape& input) const {
+  const bool nhwc = layout_ == kernels::Layout::nhwc;
+  const bool ok = spatial_ ? input.rank() == 3 && input[nhwc ? 2 : 0] == channels_
+                           : input.rank() == 1 && input[0] == channels_;
+  if (!ok)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input ",
+                    spatial_ ? (nhwc ? cat("(H, W, ", channels_, ")") : cat("(", channels_, ", H, W)"))
+                             : cat("(", channels_, ")"),
+                    ", got ", input.str()));
+  return input;
+}
+
+std::vector<ParamSpec> BatchNorm::param_specs() const {
+  if (!affine_) return {};
+  auto fill = [](float value) {
+    return [value](std::span<float> w, Rng&) {
+      for (auto& v : w) v = value;
+    };
+  };
+  return {{"weight", Shape{channels_}, fill(1.f)}, {"bias", Shape{channels_}, fill(0.f)}};
+}
+
+void BatchNorm::bind_params(std::span<Param*> params) {
+  gamma_ = affine_ ? params[0] : nullptr;
+  beta_ = affine_ ? params[1] : nullptr;
+}
+
+std::vector<BufferSpec> BatchNorm::buffer_specs() const {
+  return {{"running_mean", Shape{channels_}, false, 0.0},
+          {"running_var", Shape{channels_}, false, 1.0},
+          {"num_batches_tracked", Shape{}, true, 0.0}};
+}
+
+void BatchNorm::bind_buffers(std::span<Buffer*> buffers) {
+  running_mean_ = buffers[0]->value;
+  running_var_ = buffers[1]->value;
+  num_batches_tracked_ = buffers[2]->value;
+}
+
+kernels::BatchNormShape BatchNorm::shape_for(int64_t rows, const Shape& sample) const {
+  kernels::BatchNormShape s;
+  s.n = rows, s.c = channels_, s.hw = sample.numel() / channels_, s.layout = layout_;
+  return s;
+}
+
+void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+  const auto s = shape_for(info.batch, input);
+  if (s.n * s.hw <= 1)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): training needs more than one value per channel, ",
+                    "got batch ", info.batch, " of ", input.str()));
+  plan.request(&save_mean_, Shape{channels_}, info.dtype);
+  plan.request(&save_invstd_, Shape{channels_}, info.dtype);
+  const size_t floats = kernels::batchnorm_workspace_floats(info.backend, s);
+  if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+}
+
+void BatchNorm::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
+  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y, mode);
+  forward_typed<float>(exec, x, y, mode);
+}
+
+void BatchNorm::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                         const Tensor* dx) {
+  if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, y, dy, dx);
+  backward_typed<float>(exec, x, y, dy, dx);
+}
+
+template <class T>
+void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
+  const kernels::BatchNormHyper hyper{kEps, kMomentum, relu_};
+  const T* gamma = affine_ ? gamma_->value.data<T>() : nullptr;
+  const T* beta = affine_ ? beta_->value.data<T>() : nullptr;
+  if (mode == Mode::eval)
+    return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
+                                           running_var_.data<T>(), y.data<T>());
+  if (s.n * s.hw <= 1)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): training needs more than one value per channel, ",
+                    "got input ", x.shape().str()));
+  kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
+                                   save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
+                                   num_batches_tracked_.data<int64_t>(),
+                                   workspace_.defined() ? workspace_.data<T>() : nullptr);
+}
+
+template <class T>
+void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor* dx) {
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
+  // Through the fused ReLU here, unless the next layer's GEMM already masked dy.
+  const bool relu = relu_ && !dy_is_preactivation_;
+  const kernels::BatchNormHyper hyper{kEps, kMomentum, relu};
+  kernels::batchnorm_backward(exec, s, hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),
+                              affine_ ? gamma_->value.data<T>() : nullptr, save_mean_.data<T>(),
+                              save_invstd_.data<T>(), dx ? dx->data<T>() : nullptr, affine_ ? gamma_->grad.data<T>() : nullptr,
+                              affine_ ? beta_->grad.data<T>() : nullptr,
+                              workspace_.defined() ? workspace_.data<T>() : nullptr);
+}
+
+}  // namespace nt::layers

@@ -1,0 +1,55 @@
+// BatchNorm1d / BatchNorm2d: PyTorch's nn.BatchNorm1d/2d (eps 1e-5, momentum 0.1, affine optional,
+// running statistics tracked), with an optional fused ReLU. kernels/batchnorm.h does the work.
+//
+//   BatchNorm1d  x: (rows, C)                          statistics over rows
+//   BatchNorm2d  x: (rows, C, H, W)  (Layout::nchw)    statistics over rows, H, W per channel
+//                x: (rows, H, W, C)  (Layout::nhwc)
+// train     y = gamma * (x - mean) / sqrt(var + eps) + beta (biased var), then ReLU when fused;
+//           running_mean/var move by momentum (running_var with the unbiased variance);
+//           num_batches_tracked += 1. Needs more than one value per channel, as PyTorch.
+// eval      the same from the running statistics.
+// backward  dx, dgamma, dbeta of the training forward (written =), through the fused ReLU unless the next
+//           layer already masked dy.
+// Parameters "weight" (gamma, 1) and "bias" (beta, 0); buffers "running_mean" (0), "running_var" (1),
+// "num_batches_tracked" (0, i64): PyTorch's names, so checkpoints load into nn.BatchNorm*d.
+#pragma once
+
+#include "engine/layer.h"
+#include "kernels/batchnorm.h"
+
+namespace nt::layers {
+
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine = true);
+
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind_params(std::span<Param*> params) override;
+  std::vector<BufferSpec> buffer_specs() const override;
+  void bind_buffers(std::span<Buffer*> buffers) override;
+  void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
+  void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
+  void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                const Tensor* dx) override;
+  bool ends_in_relu() const override { return relu_; }
+
+ private:
+  kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
+  template <class T>
+  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
+  template <class T>
+  void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx);
+
+  int64_t channels_;
+  bool spatial_;            // BatchNorm2d
+  kernels::Layout layout_;
+  bool relu_, affine_;
+  Param* gamma_ = nullptr;
+  Param* beta_ = nullptr;
+  Tensor running_mean_, running_var_, num_batches_tracked_;
+  Tensor save_mean_, save_invstd_, workspace_;
+};
+
+}  // namespace nt::layers

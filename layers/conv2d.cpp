@@ -1,0 +1,91 @@
+#include "layers/conv2d.h"
+
+#include <cmath>
+
+namespace nt::layers {
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias)
+    : in_(static_cast<int>(in_channels)), out_(static_cast<int>(out_channels)), kernel_(kernel), stride_(stride),
+      pad_(pad), bias_(bias) {
+  if (in_channels <= 0 || out_channels <= 0 || kernel <= 0 || stride <= 0 || pad < 0)
+    throw Error(cat("conv: channels, kernel and stride must be positive and padding >= 0, got ", in_channels, "->",
+                    out_channels, " kernel ", kernel, " stride ", stride, " pad ", pad));
+}
+
+std::string Conv2d::describe() const {
+  return cat("conv ", in_, "->", out_, " ", kernel_, "x", kernel_, " stride ", stride_, " pad ", pad_,
+             bias_ ? "" : " (no bias)");
+}
+
+Shape Conv2d::output_shape(const Shape& input) const {
+  if (input.rank() != 3 || input[0] != in_)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input (", in_, ", H, W), got ",
+                    input.str()));
+  const int64_t h = input[1] + 2 * pad_ - kernel_, w = input[2] + 2 * pad_ - kernel_;
+  if (h < 0 || w < 0)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): input ", input.str(),
+                    " is smaller than the kernel with its padding"));
+  return Shape{out_, h / stride_ + 1, w / stride_ + 1};
+}
+
+std::vector<ParamSpec> Conv2d::param_specs() const {
+  // PyTorch's nn.Conv2d default: kaiming_uniform_(a=sqrt(5)), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+  // fan_in = C*R*S, and the same bound for the bias.
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in_ * kernel_ * kernel_));
+  auto uniform = [bound](std::span<float> w, Rng& rng) {
+    for (auto& v : w) v = rng.uniform(-bound, bound);
+  };
+  std::vector<ParamSpec> specs{{"weight", Shape{out_, in_, kernel_, kernel_}, uniform}};
+  if (bias_) specs.push_back({"bias", Shape{out_}, uniform});
+  return specs;
+}
+
+void Conv2d::bind_params(std::span<Param*> params) {
+  weight_ = params[0];
+  bias_param_ = bias_ ? params[1] : nullptr;
+}
+
+kernels::Conv2dShape Conv2d::shape_for(const Tensor& x) const {
+  kernels::Conv2dShape s;
+  s.n = static_cast<int>(x.shape()[0]), s.c = in_, s.h = static_cast<int>(x.shape()[2]),
+  s.w = static_cast<int>(x.shape()[3]);
+  s.k = out_, s.r = kernel_, s.s = kernel_, s.stride = stride_, s.pad = pad_;
+  return s;
+}
+
+void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+  kernels::Conv2dShape s;
+  s.n = info.batch, s.c = in_, s.h = static_cast<int>(input[1]), s.w = static_cast<int>(input[2]);
+  s.k = out_, s.r = kernel_, s.s = kernel_, s.stride = stride_, s.pad = pad_;
+  const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
+  if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+}
+
+void Conv2d::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
+  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y);
+  forward_typed<float>(exec, x, y);
+}
+
+void Conv2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx) {
+  if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, dy, dx);
+  backward_typed<float>(exec, x, dy, dx);
+}
+
+template <class T>
+void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y) {
+  const auto s = shape_for(x);
+  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
+  kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(),
+                          bias_ ? bias_param_->value.data<T>() : nullptr, y.data<T>(), workspace);
+}
+
+template <class T>
+void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
+  const auto s = shape_for(x);
+  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
+  kernels::conv2d_backward_weight(exec, s, x.data<T>(), dy.data<T>(), weight_->grad.data<T>(),
+                                  bias_ ? bias_param_->grad.data<T>() : nullptr, workspace);
+  if (dx) kernels::conv2d_backward_data(exec, s, dy.data<T>(), weight_->value.data<T>(), dx->data<T>(), workspace);
+}
+
+}  // namespace nt::layers

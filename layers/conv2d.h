@@ -1,0 +1,42 @@
+// Conv2d: PyTorch's nn.Conv2d (NCHW, square kernel, zero padding, groups 1, dilation 1), as implicit GEMM
+// (kernels/conv.h).
+//
+//   x: (rows, C, H, W)   W: (K, C, R, R)   b: (K) optional   y: (rows, K, P, Q), P = (H + 2pad - R)/stride + 1
+// forward   y = conv(x, W) + b
+// backward  dW, db from x and dy (written =); dx = conv_transpose(dy, W) when the previous layer needs it
+// f32 everywhere; f64 on the CPU backend for gradient checks.
+#pragma once
+
+#include "engine/layer.h"
+#include "kernels/conv.h"
+
+namespace nt::layers {
+
+class Conv2d final : public Layer {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias);
+
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind_params(std::span<Param*> params) override;
+  void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
+  void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
+  void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                const Tensor* dx) override;
+
+ private:
+  kernels::Conv2dShape shape_for(const Tensor& x) const;  // the op's shape for this call's rows
+  template <class T>
+  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y);
+  template <class T>
+  void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx);
+
+  int in_, out_, kernel_, stride_, pad_;
+  bool bias_;
+  Param* weight_ = nullptr;
+  Param* bias_param_ = nullptr;
+  Tensor workspace_;   // the CUDA passes' split-K partials; undefined when none is needed
+};
+
+}  // namespace nt::layers
