@@ -2,6 +2,7 @@
 // time goes (see profile/report.h for the table, docs/profiler.md for how the times are taken).
 //
 //   nanotrain profile --model mlp --batch 64 --steps 50 [--warmup 10] [--device cpu|cuda] [--profile-out P]
+//                     [--profile-timer auto|cupti|events] [--no-hold]
 //
 // The model, data and optimizer are set up as `train` sets them up. W warm-up steps run unprofiled (first
 // launches load kernels, first touches fault pages in); then N steps run under the profiler, then one
@@ -34,6 +35,7 @@ struct ProfileCommand {
   double lr = 0.03;
   uint64_t seed = 1;
   std::string out_prefix;
+  std::string timer = "auto";
   bool no_hold = false;
 };
 
@@ -45,6 +47,7 @@ void validate_profile(const ProfileCommand& p) {
   if (!(std::isfinite(p.lr) && p.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", p.lr));
   validate_workload(p.workload);
   validate_profile_out(p.out_prefix);
+  parse_profile_timer(p.timer);
 }
 
 // Enqueues steps [first, first + count) of an endless run of epochs, starting each epoch's data order as
@@ -80,7 +83,7 @@ int run_profile(const ProfileCommand& p) {
   enqueue_steps(trainer, train_data, ctx.exec(), 0, p.warmup);
   kernels::synchronize(ctx.exec());
 
-  ProfileSession profiling(ctx, /*enabled=*/true, p.out_prefix, /*hold=*/!p.no_hold);
+  ProfileSession profiling(ctx, /*enabled=*/true, p.out_prefix, /*hold=*/!p.no_hold, parse_profile_timer(p.timer));
   profiling.resume();
   enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps);
   const EvalResult eval = trainer.evaluate(eval_data);
@@ -110,9 +113,10 @@ Command register_profile(CLI::App& app) {
   cmd->add_option("--lr", prof->lr, "Learning rate of the SGD steps")->capture_default_str();
   cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")->capture_default_str();
   cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
+  cmd->add_option("--profile-timer", prof->timer, kProfileTimerHelp)->capture_default_str();
   cmd->add_flag("--no-hold", prof->no_hold,
-                "GPU: do not hold the stream behind the host within a step (for runs under Nsight Compute, which "
-                "serializes launches); short kernels may then read long");
+                "GPU, events timer: do not hold the stream behind the host within a step (for runs under Nsight "
+                "Compute, which serializes launches); short kernels may then read long");
   return {cmd, [prof] { return run_profile(*prof); }};
 }
 

@@ -18,12 +18,19 @@ void validate_profile_out(const std::string& prefix) {
     throw UsageError(cat("--profile-out: folder '", parent.string(), "' does not exist"));
 }
 
-ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold)
+profile::TimerChoice parse_profile_timer(const std::string& text) {
+  if (auto choice = profile::parse_timer_choice(text)) return *choice;
+  throw UsageError(cat("--profile-timer: must be auto, cupti or events, got '", text, "'"));
+}
+
+ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold,
+                               profile::TimerChoice timer)
     : ctx_(ctx), out_prefix_(std::move(out_prefix)) {
   if (!enabled) return;
   profile::ProfilerOptions o;
-  o.timing = ctx.on_cuda() ? profile::Timing::cuda_events : profile::Timing::host;
-  if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());
+  o.timing = profile::timing_for(timer, ctx.on_cuda());
+  o.cupti_fallback = profile::cupti_fallback_for(timer);
+  if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();
   profiler_ = std::make_unique<profile::KernelProfiler>(std::move(o));
 }
@@ -38,6 +45,10 @@ void ProfileSession::resume() {
     ctx_.set_observer(profiler_.get());
     profiler_->start();
     started_ = true;
+    if (!profiler_->timing_note().empty())
+      spdlog::warn("profiling: no CUPTI ({}); timing kernels with CUDA events, about 2 us long per launch",
+                   profiler_->timing_note());
+    spdlog::info("profiling: kernel timer {}", profile::timing_name(profiler_->timing()));
   } else {
     profiler_->resume();
   }

@@ -1,11 +1,15 @@
 // Profiling for the commands (train --profile, profile): a KernelProfiler on the context's backend, attached
 // while the profiled work runs, and the report at the end (table, totals, --profile-out files).
 //
-//   ProfileSession profiling(ctx, enabled, out_prefix, /*hold=*/true);
+//   ProfileSession profiling(ctx, enabled, out_prefix, /*hold=*/true, parse_profile_timer("auto"));
 //   profiling.resume();  ...work...;  profiling.pause();   // repeatable: the window is the sum
 //   profiling.finish();                                      // prints the table, writes the files
 //
 // With enabled == false every call does nothing and no observer is ever attached.
+//
+// --profile-timer (GPU): auto (the default) times kernels with CUPTI's activity records when CUPTI loads and
+// starts, else with CUDA events and a one-line warning saying why; cupti insists (an error if it cannot be
+// used); events uses event pairs (the run under Nsight Compute, which holds CUPTI itself, must use them).
 #pragma once
 
 #include <memory>
@@ -19,11 +23,19 @@ namespace nt::app {
 // --profile-out PREFIX: its folder must exist (UsageError naming the flag).
 void validate_profile_out(const std::string& prefix);
 
+// --profile-timer auto|cupti|events (UsageError naming the flag for anything else).
+profile::TimerChoice parse_profile_timer(const std::string& text);
+inline constexpr const char* kProfileTimerHelp =
+    "GPU kernel timer: auto (CUPTI if it loads, else CUDA events), cupti (CUPTI or an error), events "
+    "(CUDA event pairs; for runs under Nsight Compute)";
+
 class ProfileSession {
  public:
-  // hold: keep the GPU behind the host within steps (see profile/kernel_profiler.h); off for runs under
-  // Nsight Compute, which serializes every launch and would stall each hold until its timeout.
-  ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true);
+  // hold: with the events timer, keep the GPU behind the host within steps (see profile/kernel_profiler.h); off
+  // for runs under Nsight Compute, which serializes every launch and would stall each hold until its timeout.
+  // timer: --profile-timer. An explicit cupti that cannot load throws nt::Error here.
+  ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true,
+                 profile::TimerChoice timer = profile::TimerChoice::automatic);
   ~ProfileSession();  // detaches the profiler if finish() was not reached
   ProfileSession(const ProfileSession&) = delete;
   ProfileSession& operator=(const ProfileSession&) = delete;

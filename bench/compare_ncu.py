@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """Compare the kernel profiler's times with Nsight Compute's, launch by launch.
 
-    compare_ncu.py OURS.trace.json NCU.csv [--min-us 5] [--tolerance-pct 10]
+    compare_ncu.py OURS.trace.json NCU.csv [--reference OTHER.trace.json ...] [--min-us 5] [--tolerance-pct 10]
 
 OURS.trace.json: written by `nanotrain profile --profile-out OURS` (one complete event per launch, in
-launch order). NCU.csv: `ncu --csv --metrics gpu__time_duration.sum --log-file NCU.csv` over the same run
-with `--profile-from-start off`, so that it holds exactly the launches between the profiler's
-cudaProfilerStart and cudaProfilerStop, in the same order. The two lists are zipped in order (ncu names
-are the CUDA functions, ours the ops, so names cannot be matched; counts and order can) and averaged per
-(kernel, phase, layer) row of our table.
+launch order; its otherData names the timer, cupti or cuda events). NCU.csv: `ncu --csv --metrics
+gpu__time_duration.sum --log-file NCU.csv` over a separate run of the same command with
+`--profile-from-start off`, so that it holds exactly the launches between the profiler's cudaProfilerStart
+and cudaProfilerStop, in the same order. ncu holds CUPTI itself, so its run must use `--profile-timer events`
+(with --no-hold: ncu serializes launches); the run compared may use any timer. The lists are zipped in order
+(ncu names are the CUDA functions, ours the ops, so names cannot be matched; counts and order can) and
+averaged per (kernel, phase, layer) row of our table. --reference adds the columns of another of our runs
+(e.g. the events timer next to cupti), shown but not judged.
 
-Prints: kernel | phase | layer | calls | ours avg us | ncu avg us | difference %. Exits 1 when a row whose
-own average is >= --min-us differs by more than --tolerance-pct, 2 when the launch lists do not line up.
-Python 3 standard library only.
+Prints: kernel | phase | layer | calls | ncu avg us | ours avg us | difference % | verdict [| reference avg
+us | difference %] | ncu function. Exits 1 when a row whose own average is >= --min-us differs by more than
+--tolerance-pct, 2 when the launch lists do not line up. Python 3 standard library only.
 """
 import argparse
 import csv
@@ -26,10 +29,12 @@ IGNORED = ("profile_hold", "memset", "memcpy")  # never in our trace: the profil
 
 
 def our_launches(path):
+    """(timer name, [(kernel, phase, layer, duration in us)] in launch order)."""
     with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    return [(e["name"], e["args"]["phase"], e["args"]["layer"], float(e["dur"]))
-            for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+        trace = json.load(f)
+    timer = trace.get("otherData", {}).get("timer") or "ours"
+    return timer, [(e["name"], e["args"]["phase"], e["args"]["layer"], float(e["dur"]))
+                   for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
 
 
 def ncu_launches(path):
@@ -69,51 +74,75 @@ def short_name(function):
     return name.split("::")[-1].split(" ")[-1]
 
 
+def lists_line_up(name, ours, theirs, path):
+    if len(ours) == len(theirs):
+        return True
+    print(f"launch lists differ: {len(ours)} in {path} ({name}), {len(theirs)} in ncu's", file=sys.stderr)
+    for i in range(min(len(ours), len(theirs), 40)):
+        print(f"  {i:4d} {ours[i][0]:<20} {short_name(theirs[i][0])}", file=sys.stderr)
+    return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ours")
     ap.add_argument("ncu")
+    ap.add_argument("--reference", action="append", default=[], help="another of our traces, shown, not judged")
     ap.add_argument("--min-us", type=float, default=5.0, help="rows averaging less are shown, not judged")
     ap.add_argument("--tolerance-pct", type=float, default=10.0)
     a = ap.parse_args()
 
-    ours, theirs = our_launches(a.ours), ncu_launches(a.ncu)
-    if len(ours) != len(theirs):
-        print(f"launch lists differ: {len(ours)} in {a.ours}, {len(theirs)} in {a.ncu}", file=sys.stderr)
-        for i in range(min(len(ours), len(theirs), 40)):
-            print(f"  {i:4d} {ours[i][0]:<20} {short_name(theirs[i][0])}", file=sys.stderr)
+    theirs = ncu_launches(a.ncu)
+    runs = [our_launches(a.ours)] + [our_launches(path) for path in a.reference]
+    paths = [a.ours] + a.reference
+    if not all(lists_line_up(name, launches, theirs, path) for (name, launches), path in zip(runs, paths)):
         return 2
 
-    rows = OrderedDict()  # (kernel, phase, layer) -> [calls, ours us, ncu us, ncu function names]
-    for (kernel, phase, layer, us), (function, ncu_us) in zip(ours, theirs):
-        row = rows.setdefault((kernel, phase, layer), [0, 0.0, 0.0, set()])
+    # (kernel, phase, layer) -> [calls, ncu us, ncu function names, us of each run]
+    rows = OrderedDict()
+    for i, (function, ncu_us) in enumerate(theirs):
+        kernel, phase, layer, _ = runs[0][1][i]
+        row = rows.setdefault((kernel, phase, layer), [0, 0.0, set(), [0.0] * len(runs)])
         row[0] += 1
-        row[1] += us
-        row[2] += ncu_us
-        row[3].add(short_name(function))
+        row[1] += ncu_us
+        row[2].add(short_name(function))
+        for r, (_, launches) in enumerate(runs):
+            row[3][r] += launches[i][3]
 
-    table = [("Kernel", "Phase", "Layer", "Calls", "Ours avg us", "ncu avg us", "Diff %", "", "ncu function")]
+    def pct(x, ref):
+        return 100.0 * (x - ref) / ref if ref > 0 else float("inf")
+
+    header = ["Kernel", "Phase", "Layer", "Calls", "ncu avg us", f"{runs[0][0]} avg us", "Diff %", ""]
+    for name, _ in runs[1:]:
+        header += [f"{name} avg us", "Diff %"]
+    header.append("ncu function")
+    table = [header]
+    numeric = {3, 4, 5, 6} | {8 + 2 * r + k for r in range(len(runs) - 1) for k in (0, 1)}
     failures = 0
-    total_ours = total_ncu = 0.0
-    for (kernel, phase, layer), (calls, us, ncu_us, functions) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
-        ours_avg, ncu_avg = us / calls, ncu_us / calls
-        diff = 100.0 * (ours_avg - ncu_avg) / ncu_avg if ncu_avg > 0 else float("inf")
-        judged = ours_avg >= a.min_us
-        bad = judged and abs(diff) > a.tolerance_pct
+    total_ncu, totals = 0.0, [0.0] * len(runs)
+    for (kernel, phase, layer), (calls, ncu_us, functions, us) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+        ncu_avg = ncu_us / calls
+        avgs = [x / calls for x in us]
+        judged = avgs[0] >= a.min_us
+        bad = judged and abs(pct(avgs[0], ncu_avg)) > a.tolerance_pct
         failures += bad
-        total_ours += us
         total_ncu += ncu_us
-        mark = "FAIL" if bad else ("ok" if judged else "(short)")
-        table.append((kernel, phase or "-", layer or "-", str(calls), f"{ours_avg:.2f}", f"{ncu_avg:.2f}", f"{diff:+.1f}",
-                      mark, ",".join(sorted(functions))))
-    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
+        totals = [t + x for t, x in zip(totals, us)]
+        line = [kernel, phase or "-", layer or "-", str(calls), f"{ncu_avg:.2f}", f"{avgs[0]:.2f}",
+                f"{pct(avgs[0], ncu_avg):+.1f}", "FAIL" if bad else ("ok" if judged else "(short)")]
+        for avg in avgs[1:]:
+            line += [f"{avg:.2f}", f"{pct(avg, ncu_avg):+.1f}"]
+        line.append(",".join(sorted(functions)))
+        table.append(line)
+    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
     for i, r in enumerate(table):
-        print(" | ".join(cell.rjust(w) if 3 <= c <= 6 else cell.ljust(w) for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
+        print(" | ".join(cell.rjust(w) if c in numeric else cell.ljust(w)
+                         for c, (cell, w) in enumerate(zip(r, widths))).rstrip())
         if i == 0:
             print("-+-".join("-" * w for w in widths))
-    print(f"\n{len(ours)} launches; sum of kernel time: ours {total_ours / 1e3:.3f} ms, ncu {total_ncu / 1e3:.3f} ms "
-          f"({100.0 * (total_ours - total_ncu) / total_ncu:+.1f}%)")
-    print(f"rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}%: {failures}")
+    print(f"\n{len(theirs)} launches; sum of kernel time: ncu {total_ncu / 1e3:.3f} ms, " +
+          ", ".join(f"{name} {t / 1e3:.3f} ms ({pct(t, total_ncu):+.1f}%)" for (name, _), t in zip(runs, totals)))
+    print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}%: {failures}")
     return 1 if failures else 0
 
 

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/error.h"
+#include "profile/cupti_tracer.h"
 
 #if NT_WITH_CUDA
 #include <cuda_profiler_api.h>
@@ -12,6 +13,27 @@
 #endif
 
 namespace nt::profile {
+
+const char* timing_name(Timing t) {
+  switch (t) {
+    case Timing::host: return "host";
+    case Timing::cuda_events: return "cuda events";
+    case Timing::cupti: return "cupti";
+  }
+  return "?";
+}
+
+std::optional<TimerChoice> parse_timer_choice(std::string_view text) {
+  if (text == "auto") return TimerChoice::automatic;
+  if (text == "cupti") return TimerChoice::cupti;
+  if (text == "events") return TimerChoice::events;
+  return std::nullopt;
+}
+
+Timing timing_for(TimerChoice choice, bool on_cuda) {
+  if (!on_cuda) return Timing::host;
+  return choice == TimerChoice::events ? Timing::cuda_events : Timing::cupti;
+}
 
 // ---- CUDA state ------------------------------------------------------------------------------------
 
@@ -29,6 +51,13 @@ struct KernelProfiler::Gpu {
   uint32_t target = 0;
   bool holding = false;       // a hold is queued and not yet released
   bool hold_pending = false;  // inside a step whose next launch must be preceded by a hold
+
+  // CUPTI: open_[i] carries the external correlation id first_id + i.
+  std::unique_ptr<CuptiTracer> cupti;
+  uint64_t first_id = 1;
+  bool pushed = false;        // an id is pushed (between a begin() and its end())
+  uint64_t origin_ns = 0;     // CUPTI's clock at start(): time zero of the trace
+  CuptiBatch records;         // collected, not yet matched
 
   void create(int pairs, bool with_hold) {
     starts.resize(static_cast<size_t>(pairs));
@@ -63,6 +92,12 @@ struct KernelProfiler::Gpu {
 
   ~Gpu() {
     release();
+    if (pushed && cupti) {  // stopped between a begin() and its end() (an exception)
+      try {
+        cupti->pop();
+      } catch (...) {
+      }
+    }
     if (dirty)  // stopped early (an exception): let the queued launches finish with the events they use
       for (auto s : streams) NT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s));
     for (auto e : starts)
@@ -78,14 +113,27 @@ struct KernelProfiler::Gpu {
 // ---- life cycle ------------------------------------------------------------------------------------
 
 KernelProfiler::KernelProfiler(ProfilerOptions options)
-    : options_(std::move(options)), data_(options_.max_trace_launches) {
+    : options_(std::move(options)), timing_(options_.timing), data_(options_.max_trace_launches) {
   data_.device = options_.device;
-  if (options_.timing == Timing::cuda_events) {
+  if (timing_ != Timing::host) {
     if (!NT_WITH_CUDA) throw Error("profiler: this build of nanotrain has no CUDA backend");
     NT_CHECK(options_.pool_pairs > 0, "profiler: pool_pairs must be positive, got ", options_.pool_pairs);
     gpu_ = std::make_unique<Gpu>();
   }
+  if (timing_ == Timing::cupti) {
+    const CuptiLibrary& lib = cupti_library(options_.cupti_library);
+    if (!lib.loaded) fall_back(lib.error);
+  }
+  data_.timer = timing_name(timing_);
 }
+
+void KernelProfiler::fall_back(const std::string& why) {
+  if (!options_.cupti_fallback) throw Error("profiler: CUPTI timing (--profile-timer cupti) unavailable: " + why);
+  timing_ = Timing::cuda_events;
+  timing_note_ = why;
+}
+
+bool KernelProfiler::holds() const { return timing_ == Timing::cuda_events && static_cast<bool>(options_.hold); }
 
 KernelProfiler::~KernelProfiler() {
   if (step_listener() == this) set_step_listener(nullptr);
@@ -95,7 +143,21 @@ void KernelProfiler::start() {
   NT_CHECK(!started_, "profiler: start() called twice");
 #if NT_WITH_CUDA
   if (gpu_) {
-    gpu_->create(options_.pool_pairs, static_cast<bool>(options_.hold));
+    if (timing_ == Timing::cupti) {
+      CuptiTracerOptions o;
+      o.expected_launches = static_cast<size_t>(options_.pool_pairs);
+      std::string why;
+      gpu_->cupti = CuptiTracer::open(cupti_library(options_.cupti_library), o, &why);
+      if (gpu_->cupti) {
+        gpu_->origin_ns = gpu_->cupti->now_ns();
+        gpu_->records.kernels.reserve(o.expected_launches + o.expected_launches / 4);
+        gpu_->records.correlations.reserve(2 * o.expected_launches);
+      } else {
+        fall_back(why);  // CUPTI is there but refuses: events, or throw
+      }
+    }
+    if (timing_ == Timing::cuda_events) gpu_->create(options_.pool_pairs, holds());
+    data_.timer = timing_name(timing_);
     open_.reserve(static_cast<size_t>(options_.pool_pairs));
     NT_CUDA_CHECK_NOTHROW(cudaProfilerStart());  // Nsight: --profile-from-start off / --capture-range=cudaProfilerApi
   }
@@ -125,7 +187,10 @@ void KernelProfiler::stop() {
   flush();
   if (step_listener() == this) set_step_listener(nullptr);
 #if NT_WITH_CUDA
-  if (gpu_) NT_CUDA_CHECK_NOTHROW(cudaProfilerStop());
+  if (gpu_) {
+    gpu_->cupti.reset();  // disables the activity kinds: the next profiler may open CUPTI
+    NT_CUDA_CHECK_NOTHROW(cudaProfilerStop());
+  }
 #endif
   stopped_ = true;
 }
@@ -155,7 +220,16 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
   auto s = static_cast<cudaStream_t>(stream);
-  if (open_.size() == g.starts.size()) flush();  // the pool is dry: one synchronization for all of it
+  if (open_.size() == static_cast<size_t>(options_.pool_pairs)) flush();  // dry: one synchronization for all
+  if (timing_ == Timing::cupti) {
+    g.note_stream(s);
+    g.dirty = true;
+    if (g.pushed) g.cupti->pop(), g.pushed = false;  // the previous launch failed before its end()
+    open_.push_back({describe(kernel), -1});
+    g.cupti->push(g.first_id + (open_.size() - 1));  // last: only the launch itself carries the id
+    g.pushed = true;
+    return;
+  }
   if (!g.reference_recorded) {
     NT_CUDA_CHECK(cudaEventRecord(g.reference, s));
     g.reference_recorded = true;
@@ -190,6 +264,11 @@ void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
     return;
   }
 #if NT_WITH_CUDA
+  if (timing_ == Timing::cupti) {
+    if (gpu_->pushed) gpu_->cupti->pop(), gpu_->pushed = false;
+    o.ended = true;
+    return;
+  }
   NT_CUDA_CHECK(cudaEventRecord(gpu_->stops[static_cast<size_t>(o.pair)], static_cast<cudaStream_t>(stream)));
   o.ended = true;
 #else
@@ -202,7 +281,7 @@ void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
 void KernelProfiler::step_opened() noexcept {
   in_step_ = true;
 #if NT_WITH_CUDA
-  if (gpu_ && options_.hold && started_ && !stopped_) gpu_->hold_pending = true;
+  if (gpu_ && holds() && started_ && !stopped_) gpu_->hold_pending = true;
 #endif
 }
 
@@ -229,16 +308,24 @@ void KernelProfiler::synchronize() {
   for (auto s : gpu_->streams) NT_CUDA_CHECK(cudaStreamSynchronize(s));
   gpu_->dirty = false;
   ++data_.synchronizations;
-  if (in_step_ && options_.hold) gpu_->hold_pending = true;  // mid-step (a dry pool): hold the rest of the step
+  if (in_step_ && holds()) gpu_->hold_pending = true;  // mid-step (a dry pool): hold the rest of the step
 #endif
 }
 
 void KernelProfiler::flush() {
-  if (!gpu_) return;  // host timings are aggregated as they end
+  if (!gpu_ || open_.empty()) return;  // host timings are aggregated as they end
+  synchronize();
+  if (timing_ == Timing::cupti)
+    flush_cupti();
+  else
+    flush_events();
+  open_.clear();
+  ++flushes_;
+}
+
+void KernelProfiler::flush_events() {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
-  if (open_.empty()) return;
-  synchronize();
   // Offsets: the first pending start event anchors this batch against the reference (one float of ms, so
   // about 0.1 us of error per 1.5 s since the start); each launch is then placed against the anchor.
   float anchor_ms = 0;
@@ -253,8 +340,41 @@ void KernelProfiler::flush() {
     o.launch.dur_us = 1e3 * static_cast<double>(dur_ms);
     data_.add(o.launch);
   }
-  open_.clear();
-  ++flushes_;
+#endif
+}
+
+// The streams are synchronized: every kernel of the batch has ended. An unforced flush delivers the buffers
+// whose records are complete; if a launch still lacks its record, a forced flush delivers the rest.
+void KernelProfiler::flush_cupti() {
+#if NT_WITH_CUDA
+  Gpu& g = *gpu_;
+  if (g.pushed) g.cupti->pop(), g.pushed = false;  // a launch that failed before its end()
+  auto missing = [&](const CuptiMatch& m) {
+    int64_t n = 0;
+    for (size_t i = 0; i < open_.size(); ++i) n += open_[i].ended && !m.launches[i].found;
+    return n;
+  };
+  g.cupti->collect(false, g.records);
+  CuptiMatch m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
+  if (missing(m) > 0) {
+    g.cupti->collect(true, g.records);
+    m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
+  }
+  for (size_t i = 0; i < open_.size(); ++i) {
+    Open& o = open_[i];
+    if (!o.ended) continue;  // never launched
+    const CuptiLaunchTime& t = m.launches[i];
+    if (!t.found) {
+      ++data_.launches_without_record;
+      continue;
+    }
+    o.launch.start_us = 1e-3 * static_cast<double>(static_cast<int64_t>(t.start_ns - g.origin_ns));
+    o.launch.dur_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
+    data_.add(o.launch);
+  }
+  g.first_id += open_.size();
+  g.records.kernels.clear();
+  g.records.correlations.clear();
 #endif
 }
 

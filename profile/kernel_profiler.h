@@ -2,24 +2,34 @@
 // kernels/cpu/op_scope.h) and files it under the step, phase and layer open at that moment (profile/scope.h).
 // Attach it with ctx.set_observer(&profiler); with no observer attached nothing is recorded.
 //
-//   KernelProfiler profiler({Timing::cuda_events, kernels::profile_hold_fn(exec)});
+//   KernelProfiler profiler({Timing::cupti, kernels::profile_hold_fn(exec)});
 //   ctx.set_observer(&profiler);
 //   profiler.start();  ...enqueue steps...;  profiler.stop();     // stop() synchronizes once and reads all
 //   std::puts(format_table(profiler.data()).c_str());
 //
-// GPU (Timing::cuda_events). A pool of CUDA event pairs is created once, at start(). begin() records a pair's
-// start event on the launch's stream, end() its stop event; nothing waits. flush() synchronizes once, reads
-// the elapsed time of every pending pair, aggregates, and hands the pairs back to the pool. Flushes happen at
-// stop(), when the caller asks (the end of an epoch), and when the pool runs dry: one synchronization per
-// `pool_pairs` launches at most, never one per kernel.
+// Three timers (docs/profiler.md):
 //
-// Fidelity (GPU). An event is timestamped when the stream reaches it. If the GPU has caught up with the host,
-// a kernel's start event fires before the host has even submitted the kernel, and launch overhead is counted
-// as kernel time. So inside a step (profile::StepScope) the profiler holds the stream before the step's first
-// launch (a HoldFn: a one-thread kernel spinning on a host-written flag) and releases it when the step closes,
-// i.e. once the host has queued the whole step: the step's kernels then run back to back from a full queue,
-// each start event firing as the previous kernel ends. The GPU runs step s while the host queues step s+1,
-// so the hold costs throughput only when the host is the bottleneck anyway. Details: docs/profiler.md.
+// GPU, Timing::cupti (the default on the GPU when CUPTI loads). CUPTI's activity API records each kernel's start
+// and end on the GPU itself (profile/cupti_tracer.h). begin() pushes the launch's index as an external
+// correlation id and end() pops it, so each kernel record maps back to the launch, whose name, phase, layer and
+// cost the profiler knows; nothing is enqueued on the stream, and no hold is needed, since a record's start is
+// the kernel's own start, not a marker the stream reaches earlier. flush() synchronizes, has CUPTI deliver its
+// buffers and matches the records; a launch without a record is counted (data().launches_without_record), never
+// dropped silently. If CUPTI cannot load or start (not installed, CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, another
+// tool holding it), the profiler falls back to events and timing_note() says why (or throws, if
+// ProfilerOptions::cupti_fallback is false).
+//
+// GPU, Timing::cuda_events. A pool of CUDA event pairs is created once, at start(). begin() records a pair's
+// start event on the launch's stream, end() its stop event; nothing waits. An event is timestamped when the
+// stream reaches it, so if the GPU has caught up with the host a start event fires before the kernel is even
+// submitted; inside a step (profile::StepScope) the profiler therefore holds the stream before the step's first
+// launch (a HoldFn: a one-thread kernel spinning on a host-written flag) and releases it when the step closes.
+// What remains is the bracket itself: about 2 us per launch on an H100 (docs/profiler.md, Fidelity).
+//
+// Both GPU timers read back in batches: at stop(), when the caller asks (the end of an epoch), and when
+// `pool_pairs` launches are pending: one synchronization per `pool_pairs` launches at most, never one per kernel.
+//
+// CPU, Timing::host: steady_clock around each op.
 //
 // Window. start() ... stop() (with pause()/resume() in between) measure the host wall clock of the profiled
 // region; the report sets the sum of kernel times against it, so launch gaps show.
@@ -29,7 +39,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "profile/hold.h"
@@ -39,14 +51,25 @@
 
 namespace nt::profile {
 
-enum class Timing { host, cuda_events };
+enum class Timing { host, cuda_events, cupti };
+const char* timing_name(Timing t);  // "host", "cuda events", "cupti"
+
+// What the user asks for (--profile-timer): auto = cupti if it loads, else events (with a warning).
+enum class TimerChoice { automatic, cupti, events };
+std::optional<TimerChoice> parse_timer_choice(std::string_view text);  // "auto", "cupti", "events"; else nullopt
+// The timing for a choice on a backend (the CPU is always timed by the host clock) and whether falling back
+// from cupti to events is allowed (only for auto).
+Timing timing_for(TimerChoice choice, bool on_cuda);
+inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoice::cupti; }
 
 struct ProfilerOptions {
   Timing timing = Timing::host;
-  HoldFn hold;                          // GPU: keeps the stream behind the host within a step; empty = none
-  int pool_pairs = 16384;               // CUDA event pairs; a dry pool flushes
+  HoldFn hold;                          // events: keeps the stream behind the host within a step; empty = none
+  int pool_pairs = 16384;               // launches read back at once (events: CUDA event pairs); then a flush
   size_t max_trace_launches = 2'000'000;
   std::string device;                   // where it runs, for the report
+  bool cupti_fallback = true;           // cupti: fall back to events if CUPTI fails (else throw nt::Error)
+  std::string cupti_library;            // cupti: this file instead of the search (cupti_tracer.h); "" = search
 };
 
 class KernelProfiler final : public LaunchObserver, public StepListener {
@@ -64,6 +87,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
 
   const ProfileData& data() const { return data_; }
   int64_t flushes() const { return flushes_; }
+  Timing timing() const { return timing_; }                        // in effect (after a fallback: cuda_events)
+  const std::string& timing_note() const { return timing_note_; }  // why CUPTI was not used; "" if it was
 
   // LaunchObserver
   void begin(const char* kernel, void* stream) override;
@@ -80,14 +105,20 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
     Clock::time_point t0{};       // CPU: when it began
     bool ended = false;
   };
-  struct Gpu;  // CUDA state (events, the hold flag), kept out of this header
+  struct Gpu;  // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
 
   Launch describe(const char* kernel);
   double host_us(Clock::time_point t) const;
   void open_gate() noexcept;
   void synchronize();
+  void fall_back(const std::string& why);  // cupti -> cuda_events, or throws
+  bool holds() const;                      // events with a hold function
+  void flush_events();
+  void flush_cupti();
 
   ProfilerOptions options_;
+  Timing timing_ = Timing::host;
+  std::string timing_note_;
   ProfileData data_;
   std::unique_ptr<Gpu> gpu_;
   std::vector<Open> open_;        // CPU: a stack; GPU: every launch since the last flush, in order

@@ -58,10 +58,14 @@ class ProfileData {
   int64_t dropped() const { return launch_count_ - static_cast<int64_t>(launches_.size()); }
   double kernel_us() const { return kernel_us_; }
 
-  // Set by the profiler: the wall clock of the profiled window, where it ran, how often it synchronized.
+  // Set by the profiler: the wall clock of the profiled window, where it ran, how often it synchronized, what
+  // timed the kernels ("host", "cuda events", "cupti"), and how many launches the timer gave no time for
+  // (CUPTI delivered no record: they are in no row, and the report says so).
   double wall_us = 0;
   std::string device;
   int64_t synchronizations = 0;
+  std::string timer;
+  int64_t launches_without_record = 0;
 
  private:
   struct Key {

@@ -173,7 +173,11 @@ std::string format_totals(const ProfileData& d) {
          fmt("%.3f", wall_ms) + " ms | kernels busy " + fmt("%.1f", pct(kernel_ms, wall_ms)) + "% of it, gaps " +
          fmt("%.3f", std::max(wall_ms - kernel_ms, 0.0)) + " ms (launch overhead, host work, idle device)\n" +
          "profiler: " + std::to_string(d.synchronizations) + " synchronization" + (d.synchronizations == 1 ? "" : "s") +
-         " for " + launches + " launches" + (d.device.empty() ? "" : ", device " + d.device) + "\n";
+         " for " + launches + " launches" + (d.device.empty() ? "" : ", device " + d.device) +
+         (d.timer.empty() ? "" : ", timer " + d.timer) + "\n" +
+         (d.launches_without_record > 0 ? "warning: " + std::to_string(d.launches_without_record) +
+                                              " launches without a CUPTI record (in no row of the table)\n"
+                                        : "");
 }
 
 std::string to_csv(const ProfileData& d) {
@@ -192,7 +196,10 @@ std::string to_json(const ProfileData& d) {
   std::string out = "{\n  \"device\": " + json_str(d.device) + ",\n  \"wall_ms\": " + json_num(d.wall_us / 1e3) +
                     ",\n  \"kernel_ms\": " + json_num(d.kernel_us() / 1e3) +
                     ",\n  \"launches\": " + std::to_string(d.launch_count()) +
-                    ",\n  \"synchronizations\": " + std::to_string(d.synchronizations) + ",\n  \"kernels\": [";
+                    ",\n  \"synchronizations\": " + std::to_string(d.synchronizations) +
+                    ",\n  \"timer\": " + json_str(d.timer) +
+                    ",\n  \"launches_without_record\": " + std::to_string(d.launches_without_record) +
+                    ",\n  \"kernels\": [";
   const auto rows = d.rows();
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -233,7 +240,7 @@ std::string to_trace_json(const ProfileData& d) {
   steps.finish(d, events), phases.finish(d, events), layers.finish(d, events);
 
   std::string out = "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"device\": " + json_str(d.device) +
-                    ", \"launches\": " + std::to_string(d.launch_count()) +
+                    ", \"timer\": " + json_str(d.timer) + ", \"launches\": " + std::to_string(d.launch_count()) +
                     ", \"launches_not_in_trace\": " + std::to_string(d.dropped()) + "},\n\"traceEvents\": [\n";
   for (size_t i = 0; i < events.size(); ++i) out += events[i] + (i + 1 < events.size() ? ",\n" : "\n");
   return out + "]}\n";

@@ -4,8 +4,9 @@
 //                       one row per (kernel, phase, layer), sorted by total time; GB/s and GFLOP/s are the op's
 //                       own bytes and flops over its measured time, blank where the op reports none.
 //   format_totals(d)    the sum of kernel time against the wall clock of the profiled window, and the gap
-//                       between them (launch overhead, host work, idle GPU).
-//   write_files(d, p)   p.csv (the table), p.json ({"kernels": [...], "wall_ms", "kernel_ms", ...}) and
+//                       between them (launch overhead, host work, idle GPU); the timer used; and a warning
+//                       line with the count of launches the timer gave no time for, if any.
+//   write_files(d, p)   p.csv (the table), p.json ({"kernels": [...], "wall_ms", "kernel_ms", "timer", ...}) and
 //                       p.trace.json (Chrome trace event format: one complete event per launch, plus step,
 //                       phase and layer ranges on their own rows; opens in Perfetto and chrome://tracing).
 // Files are written to a temporary name and renamed, so a file on disk is always whole.

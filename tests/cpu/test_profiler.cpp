@@ -1,13 +1,17 @@
 // The kernel profiler on the CPU backend: aggregation, sorting and formatting of the report, the scopes that
 // label launches, the files it writes (parsed by Python's own json and csv modules, an independent reader),
-// and that with no observer attached nothing at all is recorded.
+// and that with no observer attached nothing at all is recorded. The CUPTI timer's parts that need no GPU:
+// the loader's search and its failure, the --profile-timer flag, and the matching of kernel records to launches.
 #include "test_support.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <tuple>
 
+#include "profile/cupti_tracer.h"
 #include "profile/kernel_profiler.h"
 #include "profile/report.h"
 #include "counting_observer.h"
@@ -161,7 +165,11 @@ TEST_CASE("a profiled CPU training step and evaluation: every launch is in the t
           "[cpu][profile]") {
   test::Rig rig(small_train(), {});
   data::DeviceBatcher eval_data(rig.ctx, data::subset(test::mnist().test, 0, 100), false, 1);  // 2 batches
-  profile::KernelProfiler profiler({profile::Timing::host, {}, 16, 1000, "cpu (test)"});
+  profile::ProfilerOptions options;
+  options.pool_pairs = 16;
+  options.max_trace_launches = 1000;
+  options.device = "cpu (test)";
+  profile::KernelProfiler profiler(options);  // host timers
   CountingObserver counter;
   counter.next = &profiler;
   rig.ctx.set_observer(&counter);
@@ -277,4 +285,223 @@ TEST_CASE("nanotrain profile prints the table on the CPU", "[cpu][profile][cli]"
   REQUIRE(r.exit_code == 0);
   for (const char* text : {"Kernel", "GFLOP/s", "gemm_bias_relu", "sgd_update", "eval", "kernel time", "wall clock"})
     CHECK(r.out.find(text) != std::string::npos);
+}
+
+// ---- CUPTI: loading, the timer flag, and matching kernel records to launches (no GPU needed) ----------
+
+namespace {
+
+// Sets an environment variable for the length of a scope, then restores it.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) had = true, old = v;
+    ::setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had)
+      ::setenv(name.c_str(), old.c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+profile::CuptiKernelRecord kernel_record(uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream = 7) {
+  return {correlation, stream, start, end};
+}
+
+}  // namespace
+
+TEST_CASE("CUPTI's loader reports a missing library cleanly", "[cpu][profile][cupti]") {
+  {
+    ScopedEnv env("NT_CUPTI_LIBRARY", "/nonexistent");
+    const profile::CuptiSearch s = profile::cupti_search();
+    CHECK(s.env_library == "/nonexistent");
+    const profile::CuptiLibrary lib = profile::load_cupti(s);
+    CHECK_FALSE(lib.loaded);
+    CHECK(lib.api == nullptr);
+    INFO(lib.error);
+    CHECK(lib.error.find("NT_CUPTI_LIBRARY=/nonexistent") != std::string::npos);
+    CHECK(lib.error.find('\n') == std::string::npos);  // one line, for the warning
+  }
+  {
+    ScopedEnv env("NT_CUPTI_LIBRARY", "none");
+    const profile::CuptiLibrary lib = profile::load_cupti(profile::cupti_search());
+    CHECK_FALSE(lib.loaded);
+    CHECK(lib.error.find("none") != std::string::npos);
+  }
+  const profile::CuptiLibrary& explicit_path = profile::cupti_library("/nonexistent/libcupti.so.13");
+  CHECK_FALSE(explicit_path.loaded);
+  CHECK(&profile::cupti_library("/nonexistent/libcupti.so.13") == &explicit_path);  // loaded once per path
+  // Nothing to open: the tracer declines with the loader's reason instead of throwing.
+  std::string why;
+  CHECK(profile::CuptiTracer::open(explicit_path, {}, &why) == nullptr);
+  CHECK(why == explicit_path.error);
+}
+
+TEST_CASE("CUPTI's search order: the named library only, else next to the executable, the loader, the toolkit",
+          "[cpu][profile][cupti]") {
+  const std::string so = profile::cupti_soname();
+  CHECK(so.rfind("libcupti.so.", 0) == 0);
+  profile::CuptiSearch s;
+  s.exe_dir = "/opt/nt/bin";
+  s.toolkit_dir = "/toolkit/lib64";
+  const std::vector<std::string> expected{"/opt/nt/bin/" + so,        "/opt/nt/bin/libcupti.so",
+                                          "/opt/nt/bin/../lib/" + so, "/opt/nt/bin/../lib/libcupti.so",
+                                          so,                         "libcupti.so",
+                                          "/toolkit/lib64/" + so,     "/toolkit/lib64/libcupti.so"};
+  CHECK(profile::cupti_candidates(s) == expected);
+  s.env_library = "/my/libcupti.so";
+  CHECK(profile::cupti_candidates(s) == std::vector<std::string>{"/my/libcupti.so"});
+  s.env_library = "none";
+  CHECK(profile::cupti_candidates(s).empty());
+  // With no executable folder or toolkit known, only the loader's search path is left.
+  CHECK(profile::cupti_candidates(profile::CuptiSearch{}) == std::vector<std::string>{so, "libcupti.so"});
+}
+
+TEST_CASE("--profile-timer values and what they mean on each backend", "[cpu][profile][cupti]") {
+  using profile::TimerChoice, profile::Timing;
+  CHECK(profile::parse_timer_choice("auto") == TimerChoice::automatic);
+  CHECK(profile::parse_timer_choice("cupti") == TimerChoice::cupti);
+  CHECK(profile::parse_timer_choice("events") == TimerChoice::events);
+  for (const char* bad : {"", "Auto", "cuda", "event", "cupti "}) CHECK_FALSE(profile::parse_timer_choice(bad));
+  CHECK(profile::timing_for(TimerChoice::automatic, true) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::cupti, true) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::events, true) == Timing::cuda_events);
+  for (auto c : {TimerChoice::automatic, TimerChoice::cupti, TimerChoice::events})
+    CHECK(profile::timing_for(c, false) == Timing::host);  // the CPU: host clocks whatever was asked
+  CHECK(profile::cupti_fallback_for(TimerChoice::automatic));
+  CHECK_FALSE(profile::cupti_fallback_for(TimerChoice::cupti));
+  CHECK(std::string(profile::timing_name(Timing::cupti)) == "cupti");
+}
+
+TEST_CASE("a cupti profiler without CUPTI falls back to events, or refuses when cupti was insisted on",
+          "[cpu][profile][cupti]") {
+  if (!NT_WITH_CUDA) return;  // no GPU timers in this build at all
+  profile::ProfilerOptions o;
+  o.timing = profile::Timing::cupti;
+  o.cupti_library = "/nonexistent/libcupti.so.13";
+  {
+    profile::KernelProfiler p(o);  // no GPU touched before start()
+    CHECK(p.timing() == profile::Timing::cuda_events);
+    CHECK(p.timing_note().find("/nonexistent/libcupti.so.13") != std::string::npos);
+    CHECK(p.data().timer == "cuda events");
+  }
+  o.cupti_fallback = false;
+  try {
+    profile::KernelProfiler p(o);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("--profile-timer cupti") != std::string::npos);
+    CHECK(std::string(e.what()).find("/nonexistent/libcupti.so.13") != std::string::npos);
+  }
+}
+
+TEST_CASE("CUPTI records match launches through external correlation ids", "[cpu][profile][cupti]") {
+  // Launches 100..103; CUPTI correlation ids 11..14 (and 20, a kernel nobody observed).
+  const std::vector<profile::CuptiCorrelation> corr{{11, 100}, {12, 101}, {13, 102}, {14, 103}, {15, 99}};
+
+  SECTION("every launch matched, whatever order the records arrive in") {
+    std::vector<profile::CuptiKernelRecord> k{kernel_record(13, 5000, 5900), kernel_record(11, 1000, 2000),
+                                              kernel_record(20, 2100, 2200), kernel_record(14, 6000, 6100),
+                                              kernel_record(12, 3000, 4500)};
+    const auto m = profile::match_cupti_records(100, 4, corr, k);
+    REQUIRE(m.launches.size() == 4);
+    CHECK(m.missing == 0);
+    CHECK(m.foreign == 1);  // correlation 20: no external id
+    CHECK(m.duplicates == 0);
+    CHECK(m.clipped == 0);
+    const uint64_t starts[] = {1000, 3000, 5000, 6000}, ends[] = {2000, 4500, 5900, 6100};
+    for (size_t i = 0; i < 4; ++i) {
+      INFO("launch " << i);
+      CHECK(m.launches[i].found);
+      CHECK(m.launches[i].start_ns == starts[i]);
+      CHECK(m.launches[i].end_ns == ends[i]);
+    }
+    std::reverse(k.begin(), k.end());
+    const auto again = profile::match_cupti_records(100, 4, corr, k);
+    for (size_t i = 0; i < 4; ++i) CHECK(again.launches[i].start_ns == m.launches[i].start_ns);
+  }
+
+  SECTION("a launch without a record is counted, and ids outside the batch are not ours") {
+    const std::vector<profile::CuptiKernelRecord> k{kernel_record(11, 1000, 2000), kernel_record(13, 5000, 5900),
+                                                    kernel_record(15, 100, 200)};  // id 99: an earlier batch
+    const auto m = profile::match_cupti_records(100, 4, corr, k);
+    CHECK(m.missing == 2);  // launches 101 and 103
+    CHECK_FALSE(m.launches[1].found);
+    CHECK_FALSE(m.launches[3].found);
+    CHECK(m.launches[0].found);
+    CHECK(m.launches[2].found);
+    CHECK(m.foreign == 1);
+  }
+
+  SECTION("overlap on one stream (programmatic dependent launch) is clipped; other streams are independent") {
+    // 12 starts while 11 still runs (its blocks wait for 11): its own time begins at 11's end.
+    const std::vector<profile::CuptiKernelRecord> k{
+        kernel_record(11, 1000, 2000), kernel_record(12, 1500, 2600), kernel_record(20, 2500, 2700),
+        kernel_record(13, 2650, 3000),                                  // after a foreign kernel: clipped to 2700
+        kernel_record(14, 1200, 1800, /*stream=*/9)};                   // another stream: untouched
+    const auto m = profile::match_cupti_records(100, 4, corr, k);
+    CHECK(m.missing == 0);
+    CHECK(m.launches[0].start_ns == 1000);
+    CHECK(m.launches[1].start_ns == 2000);
+    CHECK(m.launches[1].end_ns == 2600);
+    CHECK(m.launches[2].start_ns == 2700);
+    CHECK(m.launches[3].start_ns == 1200);
+    CHECK(m.clipped == 2);
+    uint64_t sum = 0;
+    for (const auto& l : m.launches) sum += l.end_ns - l.start_ns;
+    CHECK(sum == 1000 + 600 + 300 + 600);  // never more than the stream was busy
+  }
+
+  SECTION("duplicates keep the first record by start time; records without timestamps are ignored") {
+    const std::vector<profile::CuptiKernelRecord> k{kernel_record(11, 1000, 2000), kernel_record(11, 3000, 3100),
+                                                    kernel_record(12, 0, 0), kernel_record(13, 900, 800)};
+    const auto m = profile::match_cupti_records(100, 4, corr, k);
+    CHECK(m.duplicates == 1);
+    CHECK(m.invalid == 2);
+    CHECK(m.launches[0].start_ns == 1000);
+    CHECK(m.missing == 3);
+  }
+
+  SECTION("an empty batch") {
+    const auto m = profile::match_cupti_records(100, 0, corr, {kernel_record(11, 1, 2)});
+    CHECK(m.launches.empty());
+    CHECK(m.missing == 0);
+    CHECK(m.foreign == 1);
+  }
+}
+
+TEST_CASE("the report names the timer and counts launches without a CUPTI record", "[cpu][profile][cupti]") {
+  profile::ProfileData d;
+  d.add(launch(d, "gemm", "forward", "0 linear", 10));
+  d.timer = "cupti";
+  d.wall_us = 20;
+  CHECK(profile::format_totals(d).find("timer cupti") != std::string::npos);
+  CHECK(profile::format_totals(d).find("without a CUPTI record") == std::string::npos);
+  d.launches_without_record = 3;
+  const std::string totals = profile::format_totals(d);
+  INFO(totals);
+  CHECK(totals.find("3 launches without a CUPTI record") != std::string::npos);
+  const std::string json = profile::to_json(d);
+  CHECK(json.find("\"timer\": \"cupti\"") != std::string::npos);
+  CHECK(json.find("\"launches_without_record\": 3") != std::string::npos);
+}
+
+TEST_CASE("--profile-timer: bad values are one line naming the flag; events and cupti run on the CPU",
+          "[cpu][profile][cli][cupti]") {
+  for (const char* command : {"profile", "train"}) {
+    const auto r = test::run_command(test::cli_path() + " " + command + " --device cpu --profile-timer nvtx --data " +
+                                     test::mnist_dir());
+    INFO(r.out);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find("--profile-timer") != std::string::npos);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
+  }
+  const auto r = test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 2 --warmup 0 " +
+                                   "--profile-timer cupti --data " + test::mnist_dir());
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("timer host") != std::string::npos);  // the CPU is timed by the host clock
 }

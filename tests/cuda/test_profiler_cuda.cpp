@@ -1,13 +1,16 @@
-// The kernel profiler on the GPU: CUDA events around every launch of real mlp steps, read back in batches.
-// Every kernel that ran is in the table under its phase and layer with the right call count, times are
-// positive, launches do not overlap on the stream, the profiler synchronizes once per flush (never per
-// kernel), a dry event pool flushes without losing launches, and the hold is released by the host.
+// The kernel profiler on the GPU, with both timers: CUPTI's kernel records and CUDA events around every launch
+// of real mlp steps, read back in batches. Every kernel that ran is in the table under its phase and layer with
+// the right call count, times are positive, launches do not overlap on the stream, the sum of kernel time
+// stays within the wall clock, the profiler synchronizes once per flush (never per kernel), a full batch
+// flushes without losing launches, the events timer's hold is released by the host, and a cupti profiler
+// whose library cannot load falls back to events.
 #include "test_support.h"
 
 #include <map>
 #include <tuple>
 
 #include "kernels/profile_delay.h"
+#include "profile/cupti_tracer.h"
 #include "profile/kernel_profiler.h"
 #include "counting_observer.h"
 #include "rig.h"
@@ -29,12 +32,31 @@ struct ProfiledRun {
   int64_t flushes = 0;
   profile::ProfileData data;
   CountingObserver counter;
+  profile::Timing timing = profile::Timing::host;  // in effect
+  std::string note;                                 // why not cupti
 };
+
+profile::ProfilerOptions events_options(int pool_pairs) {
+  profile::ProfilerOptions o;
+  o.timing = profile::Timing::cuda_events;
+  o.pool_pairs = pool_pairs;
+  o.max_trace_launches = 1'000'000;
+  o.device = "cuda";
+  return o;
+}
+
+// CUPTI or an error: the packed build carries libcupti next to the binaries (scripts/pack-build).
+profile::ProfilerOptions cupti_options(int pool_pairs) {
+  profile::ProfilerOptions o = events_options(pool_pairs);
+  o.timing = profile::Timing::cupti;
+  o.cupti_fallback = false;
+  return o;
+}
 
 // `steps` mlp steps and an evaluation of 100 test examples (2 batches) under a GPU profiler, after one
 // unprofiled warm-up step (first launches load the kernels). The rig replays CUDA graphs when nobody
 // observes, so the eval kernels showing up proves the eager fallback while profiling.
-ProfiledRun profile_steps(int steps, int pool_pairs) {
+ProfiledRun profile_steps(int steps, profile::ProfilerOptions options) {
   test::RigOptions o;
   o.device = "cuda";
   o.use_graphs = true;
@@ -44,8 +66,8 @@ ProfiledRun profile_steps(int steps, int pool_pairs) {
   kernels::synchronize(rig.ctx.exec());
 
   ProfiledRun run;
-  profile::KernelProfiler profiler(
-      {profile::Timing::cuda_events, kernels::profile_hold_fn(rig.ctx.exec()), pool_pairs, 1'000'000, "cuda"});
+  options.hold = kernels::profile_hold_fn(rig.ctx.exec());  // used by the events timer only
+  profile::KernelProfiler profiler(std::move(options));
   run.counter.next = &profiler;
   rig.ctx.set_observer(&run.counter);
   profiler.start();
@@ -55,11 +77,14 @@ ProfiledRun profile_steps(int steps, int pool_pairs) {
   rig.ctx.set_observer(nullptr);
   run.flushes = profiler.flushes();
   run.data = profiler.data();
+  run.timing = profiler.timing();
+  run.note = profiler.timing_note();
   return run;
 }
 
 void check_launches(const ProfiledRun& run) {
   const auto& d = run.data;
+  CHECK(d.launches_without_record == 0);
   CHECK(d.launch_count() == run.counter.launches);
   CHECK(profiled_calls(d) == run.counter.calls);
   for (const auto& r : d.rows()) {
@@ -68,18 +93,21 @@ void check_launches(const ProfiledRun& run) {
     CHECK(r.max_us < 10'000);  // 10 ms: no mlp kernel at batch 64 comes near; a hold counted as kernel time would
   }
   // One stream runs them one after another: each launch starts after the previous one has ended (the
-  // events' resolution is about 0.5 us).
+  // events' resolution is about 0.5 us; CUPTI's records are clipped to their predecessor's end, so exact).
   const auto& launches = d.launches();
+  const double slack_us = d.timer == "cupti" ? 1e-3 : 1.0;
   for (size_t i = 1; i < launches.size(); ++i) {
     INFO("launch " << i);
-    CHECK(launches[i].start_us >= launches[i - 1].start_us + launches[i - 1].dur_us - 1.0);
+    CHECK(launches[i].start_us >= launches[i - 1].start_us + launches[i - 1].dur_us - slack_us);
   }
+  CHECK(d.kernel_us() <= d.wall_us);
 }
 
 }  // namespace
 
 TEST_CASE("GPU steps: every kernel under its phase and layer, one synchronization in all", "[cuda][profile]") {
-  const ProfiledRun run = profile_steps(10, 4096);
+  const ProfiledRun run = profile_steps(10, events_options(4096));
+  REQUIRE(run.timing == profile::Timing::cuda_events);
   check_launches(run);
   const auto& c = run.counter.calls;
   CHECK(c.at({"gather_batch", "data", ""}) == 10);
@@ -96,9 +124,59 @@ TEST_CASE("GPU steps: every kernel under its phase and layer, one synchronizatio
 }
 
 TEST_CASE("a dry event pool flushes mid-step without losing a launch", "[cuda][profile]") {
-  const ProfiledRun run = profile_steps(5, 8);
+  const ProfiledRun run = profile_steps(5, events_options(8));
   check_launches(run);
   CHECK(run.flushes >= run.counter.launches / 8);
   CHECK(run.data.synchronizations <= run.flushes + 1);
   CHECK(run.data.wall_us < 200'000);  // holds re-armed after each mid-step flush are released, not timed out
+}
+
+TEST_CASE("CUPTI timer: every kernel under its phase and layer from the GPU's own records", "[cuda][profile][cupti]") {
+  const auto& lib = profile::cupti_library();
+  INFO("CUPTI: " << (lib.loaded ? lib.path : lib.error));
+  REQUIRE(lib.loaded);  // pack-build puts libcupti next to the binaries; NT_CUPTI_LIBRARY names another
+  const ProfiledRun run = profile_steps(10, cupti_options(4096));
+  INFO(run.note);
+  REQUIRE(run.timing == profile::Timing::cupti);
+  CHECK(run.data.timer == "cupti");
+  check_launches(run);
+  const auto& c = run.counter.calls;
+  CHECK(c.at({"gather_batch", "data", ""}) == 10);
+  CHECK(c.at({"softmax_xent", "loss", ""}) == 10);
+  CHECK(c.at({"gemm_bias", "eval", "4 linear 160->10"}) == 2);
+  CHECK(run.flushes == 1);
+  CHECK(run.data.synchronizations == 1);
+  // No hold with CUPTI, so no timeout can be waited for; CUPTI's own set-up on the first launches after it is
+  // enabled may take a while, hence a looser bound than the events timer's.
+  CHECK(run.data.wall_us < 1'000'000);
+  for (const auto& l : run.data.launches()) CHECK(l.dur_us > 0);
+  for (const auto& r : run.data.rows()) {
+    INFO(r.kernel << " | " << r.phase << " | " << r.layer);
+    CHECK(r.max_us < 1'000);  // an mlp kernel at batch 64 takes microseconds
+  }
+}
+
+TEST_CASE("CUPTI timer: a full batch flushes mid-step without losing a launch; CUPTI opens again after stop",
+          "[cuda][profile][cupti]") {
+  REQUIRE(profile::cupti_library().loaded);
+  for (int round = 0; round < 2; ++round) {  // the second profiler reopens the activity API
+    INFO("round " << round);
+    const ProfiledRun run = profile_steps(5, cupti_options(8));
+    REQUIRE(run.timing == profile::Timing::cupti);
+    check_launches(run);
+    CHECK(run.flushes >= run.counter.launches / 8);
+  }
+}
+
+TEST_CASE("a cupti profiler whose library cannot load falls back to events and still times everything",
+          "[cuda][profile][cupti]") {
+  profile::ProfilerOptions o = cupti_options(4096);
+  o.cupti_fallback = true;
+  o.cupti_library = "/nonexistent/libcupti.so.13";
+  const ProfiledRun run = profile_steps(5, o);
+  CHECK(run.timing == profile::Timing::cuda_events);
+  CHECK(run.data.timer == "cuda events");
+  CHECK(run.note.find("/nonexistent/libcupti.so.13") != std::string::npos);
+  check_launches(run);
+  CHECK(run.data.wall_us < 200'000);  // the events timer's holds are released by the host
 }

@@ -1,0 +1,467 @@
+// CUPTI activity tracing for the kernel profiler: run-time loading, the activity buffers, and the pure
+// matching of kernel records to our launches (see cupti_tracer.h).
+//
+// Threads. CUPTI calls buffer_requested() from the thread that needs a buffer (a launching thread or its
+// worker thread) and buffer_completed() from its worker thread or from inside cuptiActivityFlushAll(). Both
+// take State::mu; the profiler's thread takes it in collect(). The state and the buffers live for the whole
+// process (never freed): CUPTI may hand a buffer back after a tracer has closed, and the library is never
+// unloaded once it has been initialized.
+#include "profile/cupti_tracer.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "core/error.h"
+
+#if NT_WITH_CUPTI
+#include <cupti.h>
+#endif
+
+#ifndef NT_CUPTI_TOOLKIT_LIBRARY_DIR
+#define NT_CUPTI_TOOLKIT_LIBRARY_DIR ""
+#endif
+
+namespace nt::profile {
+
+// ---- matching (pure) -------------------------------------------------------------------------------
+
+CuptiMatch match_cupti_records(uint64_t first_id, size_t count, const std::vector<CuptiCorrelation>& correlations,
+                               const std::vector<CuptiKernelRecord>& kernels) {
+  CuptiMatch m;
+  m.launches.resize(count);
+  std::unordered_map<uint32_t, uint64_t> external;  // CUPTI correlationId -> our launch id
+  external.reserve(correlations.size());
+  for (const CuptiCorrelation& c : correlations) external[c.correlation_id] = c.external_id;
+
+  // Per stream, by start time: each kernel's own time begins when the stream's previous kernels have ended.
+  std::vector<size_t> order(kernels.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const CuptiKernelRecord &x = kernels[a], &y = kernels[b];
+    if (x.stream_id != y.stream_id) return x.stream_id < y.stream_id;
+    if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
+    if (x.end_ns != y.end_ns) return x.end_ns < y.end_ns;
+    return x.correlation_id < y.correlation_id;
+  });
+  bool have_stream = false;
+  uint32_t stream = 0;
+  uint64_t busy_until = 0;  // the latest end of a kernel on `stream` so far
+  for (size_t idx : order) {
+    const CuptiKernelRecord& k = kernels[idx];
+    if (k.start_ns == 0 || k.end_ns < k.start_ns) {
+      ++m.invalid;
+      continue;
+    }
+    if (!have_stream || k.stream_id != stream) have_stream = true, stream = k.stream_id, busy_until = 0;
+    const uint64_t start = std::min(std::max(k.start_ns, busy_until), k.end_ns);
+    busy_until = std::max(busy_until, k.end_ns);
+
+    const auto it = external.find(k.correlation_id);
+    if (it == external.end() || it->second < first_id || it->second - first_id >= count) {
+      ++m.foreign;
+      continue;
+    }
+    CuptiLaunchTime& l = m.launches[static_cast<size_t>(it->second - first_id)];
+    if (l.found) {
+      ++m.duplicates;
+      continue;
+    }
+    l = {true, start, k.end_ns};
+    if (start != k.start_ns) ++m.clipped;
+  }
+  for (const CuptiLaunchTime& l : m.launches) m.missing += !l.found;
+  return m;
+}
+
+// ---- search ----------------------------------------------------------------------------------------
+
+std::string cupti_soname() {
+#if NT_WITH_CUPTI
+  return "libcupti.so." + std::to_string(CUDA_VERSION / 1000);
+#else
+  return "libcupti.so.13";
+#endif
+}
+
+CuptiSearch cupti_search() {
+  CuptiSearch s;
+  if (const char* env = std::getenv("NT_CUPTI_LIBRARY")) s.env_library = env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) s.exe_dir = exe.parent_path().string();
+  s.toolkit_dir = NT_CUPTI_TOOLKIT_LIBRARY_DIR;
+  return s;
+}
+
+std::vector<std::string> cupti_candidates(const CuptiSearch& s) {
+  if (!s.env_library.empty()) {
+    if (s.env_library == "none") return {};
+    return {s.env_library};
+  }
+  const std::string names[] = {cupti_soname(), "libcupti.so"};
+  std::vector<std::string> out;
+  if (!s.exe_dir.empty())
+    for (const std::string& dir : {s.exe_dir, s.exe_dir + "/../lib"})
+      for (const auto& name : names) out.push_back(dir + "/" + name);
+  for (const auto& name : names) out.push_back(name);  // the loader's search path
+  if (!s.toolkit_dir.empty())
+    for (const auto& name : names) out.push_back(s.toolkit_dir + "/" + name);
+  return out;
+}
+
+// ---- loading ---------------------------------------------------------------------------------------
+
+#if NT_WITH_CUPTI
+
+struct CuptiApi {
+  void* handle = nullptr;
+  decltype(&::cuptiActivityEnable) enable = nullptr;
+  decltype(&::cuptiActivityDisable) disable = nullptr;
+  decltype(&::cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&::cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
+  decltype(&::cuptiActivityPushExternalCorrelationId) push_external = nullptr;
+  decltype(&::cuptiActivityPopExternalCorrelationId) pop_external = nullptr;
+  decltype(&::cuptiGetTimestamp) timestamp = nullptr;
+  decltype(&::cuptiGetResultString) result_string = nullptr;
+  decltype(&::cuptiGetVersion) version = nullptr;
+
+  std::string describe(CUptiResult r) const {
+    const char* text = nullptr;
+    if (result_string && result_string(r, &text) == CUPTI_SUCCESS && text) return cat(text, " (", int(r), ")");
+    return cat("CUPTI error ", int(r));
+  }
+};
+
+namespace {
+
+template <class Fn>
+bool resolve(void* handle, const char* name, Fn& fn, std::string& missing) {
+  fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  if (!fn) missing = name;
+  return fn != nullptr;
+}
+
+// Opens one candidate and resolves every function, or says why not.
+std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& error) {
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* e = dlerror();
+    error = e ? e : "dlopen failed";
+    return nullptr;
+  }
+  auto api = std::make_shared<CuptiApi>();
+  api->handle = handle;
+  std::string missing;
+  const bool ok = resolve(handle, "cuptiActivityEnable", api->enable, missing) &&
+                  resolve(handle, "cuptiActivityDisable", api->disable, missing) &&
+                  resolve(handle, "cuptiActivityRegisterCallbacks", api->register_callbacks, missing) &&
+                  resolve(handle, "cuptiActivityFlushAll", api->flush_all, missing) &&
+                  resolve(handle, "cuptiActivityGetNextRecord", api->next_record, missing) &&
+                  resolve(handle, "cuptiActivityGetNumDroppedRecords", api->dropped_records, missing) &&
+                  resolve(handle, "cuptiActivityPushExternalCorrelationId", api->push_external, missing) &&
+                  resolve(handle, "cuptiActivityPopExternalCorrelationId", api->pop_external, missing) &&
+                  resolve(handle, "cuptiGetTimestamp", api->timestamp, missing) &&
+                  resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
+                  resolve(handle, "cuptiGetVersion", api->version, missing);
+  if (!ok) {
+    error = cat(path, " has no ", missing);
+    dlclose(handle);  // nothing of it was called
+    return nullptr;
+  }
+  return api;
+}
+
+}  // namespace
+
+CuptiLibrary load_cupti(const CuptiSearch& search) {
+  CuptiLibrary lib;
+  const auto candidates = cupti_candidates(search);
+  if (candidates.empty()) {
+    lib.error = "CUPTI turned off (NT_CUPTI_LIBRARY=none)";
+    return lib;
+  }
+  std::string last_error;
+  for (const auto& path : candidates) {
+    std::string error;
+    auto api = open_api(path, error);
+    if (!api) {
+      last_error = error;
+      continue;
+    }
+    lib.loaded = true;
+    lib.path = path;
+    lib.api = std::move(api);
+    if (lib.api->version(&lib.version) != CUPTI_SUCCESS) lib.version = 0;
+    return lib;
+  }
+  if (!search.env_library.empty())
+    lib.error = cat("CUPTI not loaded from NT_CUPTI_LIBRARY=", search.env_library, ": ", last_error);
+  else
+    lib.error = cat("CUPTI not found: no ", cupti_soname(), " or libcupti.so next to the executable, in its ../lib, ",
+                    "on the loader's path", search.toolkit_dir.empty() ? "" : " or in " + search.toolkit_dir,
+                    " (set NT_CUPTI_LIBRARY to its file)");
+  return lib;
+}
+
+#else  // a build without CUPTI's header
+
+struct CuptiApi {};
+
+CuptiLibrary load_cupti(const CuptiSearch&) {
+  CuptiLibrary lib;
+  lib.error = "this build of nanotrain has no CUPTI support (built without CUDA or without cupti.h)";
+  return lib;
+}
+
+#endif
+
+const CuptiLibrary& cupti_library() {
+  static const CuptiLibrary lib = load_cupti(cupti_search());
+  return lib;
+}
+
+const CuptiLibrary& cupti_library(const std::string& path) {
+  if (path.empty()) return cupti_library();
+  static std::mutex mu;
+  static auto* loaded = new std::unordered_map<std::string, CuptiLibrary>;  // process lifetime, like the libraries
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded->find(path);
+  if (it == loaded->end()) {
+    CuptiSearch s;
+    s.env_library = path;
+    it = loaded->emplace(path, load_cupti(s)).first;
+  }
+  return it->second;
+}
+
+// ---- the tracer ------------------------------------------------------------------------------------
+
+#if NT_WITH_CUPTI
+
+namespace {
+
+// The newest kernel record of the header built against. Only its leading fields are read (start, end,
+// streamId, correlationId), which have kept their places since CUpti_ActivityKernel4.
+#if CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;
+#else
+using KernelRecord = CUpti_ActivityKernel9;
+#endif
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
+constexpr CUpti_ExternalCorrelationKind kOurKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+
+const char* kind_name(CUpti_ActivityKind kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_KIND_DRIVER: return "DRIVER";
+    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return "EXTERNAL_CORRELATION";
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return "CONCURRENT_KERNEL";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+struct CuptiTracer::State {
+  std::mutex mu;
+  const CuptiApi* api = nullptr;  // of the library last opened (never unloaded)
+  bool open = false;              // a tracer holds the state
+  const CuptiApi* registered = nullptr;  // the library our buffer callbacks are registered with
+  size_t buffer_bytes = 0;        // fixed by the first open()
+  std::vector<uint8_t*> free_buffers;
+  CuptiBatch pending;             // delivered, not yet collected
+  int64_t dropped = 0, kernels = 0, correlations = 0, late_buffers = 0;
+};
+
+namespace {
+
+CuptiTracer::State& state() {
+  static auto* s = new CuptiTracer::State;  // process lifetime (see the top of this file)
+  return *s;
+}
+
+uint8_t* new_buffer(size_t bytes) {
+  void* p = std::aligned_alloc(ACTIVITY_RECORD_ALIGNMENT, bytes);
+  return static_cast<uint8_t*>(p);
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  CuptiTracer::State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *max_records = 0;  // as many as fit
+  if (s.free_buffers.empty()) {  // CUPTI outran the pool: grow it (not per launch: per buffer of records)
+    uint8_t* b = new_buffer(s.buffer_bytes);
+    if (!b) {  // CUPTI drops records and counts them
+      *buffer = nullptr, *size = 0;
+      return;
+    }
+    s.free_buffers.push_back(b);
+    ++s.late_buffers;
+  }
+  *buffer = s.free_buffers.back();
+  *size = s.buffer_bytes;
+  s.free_buffers.pop_back();
+}
+
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size, size_t valid) {
+  CuptiTracer::State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!buffer) return;
+  if (s.api && s.open) {
+    CUpti_Activity* record = nullptr;
+    while (s.api->next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+      if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        const auto* k = reinterpret_cast<const KernelRecord*>(record);
+        s.pending.kernels.push_back({k->correlationId, k->streamId, k->start, k->end});
+        ++s.kernels;
+      } else if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+        const auto* c = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+        if (c->externalKind != kOurKind) continue;
+        s.pending.correlations.push_back({c->correlationId, c->externalId});
+        ++s.correlations;
+      }
+    }
+    size_t dropped = 0;
+    if (s.api->dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS) s.dropped += static_cast<int64_t>(dropped);
+  }
+  if (size == s.buffer_bytes)
+    s.free_buffers.push_back(buffer);
+  else
+    std::free(buffer);
+}
+
+}  // namespace
+
+std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const CuptiTracerOptions& options,
+                                               std::string* why) {
+  auto fail = [&](std::string reason) -> std::unique_ptr<CuptiTracer> {
+    if (why) *why = std::move(reason);
+    return nullptr;
+  };
+  if (!lib.loaded) return fail(lib.error);
+  const CuptiApi& a = *lib.api;
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.open) return fail("CUPTI is already in use by another profiler of this process");
+    if (s.buffer_bytes == 0) s.buffer_bytes = std::max<size_t>(options.buffer_bytes, 4096) / 8 * 8;
+    while (s.free_buffers.size() < options.buffers) {
+      uint8_t* b = new_buffer(s.buffer_bytes);
+      if (!b) return fail("out of memory for CUPTI's activity buffers");
+      s.free_buffers.push_back(b);
+    }
+    s.pending.kernels.clear(), s.pending.correlations.clear();
+    s.pending.kernels.reserve(options.expected_launches);
+    s.pending.correlations.reserve(2 * options.expected_launches);
+    s.dropped = s.kernels = s.correlations = s.late_buffers = 0;
+    s.api = &a;
+    s.open = true;
+  }
+  auto close_state = [&s] {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.open = false;
+  };
+  CUptiResult r = CUPTI_SUCCESS;
+  if (s.registered != &a) {  // once per library: the callbacks are the same functions for every tracer
+    r = a.register_callbacks(&buffer_requested, &buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+      close_state();
+      return fail("cuptiActivityRegisterCallbacks: " + a.describe(r));
+    }
+    s.registered = &a;
+  }
+  size_t enabled = 0;
+  for (; enabled < std::size(kKinds); ++enabled) {
+    r = a.enable(kKinds[enabled]);
+    if (r != CUPTI_SUCCESS) break;
+  }
+  if (enabled < std::size(kKinds)) {
+    for (size_t i = 0; i < enabled; ++i) a.disable(kKinds[i]);
+    close_state();
+    return fail(cat("cuptiActivityEnable(CUPTI_ACTIVITY_KIND_", kind_name(kKinds[enabled]), "): ", a.describe(r)));
+  }
+  return std::unique_ptr<CuptiTracer>(new CuptiTracer(lib.api, &s));
+}
+
+CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : api_(std::move(api)), state_(state) {}
+
+CuptiTracer::~CuptiTracer() {
+  for (auto kind : kKinds) api_->disable(kind);
+  api_->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // hands back every buffer CUPTI holds
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->pending.kernels.clear(), state_->pending.correlations.clear();
+  state_->open = false;
+}
+
+void CuptiTracer::push(uint64_t external_id) {
+  const CUptiResult r = api_->push_external(kOurKind, external_id);
+  if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityPushExternalCorrelationId: " + api_->describe(r));
+}
+
+void CuptiTracer::pop() {
+  const CUptiResult r = api_->pop_external(kOurKind, nullptr);
+  if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityPopExternalCorrelationId: " + api_->describe(r));
+}
+
+uint64_t CuptiTracer::now_ns() const {
+  uint64_t t = 0;
+  const CUptiResult r = api_->timestamp(&t);
+  if (r != CUPTI_SUCCESS) throw InternalError("cuptiGetTimestamp: " + api_->describe(r));
+  return t;
+}
+
+void CuptiTracer::collect(bool forced, CuptiBatch& into) {
+  const CUptiResult r = api_->flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+  if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityFlushAll: " + api_->describe(r));
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto& p = state_->pending;
+  into.kernels.insert(into.kernels.end(), p.kernels.begin(), p.kernels.end());
+  into.correlations.insert(into.correlations.end(), p.correlations.begin(), p.correlations.end());
+  p.kernels.clear(), p.correlations.clear();  // keeps the capacity
+}
+
+int64_t CuptiTracer::dropped_records() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->dropped;
+}
+int64_t CuptiTracer::kernel_records() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->kernels;
+}
+int64_t CuptiTracer::correlation_records() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->correlations;
+}
+
+#else  // no CUPTI: open() always declines, so no tracer object ever exists
+
+struct CuptiTracer::State {};
+
+std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const CuptiTracerOptions&, std::string* why) {
+  if (why) *why = lib.error.empty() ? load_cupti({}).error : lib.error;
+  return nullptr;
+}
+CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : api_(std::move(api)), state_(state) {}
+CuptiTracer::~CuptiTracer() = default;
+void CuptiTracer::push(uint64_t) {}
+void CuptiTracer::pop() {}
+uint64_t CuptiTracer::now_ns() const { return 0; }
+void CuptiTracer::collect(bool, CuptiBatch&) {}
+int64_t CuptiTracer::dropped_records() const { return 0; }
+int64_t CuptiTracer::kernel_records() const { return 0; }
+int64_t CuptiTracer::correlation_records() const { return 0; }
+
+#endif
+
+}  // namespace nt::profile

@@ -1,0 +1,145 @@
+// Kernel timestamps from CUPTI's activity API: the GPU's own start and end time of every kernel, the source of
+// Timing::cupti in the kernel profiler (kernel_profiler.h; docs/profiler.md says why it replaces event pairs).
+//
+//   const CuptiLibrary& lib = cupti_library();          // found and loaded once per process, or why not
+//   std::string why;
+//   auto tracer = CuptiTracer::open(lib, {}, &why);       // enables the activity kinds; nullptr + why on failure
+//   tracer->push(id);  ...launch...;  tracer->pop();      // tags the launch with our id (external correlation)
+//   ...synchronize the streams...;
+//   CuptiBatch b;
+//   tracer->collect(false, b);                            // every record delivered so far, appended to b
+//   CuptiMatch m = match_cupti_records(first_id, count, b.correlations, b.kernels);
+//
+// Loading. CUPTI is opened at run time with dlopen, so the binaries start on machines without it; only the
+// functions used are resolved with dlsym. Search order (cupti_candidates): NT_CUPTI_LIBRARY when set (then it is
+// the only candidate: a named library is never silently replaced by another one; "none" turns CUPTI off),
+// libcupti.so.<major> and libcupti.so in the executable's folder and in its ../lib, the same names through the
+// loader's search path (LD_LIBRARY_PATH, rpath, ld.so.cache), then the CUDA toolkit's library folder that the
+// build was configured with.
+//
+// Activity kinds: CONCURRENT_KERNEL (kernel records; KIND_KERNEL would serialize kernels), EXTERNAL_CORRELATION
+// (CUPTI's correlationId of each API call made while one of our ids is pushed -> our id), and DRIVER (the API
+// records that external-correlation records are attached to; every launch goes through the driver, whether the
+// runtime is static or shared). Buffers come from a pool preallocated at open(); the completion callback (on
+// CUPTI's worker thread, or inside cuptiActivityFlushAll) copies the few fields used into compact arrays and
+// hands the buffer back, so nothing is allocated per launch and memory stays bounded.
+//
+// One tracer at a time per process (CUPTI's activity state is process-wide): open() fails while another is open.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nt::profile {
+
+// ---- loading ---------------------------------------------------------------------------------------
+
+struct CuptiSearch {
+  std::string env_library;  // NT_CUPTI_LIBRARY; when non-empty, the only candidate ("none": CUPTI off)
+  std::string exe_dir;      // the running executable's folder ("" if unknown)
+  std::string toolkit_dir;  // the CUDA toolkit's library folder known at build time ("" if none)
+};
+
+CuptiSearch cupti_search();                                      // from the environment, /proc/self/exe, the build
+std::vector<std::string> cupti_candidates(const CuptiSearch& s);  // what dlopen is tried with, in order
+std::string cupti_soname();                                       // "libcupti.so.13" for a CUDA 13 build
+
+struct CuptiApi;  // the resolved functions (cupti_tracer.cpp)
+
+struct CuptiLibrary {
+  bool loaded = false;
+  std::string path;     // the candidate that loaded
+  std::string error;    // why not: one line naming what was tried
+  uint32_t version = 0; // cuptiGetVersion
+  std::shared_ptr<const CuptiApi> api;
+};
+
+CuptiLibrary load_cupti(const CuptiSearch& search);  // uncached: tries every candidate; never throws
+const CuptiLibrary& cupti_library();                 // load_cupti(cupti_search()), once per process
+// An explicit library (ProfilerOptions::cupti_library); "" means cupti_library(). Cached per path.
+const CuptiLibrary& cupti_library(const std::string& path);
+
+// ---- records and matching (pure) -------------------------------------------------------------------
+
+struct CuptiKernelRecord {  // the fields of a CONCURRENT_KERNEL record that the profiler uses
+  uint32_t correlation_id = 0;
+  uint32_t stream_id = 0;
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
+struct CuptiCorrelation {  // an EXTERNAL_CORRELATION record of our kind
+  uint32_t correlation_id = 0;
+  uint64_t external_id = 0;
+};
+
+struct CuptiBatch {
+  std::vector<CuptiCorrelation> correlations;
+  std::vector<CuptiKernelRecord> kernels;
+};
+
+struct CuptiLaunchTime {
+  bool found = false;
+  uint64_t start_ns = 0, end_ns = 0;  // start clipped to the end of the stream's previous kernel (see below)
+};
+
+struct CuptiMatch {
+  std::vector<CuptiLaunchTime> launches;  // [i]: the launch whose id is first_id + i
+  int64_t missing = 0;    // of those, how many have no kernel record
+  int64_t foreign = 0;    // kernel records of no launch in the batch (unobserved kernels, stale ids)
+  int64_t duplicates = 0; // a second kernel record for a launch already matched (the first one is kept)
+  int64_t clipped = 0;    // launches whose start was moved to their predecessor's end
+  int64_t invalid = 0;    // records without timestamps (start 0, or end before start): ignored
+};
+
+// Matches kernel records to the launches with ids [first_id, first_id + count): a kernel's correlationId is
+// looked up among the external correlations (the last one wins if CUPTI reports one twice), and its external
+// id names the launch. Kernels on one stream run in order, but with programmatic dependent launch (sm_90) a
+// kernel's blocks may start while its predecessor still runs and then wait for it (griddepcontrol.wait), so
+// the record's start can precede the predecessor's end: per stream, records (ours and foreign) are ordered by
+// start and each start is clipped to the latest end before it, which is the time the kernel ran for itself.
+// Records without valid timestamps are ignored (counted as invalid). The order of the inputs does not matter.
+CuptiMatch match_cupti_records(uint64_t first_id, size_t count, const std::vector<CuptiCorrelation>& correlations,
+                               const std::vector<CuptiKernelRecord>& kernels);
+
+// ---- the tracer ------------------------------------------------------------------------------------
+
+struct CuptiTracerOptions {
+  size_t buffers = 8;                // preallocated activity buffers (more are allocated only if CUPTI outruns them)
+  size_t buffer_bytes = 1u << 20;    // each (the first open()'s size holds for the process); ~3,000 launches
+  size_t expected_launches = 16384;  // records reserved for between two collections
+};
+
+class CuptiTracer {
+ public:
+  // Registers the buffer callbacks and enables the activity kinds. On failure returns nullptr and sets *why to
+  // one line naming the call and CUPTI's error (e.g. CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, or another tracer).
+  static std::unique_ptr<CuptiTracer> open(const CuptiLibrary& lib, const CuptiTracerOptions& options,
+                                           std::string* why);
+  ~CuptiTracer();  // disables the kinds and drains CUPTI's buffers
+  CuptiTracer(const CuptiTracer&) = delete;
+  CuptiTracer& operator=(const CuptiTracer&) = delete;
+
+  void push(uint64_t external_id);  // cuptiActivityPushExternalCorrelationId(CUSTOM0, id); throws on error
+  void pop();                       // cuptiActivityPopExternalCorrelationId(CUSTOM0)
+  uint64_t now_ns() const;          // cuptiGetTimestamp: the clock of the kernel records
+
+  // cuptiActivityFlushAll(forced ? FLUSH_FORCED : 0), then appends to `into` every record delivered since the
+  // last call (no allocation while `into` has the capacity). Call it after synchronizing the streams: an
+  // unforced flush delivers only buffers whose records are all complete.
+  void collect(bool forced, CuptiBatch& into);
+
+  int64_t dropped_records() const;      // reported by CUPTI (its buffers overflowed)
+  int64_t kernel_records() const;       // delivered since open()
+  int64_t correlation_records() const;  // delivered since open()
+
+  struct State;  // shared with the C callbacks (cupti_tracer.cpp)
+
+ private:
+  CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state);
+  std::shared_ptr<const CuptiApi> api_;
+  State* state_;
+};
+
+}  // namespace nt::profile
