@@ -2,12 +2,13 @@
 """The PyTorch baseline: the engine's model, trained the same way, in every mode a PyTorch user could pick.
 
 Same as `nanotrain train`:
-  model        the same nn.Sequential (mlp: Linear(784,320) ReLU Linear(320,160) ReLU Linear(160,10)) on
-               flattened inputs, starting from the engine's initial weights (--init, from --init-out)
+  model        the same nn.Sequential (mlp: Linear(784,320) ReLU Linear(320,160) ReLU Linear(160,10) on
+               flattened inputs; cnn: Conv2d BatchNorm2d ReLU MaxPool2d x2, Flatten, Linear ReLU Linear on
+               NCHW inputs), starting from the engine's initial weights and buffers (--init, from --init-out)
   data         the same normalized float32 inputs (bench/nt_io.py) in the same per-epoch order
                (bench/nt_order.py re-implements the engine's shuffle), full batches only (drop_last)
-  optimizer    torch.optim.SGD with the same lr, momentum, weight decay (PyTorch's semantics are the
-               engine's: dampening 0, no Nesterov, the first momentum buffer is the gradient)
+  optimizer    torch.optim.SGD, Adam or AdamW with the same hyper-parameters (PyTorch's semantics are the
+               engine's: SGD with dampening 0, no Nesterov; Adam(W) single-tensor, capturable in graph mode)
   precision    fp32 everywhere: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False,
                float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 = False),
                so a future CNN's convolutions are true fp32 as well; cuDNN picks its algorithms freely
@@ -50,7 +51,19 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 MODES = ("dataloader", "resident", "graph")
-NAMED_MODELS = {"mlp": "linear:320,relu,linear:160,relu,linear:10"}
+NAMED_MODELS = {
+    "mlp": "linear:320,relu,linear:160,relu,linear:10",
+    "cnn": "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10",
+}
+
+
+def model_spec(name_or_spec):
+    return NAMED_MODELS.get(name_or_spec, name_or_spec)
+
+
+def flat_input(name_or_spec):
+    """The engine flattens each sample when the model starts with linear (layers/builder.cpp)."""
+    return model_spec(name_or_spec).split(",")[0].startswith("linear")
 
 
 # ---- set-up ----------------------------------------------------------------------------------------
@@ -61,24 +74,56 @@ def strict_fp32():
     torch.set_float32_matmul_precision("highest")
 
 
-def build_model(name_or_spec, in_features, classes):
+def build_model(name_or_spec, sample_shape, classes):
     """nn.Sequential of the engine's spec (layers/builder.cpp): one module per spec item, so the
-    parameter names match the engine's ("0.weight", "2.bias", ...)."""
-    spec = NAMED_MODELS.get(name_or_spec, name_or_spec)
-    modules, features = [], in_features
-    for item in spec.split(","):
+    parameter and buffer names match the engine's ("0.weight", "1.running_mean", ...). sample_shape is
+    (C, H, W)."""
+    items = model_spec(name_or_spec).split(",")
+    shape = [int(np.prod(sample_shape))] if flat_input(name_or_spec) else list(sample_shape)
+    modules = []
+    for i, item in enumerate(items):
         fields = item.split(":")
-        if fields[0] == "linear" and len(fields) == 2:
-            modules.append(nn.Linear(features, int(fields[1])))
-            features = int(fields[1])
+        kind, args = fields[0], [int(f) for f in fields[1:]] if fields[0] != "dropout" else []
+        following = items[i + 1] if i + 1 < len(items) else ""
+        if kind == "linear" and len(fields) == 2:
+            modules.append(nn.Linear(shape[0], args[0]))
+            shape = [args[0]]
+        elif kind == "conv" and 3 <= len(fields) <= 5:
+            k, r = args[0], args[1]
+            stride = args[2] if len(args) > 2 else 1
+            pad = args[3] if len(args) > 3 else r // 2
+            modules.append(nn.Conv2d(shape[0], k, r, stride=stride, padding=pad, bias=following != "bn"))
+            shape = [k, (shape[1] + 2 * pad - r) // stride + 1, (shape[2] + 2 * pad - r) // stride + 1]
+        elif item == "bn":
+            modules.append(nn.BatchNorm2d(shape[0]) if len(shape) == 3 else nn.BatchNorm1d(shape[0]))
+        elif kind == "maxpool" and len(fields) in (2, 3):
+            w = args[0]
+            stride = args[1] if len(args) > 1 else w
+            modules.append(nn.MaxPool2d(w, stride))
+            shape = [shape[0], (shape[1] - w) // stride + 1, (shape[2] - w) // stride + 1]
+        elif item == "flatten":
+            modules.append(nn.Flatten())
+            shape = [int(np.prod(shape))]
+        elif kind == "dropout" and len(fields) == 2:
+            modules.append(nn.Dropout(float(fields[1])))
         elif item == "relu":
             modules.append(nn.ReLU())
         else:
-            # Convolutional layers join here when the engine has them (cnn: conv, bn, maxpool, flatten).
-            raise SystemExit(f"--model: '{item}' is not supported by this baseline yet (linear:N, relu)")
-    if features != classes:
-        raise SystemExit(f"--model: ends in {features} outputs, the data has {classes} classes")
+            raise SystemExit(f"--model: '{item}' is not a layer of the engine's specs")
+    if shape != [classes]:
+        raise SystemExit(f"--model: ends in {shape}, the data has {classes} classes")
     return nn.Sequential(*modules)
+
+
+def make_optimizer(model, args, capturable=False):
+    """The engine's --optimizer with PyTorch's semantics (single-tensor implementations)."""
+    params = model.parameters()
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    cls = torch.optim.Adam if args.optimizer == "adam" else torch.optim.AdamW
+    # capturable keeps the step count on the device, which graph capture needs; the update is the same.
+    return cls(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps, weight_decay=args.weight_decay,
+               foreach=False, capturable=capturable)
 
 
 def load_init(model, path):
@@ -86,8 +131,9 @@ def load_init(model, path):
     # strict: a missing or unexpected tensor, or a shape mismatch, is an error naming it.
     model.load_state_dict(state, strict=True)
     for name, t in state.items():
-        if t.dtype != torch.float32:
-            raise SystemExit(f"{path}: tensor '{name}' is {t.dtype}, expected float32")
+        want = torch.int64 if name.endswith("num_batches_tracked") else torch.float32
+        if t.dtype != want:
+            raise SystemExit(f"{path}: tensor '{name}' is {t.dtype}, expected {want}")
     return metadata, reader
 
 
@@ -114,8 +160,11 @@ class Data:
 
     def __init__(self, args, device):
         x_tr, y_tr, x_te, y_te = nt_io.load_dataset(args.data, args.dataset, args.train_limit)
-        self.x_train, self.y_train = torch.from_numpy(x_tr), torch.from_numpy(y_tr)
-        self.x_test, self.y_test = torch.from_numpy(x_te), torch.from_numpy(y_te)
+        self.sample_shape = (1, 28, 28)   # MNIST and Fashion-MNIST
+        # A conv model takes NCHW samples; the engine's NCHW input has the same bytes as the flat one.
+        view = (-1, 784) if flat_input(args.model) else (-1, *self.sample_shape)
+        self.x_train, self.y_train = torch.from_numpy(x_tr).view(view), torch.from_numpy(y_tr)
+        self.x_test, self.y_test = torch.from_numpy(x_te).view(view), torch.from_numpy(y_te)
         self.device = device
         self.seed = args.seed
         self.n = self.x_train.shape[0]
@@ -257,7 +306,7 @@ class GraphLoop:
         # handles and optimizer state outside the capture. It changes the weights, so they are saved
         # before and restored after, and the momentum buffers zeroed (v = 0 gives v = g on the first
         # step, as PyTorch's first step does).
-        saved = [p.detach().clone() for p in self.model.parameters()]
+        saved = [t.detach().clone() for t in self.model.state_dict().values()]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -271,12 +320,12 @@ class GraphLoop:
             self._step()
         torch.cuda.synchronize()
         with torch.no_grad():
-            for p, s in zip(self.model.parameters(), saved):
-                p.copy_(s)
-            for state in self.opt.state.values():
-                buf = state.get("momentum_buffer")
-                if buf is not None:
-                    buf.zero_()
+            for t, s in zip(self.model.state_dict().values(), saved):   # parameters and BN buffers
+                t.copy_(s)
+            for state in self.opt.state.values():   # momentum buffers, Adam moments and step counts
+                for value in state.values():
+                    if torch.is_tensor(value):
+                        value.zero_()
         self.counter.zero_()
         self.totals.zero()
 
@@ -298,11 +347,11 @@ def median_epoch_ms(epochs):
 def run_mode(mode, args, data):
     device = data.device
     torch.manual_seed(args.seed)
-    model = build_model(args.model, data.x_train.shape[1], 10).to(device)
+    model = build_model(args.model, data.sample_shape, 10).to(device)
     init_reader = None
     if args.init:
         _, init_reader = load_init(model, args.init)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    opt = make_optimizer(model, args, capturable=mode == "graph")
     totals = Totals(device)
     if mode == "dataloader":
         loop = DataloaderLoop(model, opt, data, args)
@@ -337,7 +386,8 @@ def run_mode(mode, args, data):
 
 
 def settings(args, device):
-    return dict(model=args.model, dataset=args.dataset, batch=args.batch, lr=args.lr, momentum=args.momentum,
+    return dict(model=args.model, dataset=args.dataset, batch=args.batch, optimizer=args.optimizer, lr=args.lr,
+                momentum=args.momentum, beta1=args.beta1, beta2=args.beta2, eps=args.eps,
                 weight_decay=args.weight_decay, seed=args.seed, train_limit=args.train_limit,
                 init=args.init, workers=args.workers, device=device.type, device_name=device_name(device),
                 torch=torch.__version__, cuda=torch.version.cuda, threads=torch.get_num_threads(),
@@ -355,9 +405,10 @@ def write_json(path, payload):
 
 def eval_only(args, device):
     x_tr, y_tr, x_te, y_te = nt_io.load_dataset(args.data, args.dataset)
-    model = build_model(args.model, x_tr.shape[1], 10).to(device)
+    model = build_model(args.model, (1, 28, 28), 10).to(device)
     metadata, reader = load_init(model, args.eval_only)
-    x_test, y_test = torch.from_numpy(x_te).to(device), torch.from_numpy(y_te).to(device)
+    view = (-1, 784) if flat_input(args.model) else (-1, 1, 28, 28)
+    x_test, y_test = torch.from_numpy(x_te).view(view).to(device), torch.from_numpy(y_te).to(device)
     loss, acc = evaluate(model, x_test, y_test)
     correct = round(acc * x_test.shape[0])
     print(f"pytorch: {args.eval_only} (read with {reader}): test loss {loss:.6f} | test acc {100 * acc:.2f}% "
@@ -369,13 +420,17 @@ def eval_only(args, device):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="mlp", help="mlp, or the engine's spec (linear:N,relu,...)")
+    ap.add_argument("--model", default="mlp", help="mlp, cnn, or the engine's spec (conv:K:R,bn,relu,...)")
     ap.add_argument("--dataset", default="mnist", choices=["mnist", "fashion-mnist"])
     ap.add_argument("--data", help="folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.03)
     ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.999)
+    ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1, help="seed of the data order (the engine's --seed)")
     ap.add_argument("--train-limit", type=int, default=0, help="train on the first N examples only (0 = all)")
@@ -422,7 +477,8 @@ def main(argv=None):
     if args.batch > data.n:
         raise SystemExit(f"--batch {args.batch} is larger than the training set ({data.n})")
     print(f"pytorch {torch.__version__} on {device_name(device)}: {args.model}, batch {args.batch}, "
-          f"{args.epochs} epochs, lr {args.lr}, momentum {args.momentum}, weight decay {args.weight_decay}, "
+          f"{args.epochs} epochs, {args.optimizer}, lr {args.lr}, momentum {args.momentum}, "
+          f"weight decay {args.weight_decay}, "
           f"seed {args.seed}, {data.n} train examples", flush=True)
     runs = []
     for mode in args.modes:
