@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <numbers>
 
 #include "apps/command.h"
 #include "core/atomic_file.h"
@@ -31,6 +32,7 @@ struct TrainCommand {
   int epochs = 5;
   int batch = 64;
   OptimizerConfig optimizer;  // --optimizer, --lr, --momentum, --weight-decay, --beta1, --beta2, --eps
+  std::string lr_schedule = "constant";
   uint64_t seed = 1;
   std::string metrics_path;
   int64_t train_limit = 0;
@@ -173,7 +175,8 @@ int run_train(const TrainCommand& t) {
   }
   layers::SoftmaxCrossEntropy loss;
   auto optimizer = make_optimizer(ctx.exec(), model->params(), t.optimizer);
-  spdlog::info("{}, batch {}, {} epochs, seed {}", optimizer->describe(), t.batch, t.epochs, t.seed);
+  spdlog::info("{}, {} lr, batch {}, {} epochs, seed {}", optimizer->describe(), t.lr_schedule, t.batch, t.epochs,
+               t.seed);
 
   Progress progress(isatty(STDOUT_FILENO) != 0);
   int current_epoch = 0;
@@ -181,6 +184,13 @@ int run_train(const TrainCommand& t) {
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
   options.on_step = [&](int64_t step, int64_t steps) { progress.update(current_epoch, step, steps); };
+  if (t.lr_schedule == "cosine") {
+    // Cosine annealing per epoch, PyTorch's CosineAnnealingLR(T_max=epochs) stepped once per epoch:
+    // epoch e (from 1) trains at lr * (1 + cos(pi * (e - 1) / epochs)) / 2.
+    options.lr_factor = [epochs = t.epochs](int epoch) {
+      return 0.5 * (1.0 + std::cos(std::numbers::pi * (epoch - 1) / epochs));
+    };
+  }
   Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
   // Profiling times every launch, so its steps run eagerly (docs/profiler.md, "CUDA graphs").
   ProfileSession profiling(ctx, t.profile || !t.profile_out.empty(), t.profile_out, /*hold=*/true,
@@ -221,6 +231,9 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--lr", o.lr, "Learning rate")->capture_default_str();
   train_cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   train_cmd->add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd and adam, decoupled for adamw)")
+      ->capture_default_str();
+  train_cmd->add_option("--lr-schedule", train->lr_schedule, "constant, or cosine (annealed per epoch to ~0 at the end)")
+      ->check(CLI::IsMember({"constant", "cosine"}))
       ->capture_default_str();
   train_cmd->add_option("--beta1", o.beta1, "Adam's first-moment decay")->capture_default_str();
   train_cmd->add_option("--beta2", o.beta2, "Adam's second-moment decay")->capture_default_str();

@@ -4,6 +4,11 @@
 
 namespace nt {
 
+void Optimizer::set_lr_factor(const kernels::Exec& exec, float factor) const {
+  if (!(std::isfinite(factor) && factor >= 0)) throw Error(cat("learning-rate factor must be >= 0, got ", factor));
+  lr_factor_.copy_from_host(exec, &factor, sizeof factor);
+}
+
 Sgd::Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper& hyper)
     : params_(params), hyper_(hyper) {
   if (!(std::isfinite(hyper.lr) && hyper.lr > 0)) throw Error(cat("--lr: must be a positive number, got ", hyper.lr));
@@ -11,7 +16,12 @@ Sgd::Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper&
     throw Error(cat("--momentum: must be in [0, 1), got ", hyper.momentum));
   if (!(std::isfinite(hyper.weight_decay) && hyper.weight_decay >= 0))
     throw Error(cat("--weight-decay: must be >= 0, got ", hyper.weight_decay));
-  if (hyper.momentum != 0) velocity_ = params.make_state_block(exec, state_arena_);
+  ArenaPlan plan;
+  if (hyper.momentum != 0) plan.request(&velocity_, Shape{static_cast<int64_t>(params.total())}, params.dtype());
+  plan.request(&lr_factor_, Shape{1}, DType::f32);
+  state_arena_ = plan.commit(exec);
+  set_lr_factor(exec, 1.f);
+  hyper_.lr_scale = lr_factor_.f32();
 }
 
 void Sgd::step(const kernels::Exec& exec) {
@@ -37,7 +47,10 @@ Adam::Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyp
   plan.request(&m_, block, DType::f32);
   plan.request(&v_, block, DType::f32);
   plan.request(&steps_, Shape{2}, DType::i64);
+  plan.request(&lr_factor_, Shape{1}, DType::f32);
   state_arena_ = plan.commit(exec);
+  set_lr_factor(exec, 1.f);
+  hyper_.lr_scale = lr_factor_.f32();
 }
 
 void Adam::step(const kernels::Exec& exec) {

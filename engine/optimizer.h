@@ -14,6 +14,13 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step(const kernels::Exec& exec) = 0;   // enqueue only: no allocation, no synchronization
   virtual std::string describe() const = 0;
+  // The learning rate becomes lr * factor from the next step on. The factor lives on the device and the
+  // update reads it there, so a captured epoch replays with whatever factor was set before it (a
+  // stream-ordered copy: call it between epochs, never inside a step).
+  void set_lr_factor(const kernels::Exec& exec, float factor) const;
+
+ protected:
+  Tensor lr_factor_;  // (1) f32, 1 until set; requested by each optimizer with its state
 };
 
 // Adam and AdamW (decoupled weight decay), PyTorch's semantics (kernels/optim.h). The step count t of

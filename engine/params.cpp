@@ -79,12 +79,4 @@ int64_t ParamStore::count() const {
   return n;
 }
 
-Tensor ParamStore::make_state_block(const kernels::Exec& exec, Arena& holder) const {
-  Tensor block;
-  ArenaPlan plan;
-  plan.request(&block, Shape{static_cast<int64_t>(total_)}, dtype_);
-  holder = plan.commit(exec);
-  return block;
-}
-
 }  // namespace nt

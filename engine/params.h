@@ -46,9 +46,6 @@ class ParamStore {
   std::vector<Buffer>& buffers() { return buffers_; }
   const std::vector<Buffer>& buffers() const { return buffers_; }
 
-  // A zeroed block with the same layout, for optimizer state (momentum, Adam moments).
-  Tensor make_state_block(const kernels::Exec& exec, Arena& holder) const;
-
  private:
   std::vector<Param> params_;
   std::vector<Buffer> buffers_;

@@ -91,6 +91,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
 
   auto t0 = Clock::now();
   train_.begin_epoch(exec, epoch);
+  if (options_.lr_factor) optimizer_.set_lr_factor(exec, static_cast<float>(options_.lr_factor(epoch)));
   if (replay_graphs(ctx_, options_)) {
     if (train_graph_.empty()) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
     train_graph_.launch(exec);

@@ -21,6 +21,9 @@ struct TrainOptions {
   int batch = 64;
   bool use_graphs = true;
   std::function<void(int64_t step, int64_t steps)> on_step;  // progress (eager mode only)
+  // A learning-rate schedule: epoch (from 1) -> factor on the optimizer's lr, set before the epoch's
+  // steps (the factor lives on the device, so a replayed graph follows it). Empty: constant.
+  std::function<double(int epoch)> lr_factor;
 };
 
 struct EvalResult {

@@ -40,6 +40,7 @@ struct SgdHyper {
   float lr = 0.01f;
   float momentum = 0.f;
   float weight_decay = 0.f;
+  const float* lr_scale = nullptr;  // device-resident factor on lr (a schedule), read at run time; nullptr = 1
 };
 
 namespace cpu {
@@ -57,7 +58,8 @@ inline void sgd_update(const Exec& exec, float* params, const float* grads, floa
 // 1 - 0.999f would give 0.00099998713f), and the bias corrections are computed in double.
 struct AdamHyper {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  bool decoupled = false;  // decoupled = AdamW
+  bool decoupled = false;           // decoupled = AdamW
+  const float* lr_scale = nullptr;  // device-resident factor on lr (a schedule), read at run time; nullptr = 1
 };
 
 // The per-step scalars, computed from t exactly the same way by both backends (host and device code):

@@ -1,6 +1,7 @@
 #include "profile/kernel_profiler.h"
 
 #include <atomic>
+#include <cstdio>
 
 #include "core/error.h"
 #include "profile/cupti_tracer.h"
@@ -359,6 +360,14 @@ void KernelProfiler::flush_cupti() {
   if (missing(m) > 0) {
     g.cupti->collect(true, g.records);
     m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
+    if (const int64_t lost = missing(m); lost > 0)  // what CUPTI delivered, to tell a lost record from a mismatch
+      std::fprintf(stderr,
+                   "profiler: %lld of %zu launches without a CUPTI record (this batch: %zu kernel and %zu "
+                   "correlation records; so far: %lld kernel, %lld correlation, %lld dropped)\n",
+                   static_cast<long long>(lost), open_.size(), g.records.kernels.size(),
+                   g.records.correlations.size(), static_cast<long long>(g.cupti->kernel_records()),
+                   static_cast<long long>(g.cupti->correlation_records()),
+                   static_cast<long long>(g.cupti->dropped_records()));
   }
   for (size_t i = 0; i < open_.size(); ++i) {
     Open& o = open_[i];

@@ -106,7 +106,8 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
     const double N = double(n);
     // p, m, v read+written, g read; ~16 flops per element (FMAs count 2, sqrt and divisions 1).
     OpScope scope(exec, "adam_update", profile::OpCost{N * 4 * 7, N * 16});
-    const AdamStepScalars s = adam_step_scalars(h.lr, h.beta1, h.beta2, t);
+    const double lr = h.lr_scale ? h.lr * double(*h.lr_scale) : h.lr;  // the schedule's factor (a host value here)
+    const AdamStepScalars s = adam_step_scalars(lr, h.beta1, h.beta2, t);
     AdamConsts c{};
     c.w = static_cast<float>(1.0 - h.beta1);
     c.one_minus_w = 1.f - c.w;
@@ -114,7 +115,7 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
     c.beta2 = static_cast<float>(h.beta2);
     c.eps = static_cast<float>(h.eps);
     c.wd = static_cast<float>(h.weight_decay);
-    c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+    c.decay = h.lr_scale ? static_cast<float>(1.0 - lr * double(c.wd)) : static_cast<float>(1.0 - h.lr * h.weight_decay);
     c.coupled = h.weight_decay != 0 && !h.decoupled;
     c.decoupled = h.weight_decay != 0 && h.decoupled;
     c.small_weight = c.w < 0.5f;
@@ -137,15 +138,16 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
   // p read+written, g read, v read+written; an FMA counts 2 flops (decay, momentum, step).
   profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0 ? 1 : 0))};
   OpScope scope(exec, "sgd_update", cost);
+  const float lr = h.lr_scale ? h.lr * *h.lr_scale : h.lr;  // as the CUDA twin: one fp32 product
 
   const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
   parallel_for(exec.pool, tasks, [&](int64_t t) {
     size_t begin = static_cast<size_t>(t) * kChunk;
     size_t count = std::min(kChunk, n - begin);
     if (momentum)
-      sgd_momentum_range(params + begin, grads + begin, velocity + begin, count, h.lr, h.momentum, h.weight_decay);
+      sgd_momentum_range(params + begin, grads + begin, velocity + begin, count, lr, h.momentum, h.weight_decay);
     else
-      sgd_plain_range(params + begin, grads + begin, count, h.lr, h.weight_decay);
+      sgd_plain_range(params + begin, grads + begin, count, lr, h.weight_decay);
   });
 }
 

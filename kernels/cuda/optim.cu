@@ -46,7 +46,14 @@ constexpr int64_t kMaxBlocks = 2048;  // enough to fill an H100/H200 (132 SMs x 
 
 struct Hyper {
   float lr, momentum, wd;
+  const float* lr_scale;  // nullable
 };
+
+// lr times the schedule's device-resident factor, read once per thread (a broadcast load).
+__device__ __forceinline__ Hyper scheduled(Hyper h) {
+  if (h.lr_scale) h.lr = __fmul_rn(h.lr, *h.lr_scale);
+  return h;
+}
 
 template <bool kMomentum>
 __device__ __forceinline__ void sgd_step(float& p, float g, float* v, const Hyper& h) {
@@ -66,6 +73,7 @@ __global__ void __launch_bounds__(kThreads)
     sgd_update_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
                       int64_t n, Hyper h) {
   begin_dependent_kernel();
+  h = scheduled(h);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float p = params[i];
@@ -80,6 +88,8 @@ __global__ void __launch_bounds__(kThreads)
     sgd_update_vec4_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
                            int64_t n, Hyper h) {
   begin_dependent_kernel();
+  h = scheduled(h);
+  h = scheduled(h);
   const int64_t n4 = n / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -128,6 +138,7 @@ void launch_sgd(const Exec& exec, const profile::OpCost& cost, float* params, co
 // The scalars of one Adam call that do not depend on t (t-dependent ones are computed in the kernel).
 struct AdamConsts {
   double lr, beta1, beta2;  // for adam_step_scalars (in double, as the CPU twin)
+  const float* lr_scale;    // nullable: the schedule's factor on lr, read by each block
   float beta2_f;            // beta2 rounded once, for the v update
   float w, one_minus_w;     // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
   float c2;                 // 1 - beta2
@@ -140,11 +151,12 @@ struct AdamConsts {
 
 struct AdamStep {
   float step_size, bc2_sqrt;
+  float decay;  // AdamW: 1 - lr * wd with this step's lr
 };
 
 __device__ __forceinline__ void adam_step(float& p, float g, float& m, float& v, const AdamConsts& c,
                                           const AdamStep& s) {
-  if (c.decoupled) p = __fmul_rn(p, c.decay);
+  if (c.decoupled) p = __fmul_rn(p, s.decay);
   if (c.coupled) g = __fmaf_rn(c.wd, p, g);
   const float d = __fsub_rn(g, m);
   m = c.small_weight ? __fmaf_rn(c.w, d, m) : __fmaf_rn(-d, c.one_minus_w, g);
@@ -158,8 +170,9 @@ __device__ __forceinline__ AdamStep adam_begin(const uint64_t* step, const AdamC
   __shared__ AdamStep shared_step;
   value = grid_counter_begin(step);
   if (threadIdx.x == 0) {
-    const AdamStepScalars s = adam_step_scalars(c.lr, c.beta1, c.beta2, value + 1);
-    shared_step = {s.step_size, s.bc2_sqrt};
+    const double lr = c.lr_scale ? c.lr * double(*c.lr_scale) : c.lr;
+    const AdamStepScalars s = adam_step_scalars(lr, c.beta1, c.beta2, value + 1);
+    shared_step = {s.step_size, s.bc2_sqrt, c.lr_scale ? static_cast<float>(1.0 - lr * double(c.wd)) : c.decay};
   }
   __syncthreads();
   return shared_step;
@@ -231,6 +244,7 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
   c.beta1 = h.beta1;
   c.beta2 = h.beta2;
   c.beta2_f = static_cast<float>(h.beta2);
+  c.lr_scale = h.lr_scale;
   c.w = static_cast<float>(1.0 - h.beta1);
   c.one_minus_w = 1.f - c.w;
   c.c2 = static_cast<float>(1.0 - h.beta2);
@@ -257,7 +271,7 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
   const double N = double(n);
   // p read+written, g read, v read+written; an FMA counts 2 flops (decay, momentum, step).
   profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0 ? 1 : 0))};
-  const Hyper hyper{h.lr, h.momentum, h.weight_decay};
+  const Hyper hyper{h.lr, h.momentum, h.weight_decay, h.lr_scale};
   const int64_t count = static_cast<int64_t>(n);
   if (momentum)
     launch_sgd<true>(exec, cost, params, grads, velocity, count, hyper);

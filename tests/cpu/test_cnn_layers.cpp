@@ -185,3 +185,24 @@ TEST_CASE("the cnn gives bit-identical weights with 1 and 2 threads", "[cpu][cnn
   };
   CHECK(run(1) == run(2));
 }
+
+TEST_CASE("the learning-rate factor reaches the update: 0 freezes the weights, 1 restores training",
+          "[cpu][cnn][optim]") {
+  auto train = data::subset(test::mnist().train, 0, 4 * 32);
+  for (const char* name : {"sgd", "adam", "adamw"}) {
+    INFO(name);
+    test::RigOptions o;
+    o.model = "conv:4:3,bn,relu,maxpool:2,flatten,linear:10";
+    o.batch = 32;
+    o.optimizer = OptimizerConfig{name, 1e-2, 0, 0.01};
+    if (std::string(name) == "sgd") o.optimizer.weight_decay = 0;  // make_optimizer builds sgd from it as well
+    test::Rig rig(train, o);
+    const auto before = rig.weights();
+    rig.optimizer->set_lr_factor(rig.ctx.exec(), 0.f);
+    rig.trainer.train_epoch(1);
+    CHECK(rig.weights() == before);
+    rig.optimizer->set_lr_factor(rig.ctx.exec(), 1.f);
+    rig.trainer.train_epoch(2);
+    CHECK(rig.weights() != before);
+  }
+}
