@@ -258,7 +258,10 @@ using KernelRecord = CUpti_ActivityKernel10;
 using KernelRecord = CUpti_ActivityKernel9;
 #endif
 
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+// RUNTIME as well as DRIVER: a launch through the CUDA runtime is correlated (and its external id
+// recorded) on the runtime API record.
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
                                          CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
 constexpr CUpti_ExternalCorrelationKind kOurKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
 

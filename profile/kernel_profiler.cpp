@@ -1,5 +1,6 @@
 #include "profile/kernel_profiler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -344,6 +345,30 @@ void KernelProfiler::flush_events() {
 #endif
 }
 
+// When CUPTI delivers every kernel record but not the external correlations that name their launches
+// (seen with some driver and CUPTI pairings), the records can still be matched exactly: profiling
+// launches everything on one stream, which runs its kernels in submission order, so the i-th record by
+// start time is the i-th launch that ended. Used only when the counts agree; otherwise nothing is guessed.
+CuptiMatch KernelProfiler::match_in_stream_order(std::vector<CuptiKernelRecord> kernels, const CuptiMatch& by_id) const {
+  std::vector<size_t> ended;
+  for (size_t i = 0; i < open_.size(); ++i)
+    if (open_[i].ended) ended.push_back(i);
+  if (kernels.size() != ended.size()) return by_id;
+  std::stable_sort(kernels.begin(), kernels.end(),
+                   [](const CuptiKernelRecord& a, const CuptiKernelRecord& b) { return a.start_ns < b.start_ns; });
+  CuptiMatch m = by_id;
+  uint64_t previous_end = 0;
+  for (size_t j = 0; j < ended.size(); ++j) {
+    CuptiLaunchTime& t = m.launches[ended[j]];
+    t.found = true;
+    t.start_ns = std::max(kernels[j].start_ns, previous_end);  // programmatic launch overlap, clipped as by id
+    t.end_ns = std::max(kernels[j].end_ns, t.start_ns);
+    previous_end = t.end_ns;
+  }
+  m.missing = 0;
+  return m;
+}
+
 // The streams are synchronized: every kernel of the batch has ended. An unforced flush delivers the buffers
 // whose records are complete; if a launch still lacks its record, a forced flush delivers the rest.
 void KernelProfiler::flush_cupti() {
@@ -360,6 +385,7 @@ void KernelProfiler::flush_cupti() {
   if (missing(m) > 0) {
     g.cupti->collect(true, g.records);
     m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
+    if (missing(m) > 0) m = match_in_stream_order(g.records.kernels, m);
     if (const int64_t lost = missing(m); lost > 0)  // what CUPTI delivered, to tell a lost record from a mismatch
       std::fprintf(stderr,
                    "profiler: %lld of %zu launches without a CUPTI record (this batch: %zu kernel and %zu "

@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "profile/cupti_tracer.h"
 #include "profile/hold.h"
 #include "profile/launch_observer.h"
 #include "profile/profile_data.h"
@@ -108,6 +109,7 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   struct Gpu;  // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
 
   Launch describe(const char* kernel);
+  CuptiMatch match_in_stream_order(std::vector<CuptiKernelRecord> kernels, const CuptiMatch& by_id) const;
   double host_us(Clock::time_point t) const;
   void open_gate() noexcept;
   void synchronize();
