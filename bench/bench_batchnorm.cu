@@ -27,6 +27,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/batchnorm.h"
+#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
 
 namespace {
@@ -38,41 +39,6 @@ using nt::kernels::Layout;
 
 constexpr int kReps = 60;
 constexpr double kFloorBytesPerSecond = 3.0e12;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median ms per call of `calls` back-to-back calls, timed with events around the loop.
-double time_loop(cudaStream_t stream, int calls, const std::function<void()>& call) {
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < std::max(5, calls); ++i) call();  // warm-up
-  NT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> ms;
-  for (int r = 0; r < kReps; ++r) {
-    NT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < calls; ++i) call();
-    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    NT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    NT_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(double(t) / calls);
-  }
-  NT_CUDA_CHECK(cudaEventDestroy(start));
-  NT_CUDA_CHECK(cudaEventDestroy(stop));
-  return median(ms);
-}
-
-// Median ms per call from one CUDA graph holding `calls` calls.
-double time_graph(const Exec& exec, int calls, const std::function<void()>& call) {
-  auto graph = nt::kernels::Graph::capture(exec, [&] {
-    for (int i = 0; i < calls; ++i) call();
-  });
-  return time_loop(static_cast<cudaStream_t>(exec.stream), 1, [&] { graph.launch(exec); }) / calls;
-}
 
 struct Shape4 {
   int64_t n, c, h, w;
@@ -165,8 +131,8 @@ int main(int argc, char** argv) {
       }
       for (const Pass& p : passes) {
         if (p.relu || std::string(p.name) == "backward") train(p.relu)();  // save_mean/invstd (and y) first
-        const double ms = time_loop(stream, calls, p.call);
-        const double graph_ms = time_graph(exec, calls, p.call);
+        const double ms = nt::bench::time_loop_us(stream, calls, kReps, p.call) / 1e3;
+        const double graph_ms = nt::bench::time_graph_us(exec, calls, kReps, p.call) / 1e3;
         const double bytes = p.tensors * tensor_bytes;
         const double floor_ms = bytes / kFloorBytesPerSecond * 1e3;
         const double gbps = bytes / (ms * 1e-3) / 1e9;

@@ -24,6 +24,7 @@
 #include "core/cuda_check.h"
 #include "kernels/conv.h"
 #include "kernels/cpu/thread_pool.h"
+#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
 
 namespace {
@@ -43,40 +44,6 @@ Conv2dShape conv_shape(int n, int c, int hw, int k) {
   Conv2dShape s;
   s.n = n, s.c = c, s.h = hw, s.w = hw, s.k = k, s.r = 3, s.s = 3, s.stride = 1, s.pad = 1;
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median µs per call of kCalls back-to-back calls, timed with events around the loop.
-double time_loop(cudaStream_t stream, int calls, const std::function<void()>& call) {
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < std::max(3, calls); ++i) call();  // warm-up
-  std::vector<double> us;
-  for (int r = 0; r < kReps; ++r) {
-    NT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < calls; ++i) call();
-    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    NT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    NT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1e3 * ms / calls);
-  }
-  NT_CUDA_CHECK(cudaEventDestroy(start));
-  NT_CUDA_CHECK(cudaEventDestroy(stop));
-  return median(us);
-}
-
-double time_graph(const Exec& exec, const std::function<void()>& call) {
-  auto graph = nt::kernels::Graph::capture(exec, [&] {
-    for (int i = 0; i < kCalls; ++i) call();
-  });
-  graph.launch(exec);  // warm-up
-  return time_loop(static_cast<cudaStream_t>(exec.stream), 1, [&] { graph.launch(exec); }) / kCalls;
 }
 
 std::vector<float> random_host(size_t n, std::mt19937& rng) {
@@ -132,8 +99,7 @@ int main(int argc, char** argv) {
               "GFLOP/s", "rel diff");
   for (const auto& c : cases) {
     const Conv2dShape& s = c.shape;
-    const size_t nx = size_t(s.n) * s.c * s.h * s.w, nw = size_t(s.k) * s.c * s.r * s.s;
-    const size_t ny = size_t(s.n) * s.k * s.p() * s.q();
+    const size_t nx = s.x_size(), nw = s.w_size(), ny = s.y_size();
     const auto hx = random_host(nx, rng), hw = random_host(nw, rng), hdy = random_host(ny, rng);
     float *x = to_device(hx), *w = to_device(hw), *dy = to_device(hdy);
     float *y = to_device(std::vector<float>(ny)), *dx = to_device(std::vector<float>(nx));
@@ -167,8 +133,8 @@ int main(int argc, char** argv) {
       p.call();
       nt::kernels::synchronize(exec);
       const double diff = relative_difference(p.out, *p.ref);
-      const double us = time_loop(stream, kCalls, p.call);
-      const double us_graph = time_graph(exec, p.call);
+      const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
+      const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
       const double gflops = flops / (us_graph * 1e3);
       std::printf("%-11s %-16s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, p.M, p.N, p.K, us, us_graph,
                   gflops, diff);

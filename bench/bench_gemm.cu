@@ -31,6 +31,7 @@
 #include "core/cuda_check.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_lab.h"
+#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
 
 
@@ -91,42 +92,6 @@ float* device_random(size_t n, std::mt19937& rng) {
   NT_CUDA_CHECK(cudaMalloc(&dev, std::max<size_t>(n, 1) * sizeof(float)));
   NT_CUDA_CHECK(cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   return dev;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median µs per call of `calls` back-to-back calls, timed with events around the loop.
-double time_loop(cudaStream_t stream, int calls, const std::function<void()>& call) {
-  cudaEvent_t start, stop;
-  NT_CUDA_CHECK(cudaEventCreate(&start));
-  NT_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < std::max(3, calls); ++i) call();  // warm-up
-  std::vector<double> us;
-  for (int r = 0; r < kReps; ++r) {
-    NT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < calls; ++i) call();
-    NT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    NT_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    NT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1e3 * ms / calls);
-  }
-  NT_CUDA_CHECK(cudaEventDestroy(start));
-  NT_CUDA_CHECK(cudaEventDestroy(stop));
-  return median(us);
-}
-
-// Median µs per call from a CUDA graph holding kGraphCalls calls.
-double time_graph(const Exec& exec, const std::function<void()>& call) {
-  auto graph = nt::kernels::Graph::capture(exec, [&] {
-    for (int i = 0; i < kGraphCalls; ++i) call();
-  });
-  graph.launch(exec);  // warm-up
-  auto stream = static_cast<cudaStream_t>(exec.stream);
-  return time_loop(stream, 1, [&] { graph.launch(exec); }) / kGraphCalls;
 }
 
 int calls_per_loop(double flops) { return flops < 1e9 ? 100 : flops < 2e10 ? 10 : 1; }
@@ -238,14 +203,16 @@ int main(int argc, char** argv) {
     const GemmDesc plain = desc_of(s, o, Epilogue::none, false);
     const GemmDesc fused = desc_of(s, o, s.fused, s.row_sums);
     const int calls = calls_per_loop(flops);
-    const double ours_us = time_loop(stream, calls, [&] { nt::kernels::gemm(exec, plain); });
-    const double cublas_us = time_loop(stream, calls, [&] { cublas_gemm(handle, s, o, o.C_ref); });
+    const double ours_us = nt::bench::time_loop_us(stream, calls, kReps, [&] { nt::kernels::gemm(exec, plain); });
+    const double cublas_us =
+        nt::bench::time_loop_us(stream, calls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
     const bool small = flops < 2e10;
     double ours_gr = NAN, cublas_gr = NAN, fused_gr = NAN;
     if (small) {
-      ours_gr = time_graph(exec, [&] { nt::kernels::gemm(exec, plain); });
-      cublas_gr = time_graph(exec, [&] { cublas_gemm(handle, s, o, o.C_ref); });
-      fused_gr = time_graph(exec, [&] { nt::kernels::gemm(exec, fused); });
+      ours_gr = nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { nt::kernels::gemm(exec, plain); });
+      cublas_gr =
+          nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
+      fused_gr = nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { nt::kernels::gemm(exec, fused); });
     }
     // Throughput from the launch-free numbers where we have them.
     const double ours_t = small ? ours_gr : ours_us, cublas_t = small ? cublas_gr : cublas_us;
@@ -280,7 +247,8 @@ int main(int argc, char** argv) {
       }
       const GemmDesc d = desc_of(s, o, s.fused, s.row_sums);
       auto call = [&] { nt::kernels::cuda::lab::gemm_variant(exec, d, v.tile, v.split_k); };
-      const double us = small ? time_graph(exec, call) : time_loop(stream, calls_per_loop(flops), call);
+      const double us = small ? nt::bench::time_graph_us(exec, kGraphCalls, kReps, call)
+                              : nt::bench::time_loop_us(stream, calls_per_loop(flops), kReps, call);
       std::printf(" %14.2f", us);
       std::fflush(stdout);
       char line[256];

@@ -422,13 +422,7 @@ const char* file_dtype(const Tensor& t) { return t.dtype() == DType::i64 ? "I64"
 
 NamedTensor host_tensor(const std::string& name, const Tensor& t, const kernels::Exec& exec) {
   NamedTensor out{name, file_dtype(t), t.shape().dims(), std::vector<uint8_t>(t.bytes())};
-  if (t.dtype() == DType::i64) {
-    auto values = t.to_host<int64_t>(exec);
-    std::memcpy(out.bytes.data(), values.data(), out.bytes.size());
-  } else {
-    auto values = t.to_host<float>(exec);
-    std::memcpy(out.bytes.data(), values.data(), out.bytes.size());
-  }
+  kernels::copy_device_to_host(exec, out.bytes.data(), t.raw(), out.bytes.size());
   return out;
 }
 
@@ -436,6 +430,7 @@ std::vector<NamedTensor> host_tensors(const ParamStore& params, const kernels::E
   std::vector<NamedTensor> out;
   for (const auto& p : params.params()) out.push_back(host_tensor(p.name, p.value, exec));
   for (const auto& b : params.buffers()) out.push_back(host_tensor(b.name, b.value, exec));
+  kernels::synchronize(exec);  // every copy has landed
   return out;
 }
 

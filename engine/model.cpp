@@ -29,35 +29,44 @@ std::string Model::summary() const {
   return s.str();
 }
 
+namespace {
+
+// Every layer's specs (parameters or buffers) under their nn.Sequential names ("3.weight"); first[i] is
+// where layer i's run begins, first[L] the total.
+template <class Entry, class SpecsOf>
+std::vector<Entry> named_entries(const std::vector<std::unique_ptr<Layer>>& layers, SpecsOf specs_of,
+                                 std::vector<size_t>& first) {
+  std::vector<Entry> entries;
+  for (const auto& layer : layers) {
+    first.push_back(entries.size());
+    for (auto& spec : specs_of(*layer)) entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
+  }
+  first.push_back(entries.size());
+  return entries;
+}
+
+// Layer i's run of `all`, as named_entries laid it out.
+template <class T>
+std::vector<T*> run_of(std::vector<T>& all, const std::vector<size_t>& first, size_t i) {
+  std::vector<T*> run;
+  for (size_t j = first[i]; j < first[i + 1]; ++j) run.push_back(&all[j]);
+  return run;
+}
+
+}  // namespace
+
 void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
   if (dtype == DType::f64 && ctx.on_cuda()) throw Error("f64 models run on the CPU backend only");
-  std::vector<ParamStore::Entry> entries;
-  std::vector<size_t> first_of_layer;
-  for (const auto& layer : layers_) {
-    first_of_layer.push_back(entries.size());
-    for (auto& spec : layer->param_specs())
-      entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
-  }
-  params_.build(entries, ctx.exec(), seed, dtype);
-
-  std::vector<ParamStore::BufferEntry> buffer_entries;
-  std::vector<size_t> first_buffer_of_layer;
-  for (const auto& layer : layers_) {
-    first_buffer_of_layer.push_back(buffer_entries.size());
-    for (auto& spec : layer->buffer_specs())
-      buffer_entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
-  }
-  params_.build_buffers(buffer_entries, ctx.exec());
-
+  std::vector<size_t> first_param, first_buffer;
+  params_.build(named_entries<ParamStore::Entry>(layers_, [](const Layer& l) { return l.param_specs(); }, first_param),
+                ctx.exec(), seed, dtype);
+  params_.build_buffers(
+      named_entries<ParamStore::BufferEntry>(layers_, [](const Layer& l) { return l.buffer_specs(); }, first_buffer),
+      ctx.exec());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const size_t end = i + 1 < layers_.size() ? first_of_layer[i + 1] : entries.size();
-    std::vector<Param*> mine;
-    for (size_t j = first_of_layer[i]; j < end; ++j) mine.push_back(&params_.params()[j]);
-    layers_[i]->bind_params(mine);
-
-    const size_t buffers_end = i + 1 < layers_.size() ? first_buffer_of_layer[i + 1] : buffer_entries.size();
-    std::vector<Buffer*> buffers;
-    for (size_t j = first_buffer_of_layer[i]; j < buffers_end; ++j) buffers.push_back(&params_.buffers()[j]);
+    auto params = run_of(params_.params(), first_param, i);
+    layers_[i]->bind_params(params);
+    auto buffers = run_of(params_.buffers(), first_buffer, i);
     layers_[i]->bind_buffers(buffers);
     // A per-layer stream of the model's seed (SplitMix64 keeps nearby seeds apart).
     layers_[i]->seed(seed ^ (0x9E3779B97F4A7C15ull * (i + 1)));

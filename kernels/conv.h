@@ -31,6 +31,9 @@ struct Conv2dShape {
   int stride = 1, pad = 0;         // same in both spatial dims, zero padding
   int p() const { return h + 2 * pad < r ? 0 : (h + 2 * pad - r) / stride + 1; }  // output height
   int q() const { return w + 2 * pad < s ? 0 : (w + 2 * pad - s) / stride + 1; }  // output width
+  size_t x_size() const { return size_t(n) * c * h * w; }        // elements of x (and dx)
+  size_t w_size() const { return size_t(k) * c * r * s; }        // elements of w (and dw)
+  size_t y_size() const { return size_t(n) * k * p() * q(); }    // elements of y (and dy)
 };
 
 namespace cpu {

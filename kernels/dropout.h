@@ -19,14 +19,6 @@
 
 #include "kernels/exec.h"
 
-#ifndef NT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define NT_HOST_DEVICE __host__ __device__
-#else
-#define NT_HOST_DEVICE
-#endif
-#endif
-
 namespace nt::kernels {
 
 // SplitMix64's finalizer (Steele, Lea, Flood 2014; the mixing of engine/rng.h): a bijection of 64-bit

@@ -8,6 +8,13 @@
 #include "core/error.h"
 #include "profile/launch_observer.h"
 
+// Marks a function that host code and CUDA kernels share (the scalars both backends must compute alike).
+#if defined(__CUDACC__)
+#define NT_HOST_DEVICE __host__ __device__
+#else
+#define NT_HOST_DEVICE
+#endif
+
 namespace nt::kernels {
 
 enum class Backend { cpu, cuda };

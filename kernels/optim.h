@@ -26,14 +26,6 @@
 
 #include "kernels/exec.h"
 
-#ifndef NT_HOST_DEVICE
-#if defined(__CUDACC__)
-#define NT_HOST_DEVICE __host__ __device__
-#else
-#define NT_HOST_DEVICE
-#endif
-#endif
-
 namespace nt::kernels {
 
 struct SgdHyper {

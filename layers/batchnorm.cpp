@@ -57,6 +57,12 @@ void BatchNorm::bind_buffers(std::span<Buffer*> buffers) {
   num_batches_tracked_ = buffers[2]->value;
 }
 
+void BatchNorm::require_trainable(int64_t values_per_channel, const Shape& input) const {
+  if (values_per_channel <= 1)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): training needs more than one value per channel, ",
+                    "got input ", input.str()));
+}
+
 kernels::BatchNormShape BatchNorm::shape_for(int64_t rows, const Shape& sample) const {
   kernels::BatchNormShape s;
   s.n = rows, s.c = channels_, s.hw = sample.numel() / channels_, s.layout = layout_;
@@ -65,9 +71,7 @@ kernels::BatchNormShape BatchNorm::shape_for(int64_t rows, const Shape& sample) 
 
 void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
-  if (s.n * s.hw <= 1)
-    throw Error(cat("layer ", sequential_index, " (", describe(), "): training needs more than one value per channel, ",
-                    "got batch ", info.batch, " of ", input.str()));
+  require_trainable(s.n * s.hw, input.prepend(info.batch));
   plan.request(&save_mean_, Shape{channels_}, info.dtype);
   plan.request(&save_invstd_, Shape{channels_}, info.dtype);
   const size_t floats = kernels::batchnorm_workspace_floats(info.backend, s);
@@ -94,9 +98,7 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
   if (mode == Mode::eval)
     return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
                                            running_var_.data<T>(), y.data<T>());
-  if (s.n * s.hw <= 1)
-    throw Error(cat("layer ", sequential_index, " (", describe(), "): training needs more than one value per channel, ",
-                    "got input ", x.shape().str()));
+  require_trainable(s.n * s.hw, x.shape());
   kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
                                    save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
                                    num_batches_tracked_.data<int64_t>(),

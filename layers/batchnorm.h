@@ -37,6 +37,7 @@ class BatchNorm final : public Layer {
 
  private:
   kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
+  void require_trainable(int64_t values_per_channel, const Shape& input) const;  // as PyTorch: more than one
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>

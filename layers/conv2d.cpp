@@ -45,19 +45,13 @@ void Conv2d::bind_params(std::span<Param*> params) {
   bias_param_ = bias_ ? params[1] : nullptr;
 }
 
-kernels::Conv2dShape Conv2d::shape_for(const Tensor& x) const {
-  kernels::Conv2dShape s;
-  s.n = static_cast<int>(x.shape()[0]), s.c = in_, s.h = static_cast<int>(x.shape()[2]),
-  s.w = static_cast<int>(x.shape()[3]);
-  s.k = out_, s.r = kernel_, s.s = kernel_, s.stride = stride_, s.pad = pad_;
-  return s;
+kernels::Conv2dShape Conv2d::shape_for(int64_t rows, const Shape& sample) const {
+  return {static_cast<int>(rows), in_, static_cast<int>(sample[1]), static_cast<int>(sample[2]), out_, kernel_, kernel_,
+          stride_, pad_};
 }
 
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
-  kernels::Conv2dShape s;
-  s.n = info.batch, s.c = in_, s.h = static_cast<int>(input[1]), s.w = static_cast<int>(input[2]);
-  s.k = out_, s.r = kernel_, s.s = kernel_, s.stride = stride_, s.pad = pad_;
-  const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
+  const size_t floats = kernels::conv2d_workspace_floats(info.backend, shape_for(info.batch, input));
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
 }
 
@@ -73,7 +67,7 @@ void Conv2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&,
 
 template <class T>
 void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y) {
-  const auto s = shape_for(x);
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
   kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(),
                           bias_ ? bias_param_->value.data<T>() : nullptr, y.data<T>(), workspace);
@@ -81,7 +75,7 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
 
 template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
-  const auto s = shape_for(x);
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
   kernels::conv2d_backward_weight(exec, s, x.data<T>(), dy.data<T>(), weight_->grad.data<T>(),
                                   bias_ ? bias_param_->grad.data<T>() : nullptr, workspace);

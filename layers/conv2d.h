@@ -26,7 +26,7 @@ class Conv2d final : public Layer {
                 const Tensor* dx) override;
 
  private:
-  kernels::Conv2dShape shape_for(const Tensor& x) const;  // the op's shape for this call's rows
+  kernels::Conv2dShape shape_for(int64_t rows, const Shape& sample) const;  // the op's shape; sample (C, H, W)
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y);
   template <class T>

@@ -18,24 +18,12 @@ namespace nt::kernels::cpu {
 
 namespace {
 
-constexpr size_t kChunk = size_t(1) << 16;  // elements per parallel task
-
-// Runs body(begin, count) over [0, n) in chunks, on the pool when there is one.
-template <class Body>
-void for_chunks(const Exec& exec, size_t n, const Body& body) {
-  const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-  parallel_for(exec.pool, tasks, [&](int64_t t) {
-    size_t begin = static_cast<size_t>(t) * kChunk;
-    body(begin, std::min(kChunk, n - begin));
-  });
-}
-
 template <class T>
 void relu_forward_impl(const Exec& exec, const T* x, T* y, size_t n) {
   if (n == 0) return;
   const double bytes = double(n) * 2 * sizeof(T);  // x read, y written; 1 compare each
   OpScope scope(exec, "relu_forward", profile::OpCost{bytes, double(n)});
-  for_chunks(exec, n, [&](size_t begin, size_t count) {
+  parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     for (size_t i = begin; i < begin + count; ++i) y[i] = x[i] < T(0) ? T(0) : x[i];
   });
 }
@@ -45,7 +33,7 @@ void relu_backward_impl(const Exec& exec, const T* y, const T* dy, T* dx, size_t
   if (n == 0) return;
   const double bytes = double(n) * 3 * sizeof(T);  // y, dy read, dx written
   OpScope scope(exec, "relu_backward", profile::OpCost{bytes, double(n)});
-  for_chunks(exec, n, [&](size_t begin, size_t count) {
+  parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     for (size_t i = begin; i < begin + count; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
   });
 }

@@ -20,18 +20,6 @@ namespace nt::kernels::cpu {
 
 namespace {
 
-constexpr size_t kChunk = size_t(1) << 16;  // elements per parallel task
-
-// Runs body(begin, count) over [0, n) in chunks, on the pool when there is one.
-template <class Body>
-void for_chunks(const Exec& exec, size_t n, const Body& body) {
-  const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-  parallel_for(exec.pool, tasks, [&](int64_t t) {
-    size_t begin = static_cast<size_t>(t) * kChunk;
-    body(begin, std::min(kChunk, n - begin));
-  });
-}
-
 template <class T>
 T keep_probability(float p) {
   return T(1) - static_cast<T>(p);
@@ -47,7 +35,7 @@ void dropout_forward_impl(const Exec& exec, const T* x, T* y, uint8_t* mask, siz
     OpScope scope(exec, "dropout_forward", profile::OpCost{bytes, double(n) * 2});
     const T keep_p = keep_probability<T>(p);
     const uint64_t key = dropout_key(seed, draw);
-    for_chunks(exec, n, [&](size_t begin, size_t count) {
+    parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
       for (size_t i = begin; i < begin + count; ++i) {
         const bool keep = dropout_uniform_keyed(key, i) >= p;
         mask[i] = keep ? 1 : 0;
@@ -64,7 +52,7 @@ void dropout_backward_impl(const Exec& exec, const T* dy, const uint8_t* mask, T
   const double bytes = double(n) * (2 * sizeof(T) + 1);  // dy, mask read, dx written
   OpScope scope(exec, "dropout_backward", profile::OpCost{bytes, double(n) * 2});
   const T keep_p = keep_probability<T>(p);
-  for_chunks(exec, n, [&](size_t begin, size_t count) {
+  parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     for (size_t i = begin; i < begin + count; ++i) dx[i] = (dy[i] * (mask[i] ? T(1) : T(0))) / keep_p;
   });
 }

@@ -45,8 +45,6 @@ namespace nt::kernels::cpu {
 
 namespace {
 
-constexpr size_t kChunk = size_t(1) << 16;  // elements per parallel task: ~256 KB of each array
-
 // p, g, v: (n) one chunk; elementwise, so chunks are independent and the result does not depend on them.
 NT_CLONE_FOR_FMA
 void sgd_momentum_range(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v, size_t n,
@@ -122,10 +120,8 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
     c.step_size = s.step_size;
     c.bc2_sqrt = s.bc2_sqrt;
 
-    const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-    parallel_for(exec.pool, tasks, [&](int64_t task) {
-      size_t begin = static_cast<size_t>(task) * kChunk;
-      adam_range(params + begin, grads + begin, m + begin, v + begin, std::min(kChunk, n - begin), c);
+    parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
+      adam_range(params + begin, grads + begin, m + begin, v + begin, count, c);
     });
   }
   step[0] = t;  // every call advances the counter, n == 0 included (as the CUDA twin)
@@ -140,10 +136,7 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
   OpScope scope(exec, "sgd_update", cost);
   const float lr = h.lr_scale ? h.lr * *h.lr_scale : h.lr;  // as the CUDA twin: one fp32 product
 
-  const int64_t tasks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-  parallel_for(exec.pool, tasks, [&](int64_t t) {
-    size_t begin = static_cast<size_t>(t) * kChunk;
-    size_t count = std::min(kChunk, n - begin);
+  parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     if (momentum)
       sgd_momentum_range(params + begin, grads + begin, velocity + begin, count, lr, h.momentum, h.weight_decay);
     else

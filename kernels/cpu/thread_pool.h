@@ -3,8 +3,10 @@
 // training step issues thousands of short jobs and a sleeping thread takes tens of microseconds to wake.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <type_traits>
@@ -64,6 +66,20 @@ inline void parallel_for(ThreadPool* pool, int64_t tasks, TaskRef task) {
   } else {
     for (int64_t i = 0; i < tasks; ++i) task(i);
   }
+}
+
+// Elements per task of an elementwise op: ~256 KB of each fp32 array, far above the pool's dispatch cost.
+inline constexpr size_t kElementwiseChunk = size_t(1) << 16;
+
+// Runs body(begin, count) over [0, n) in chunks of `chunk` elements, on the pool when there is one.
+// Each element belongs to one chunk whatever the thread count, so elementwise results do not depend on it.
+template <class Body>
+void parallel_chunks(ThreadPool* pool, size_t n, const Body& body, size_t chunk = kElementwiseChunk) {
+  const auto tasks = static_cast<int64_t>((n + chunk - 1) / chunk);
+  parallel_for(pool, tasks, [&](int64_t t) {
+    const size_t begin = static_cast<size_t>(t) * chunk;
+    body(begin, std::min(chunk, n - begin));
+  });
 }
 
 }  // namespace nt::kernels

@@ -27,19 +27,6 @@ using kernels::BatchNormShape;
 using kernels::Exec;
 using kernels::Layout;
 
-const double kEps32 = std::ldexp(1.0, -23);
-
-struct CpuExecs {
-  kernels::ThreadPool pool{3};
-  Exec serial{};
-  Exec pooled{};
-  CpuExecs() { pooled.pool = &pool; }
-};
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 size_t index_of(const BatchNormShape& s, int64_t n, int64_t c, int64_t i) {
   return static_cast<size_t>(s.layout == Layout::nchw ? (n * s.c + c) * s.hw + i : (n * s.hw + i) * s.c + c);
@@ -252,13 +239,13 @@ void require_close(const std::vector<T>& got, const std::vector<double>& want, c
 // dgamma, dbeta against Σ|dy'·xhat| <= count·max|dy|·max|xhat|. f64: only the summation order differs.
 template <class T>
 Tolerance forward_tol() {
-  if constexpr (std::is_same_v<T, float>) return {0, 4 * kEps32, "fp32: computed in double, rounded once"};
+  if constexpr (std::is_same_v<T, float>) return {0, 4 * kEps, "fp32: computed in double, rounded once"};
   return {0, 1e-12, "f64: summation order only"};
 }
 template <class T>
 Tolerance backward_tol(double unit) {
   if constexpr (std::is_same_v<T, float>)
-    return {32 * kEps32 * unit, 32 * kEps32, "fp32: statistics rounded to fp32 before the backward, then double"};
+    return {32 * kEps * unit, 32 * kEps, "fp32: statistics rounded to fp32 before the backward, then double"};
   return {1e-12 * unit, 1e-11, "f64: summation order only"};
 }
 

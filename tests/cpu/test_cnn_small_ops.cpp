@@ -21,21 +21,7 @@ namespace {
 
 using kernels::Exec;
 
-const double kEps = std::ldexp(1.0, -23);
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Both ways to run a CPU op: on the calling thread, and on a pool (the chunked parallel paths).
-struct CpuExecs {
-  kernels::ThreadPool pool{3};
-  Exec serial{};
-  Exec pooled{};
-  CpuExecs() { pooled.pool = &pool; }
-};
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // ---- Adam / AdamW ------------------------------------------------------------------------------------
 

@@ -17,15 +17,6 @@ namespace {
 using kernels::Conv2dShape;
 using kernels::Exec;
 
-Conv2dShape shape(int n, int c, int h, int w, int k, int r, int s, int stride, int pad) {
-  Conv2dShape sh;
-  sh.n = n, sh.c = c, sh.h = h, sh.w = w, sh.k = k, sh.r = r, sh.s = s, sh.stride = stride, sh.pad = pad;
-  return sh;
-}
-
-size_t x_size(const Conv2dShape& s) { return size_t(s.n) * s.c * s.h * s.w; }
-size_t w_size(const Conv2dShape& s) { return size_t(s.k) * s.c * s.r * s.s; }
-size_t y_size(const Conv2dShape& s) { return size_t(s.n) * s.k * s.p() * s.q(); }
 
 // ---- the reference: the definition, in double -------------------------------------------------------------
 
@@ -39,9 +30,9 @@ Reference reference(const Conv2dShape& s, const std::vector<float>& x, const std
                     const std::vector<float>* bias, const std::vector<float>& dy) {
   const int P = s.p(), Q = s.q();
   Reference ref;
-  ref.y.assign(y_size(s), 0.0);
-  ref.dx.assign(x_size(s), 0.0);
-  ref.dw.assign(w_size(s), 0.0);
+  ref.y.assign(s.y_size(), 0.0);
+  ref.dx.assign(s.x_size(), 0.0);
+  ref.dw.assign(s.w_size(), 0.0);
   ref.dbias.assign(size_t(s.k), 0.0);
   auto X = [&](int n, int c, int h, int ww) { return size_t(((n * s.c + c) * s.h + h) * s.w + ww); };
   auto W = [&](int k, int c, int r, int t) { return size_t(((k * s.c + c) * s.r + r) * s.s + t); };
@@ -85,12 +76,12 @@ std::vector<double> to_double(const std::vector<float>& v) { return std::vector<
 void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
   INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
             << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias);
-  const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), bias = random_floats(size_t(s.k));
-  const auto dy = random_floats(y_size(s));
+  const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), bias = random_floats(size_t(s.k));
+  const auto dy = random_floats(s.y_size());
   const Reference ref = reference(s, x, w, with_bias ? &bias : nullptr, dy);
   const int k_fwd = s.c * s.r * s.s, k_data = s.k * s.r * s.s, k_weight = s.n * s.p() * s.q();
 
-  auto y = poisoned(y_size(s)), dx = poisoned(x_size(s)), dw = poisoned(w_size(s)), db = poisoned(size_t(s.k));
+  auto y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()), db = poisoned(size_t(s.k));
   kernels::conv2d_forward(exec, s, x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), nullptr);
   kernels::conv2d_backward_data(exec, s, dy.data(), w.data(), dx.data(), nullptr);
   kernels::conv2d_backward_weight(exec, s, x.data(), dy.data(), dw.data(), with_bias ? db.data() : nullptr, nullptr);
@@ -101,7 +92,7 @@ void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
 
   const auto xd = to_double(x), wd = to_double(w), bd = to_double(bias), dyd = to_double(dy);
   const double nan = std::nan("");
-  std::vector<double> y64(y_size(s), nan), dx64(x_size(s), nan), dw64(w_size(s), nan), db64(size_t(s.k), nan);
+  std::vector<double> y64(s.y_size(), nan), dx64(s.x_size(), nan), dw64(s.w_size(), nan), db64(size_t(s.k), nan);
   kernels::conv2d_forward(exec, s, xd.data(), wd.data(), with_bias ? bd.data() : nullptr, y64.data(), nullptr);
   kernels::conv2d_backward_data(exec, s, dyd.data(), wd.data(), dx64.data(), nullptr);
   kernels::conv2d_backward_weight(exec, s, xd.data(), dyd.data(), dw64.data(), with_bias ? db64.data() : nullptr,
@@ -112,27 +103,23 @@ void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
   if (with_bias) require_close_f64(db64, ref.dbias, k_weight);
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 const std::vector<Conv2dShape>& shapes() {
   static const std::vector<Conv2dShape> all = {
-      shape(3, 5, 7, 9, 6, 3, 3, 1, 1),   // odd sizes, 3x3 same padding
-      shape(3, 5, 7, 9, 6, 3, 3, 1, 0),   // valid
-      shape(3, 5, 7, 9, 6, 3, 3, 1, 2),   // pad larger than needed
-      shape(3, 5, 7, 9, 6, 3, 3, 2, 0),   // stride 2
-      shape(3, 5, 7, 9, 6, 3, 3, 2, 1),
-      shape(3, 5, 8, 9, 6, 3, 3, 2, 2),
-      shape(2, 5, 7, 9, 6, 5, 5, 1, 2),   // 5x5
-      shape(2, 5, 9, 11, 6, 5, 5, 2, 1),
-      shape(3, 5, 7, 9, 6, 1, 1, 1, 0),   // 1x1
-      shape(3, 5, 7, 9, 6, 1, 1, 2, 0),   // 1x1 stride 2 (skips pixels)
-      shape(2, 3, 6, 7, 4, 2, 3, 3, 1),   // non-square kernel, stride 3
-      shape(1, 2, 3, 150, 3, 3, 3, 1, 1), // rows longer than the CPU's 64-column chunk
-      shape(2, 3, 2, 2, 5, 3, 3, 1, 2),   // image smaller than the kernel, padded
-      shape(2, 1, 28, 28, 8, 3, 3, 1, 1), // the cnn's first conv (fewer channels)
-      shape(2, 9, 14, 14, 10, 3, 3, 1, 1),
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},   // odd sizes, 3x3 same padding
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 0},   // valid
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 2},   // pad larger than needed
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},   // stride 2
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 1},
+      Conv2dShape{3, 5, 8, 9, 6, 3, 3, 2, 2},
+      Conv2dShape{2, 5, 7, 9, 6, 5, 5, 1, 2},   // 5x5
+      Conv2dShape{2, 5, 9, 11, 6, 5, 5, 2, 1},
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 1, 0},   // 1x1
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},   // 1x1 stride 2 (skips pixels)
+      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},   // non-square kernel, stride 3
+      Conv2dShape{1, 2, 3, 150, 3, 3, 3, 1, 1}, // rows longer than the CPU's 64-column chunk
+      Conv2dShape{2, 3, 2, 2, 5, 3, 3, 1, 2},   // image smaller than the kernel, padded
+      Conv2dShape{2, 1, 28, 28, 8, 3, 3, 1, 1}, // the cnn's first conv (fewer channels)
+      Conv2dShape{2, 9, 14, 14, 10, 3, 3, 1, 1},
   };
   return all;
 }
@@ -149,15 +136,15 @@ TEST_CASE("conv2d runs on a pool with results identical to one thread", "[cpu][c
   kernels::ThreadPool pool(2);
   Exec serial, pooled;
   pooled.pool = &pool;
-  for (const auto& s : {shape(3, 5, 7, 9, 6, 3, 3, 1, 1), shape(2, 32, 14, 14, 64, 3, 3, 1, 1),
-                        shape(4, 1, 28, 28, 32, 3, 3, 1, 1), shape(3, 6, 9, 7, 5, 5, 5, 2, 2)}) {
+  for (const auto& s : {Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1}, Conv2dShape{2, 32, 14, 14, 64, 3, 3, 1, 1},
+                        Conv2dShape{4, 1, 28, 28, 32, 3, 3, 1, 1}, Conv2dShape{3, 6, 9, 7, 5, 5, 5, 2, 2}}) {
     INFO("c=" << s.c << " k=" << s.k);
-    const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), bias = random_floats(size_t(s.k));
-    const auto dy = random_floats(y_size(s));
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), bias = random_floats(size_t(s.k));
+    const auto dy = random_floats(s.y_size());
     std::vector<float> y[2], dx[2], dw[2], db[2];
     const Exec* execs[2] = {&serial, &pooled};
     for (int i = 0; i < 2; ++i) {
-      y[i] = poisoned(y_size(s)), dx[i] = poisoned(x_size(s)), dw[i] = poisoned(w_size(s)),
+      y[i] = poisoned(s.y_size()), dx[i] = poisoned(s.x_size()), dw[i] = poisoned(s.w_size()),
       db[i] = poisoned(size_t(s.k));
       kernels::conv2d_forward(*execs[i], s, x.data(), w.data(), bias.data(), y[i].data(), nullptr);
       kernels::conv2d_backward_data(*execs[i], s, dy.data(), w.data(), dx[i].data(), nullptr);
@@ -174,10 +161,10 @@ TEST_CASE("conv2d runs on a pool with results identical to one thread", "[cpu][c
 TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs touch nothing", "[cpu][conv]") {
   Exec exec;
   SECTION("no output pixels: dx = 0, dw = 0, dbias = 0, y untouched") {
-    const auto s = shape(2, 3, 2, 2, 4, 3, 3, 1, 0);  // P = Q = 0
+    const auto s = Conv2dShape{2, 3, 2, 2, 4, 3, 3, 1, 0};  // P = Q = 0
     REQUIRE(s.p() == 0);
-    const auto x = random_floats(x_size(s)), w = random_floats(w_size(s));
-    auto dx = poisoned(x_size(s)), dw = poisoned(w_size(s)), db = poisoned(4);
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size());
+    auto dx = poisoned(s.x_size()), dw = poisoned(s.w_size()), db = poisoned(4);
     kernels::conv2d_forward(exec, s, x.data(), w.data(), nullptr, nullptr, nullptr);
     kernels::conv2d_backward_data(exec, s, nullptr, w.data(), dx.data(), nullptr);
     kernels::conv2d_backward_weight(exec, s, x.data(), nullptr, dw.data(), db.data(), nullptr);
@@ -186,9 +173,9 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
     CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == 0.f; }));
   }
   SECTION("no input channels: y = bias, dbias still summed") {
-    const auto s = shape(2, 0, 4, 4, 3, 3, 3, 1, 1);
-    const auto bias = random_floats(3), dy = random_floats(y_size(s));
-    auto y = poisoned(y_size(s)), db = poisoned(3);
+    const auto s = Conv2dShape{2, 0, 4, 4, 3, 3, 3, 1, 1};
+    const auto bias = random_floats(3), dy = random_floats(s.y_size());
+    auto y = poisoned(s.y_size()), db = poisoned(3);
     kernels::conv2d_forward(exec, s, nullptr, nullptr, bias.data(), y.data(), nullptr);
     kernels::conv2d_backward_weight(exec, s, nullptr, dy.data(), nullptr, db.data(), nullptr);
     for (size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == bias[(i / 16) % 3]);
@@ -200,15 +187,15 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
     }
   }
   SECTION("batch 0 leaves everything untouched") {
-    const auto s = shape(0, 3, 5, 5, 4, 3, 3, 1, 1);
-    auto dw = poisoned(w_size(s));
-    std::vector<float> w = random_floats(w_size(s));
+    const auto s = Conv2dShape{0, 3, 5, 5, 4, 3, 3, 1, 1};
+    auto dw = poisoned(s.w_size());
+    std::vector<float> w = random_floats(s.w_size());
     kernels::conv2d_forward(exec, s, nullptr, w.data(), nullptr, nullptr, nullptr);
     kernels::conv2d_backward_data(exec, s, nullptr, w.data(), nullptr, nullptr);
     kernels::conv2d_backward_weight(exec, s, nullptr, nullptr, dw.data(), nullptr, nullptr);
     CHECK(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.f; }));  // an empty sum is 0
   }
-  CHECK(kernels::conv2d_workspace_floats(kernels::Backend::cpu, shape(64, 32, 14, 14, 64, 3, 3, 1, 1)) == 0);
+  CHECK(kernels::conv2d_workspace_floats(kernels::Backend::cpu, Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}) == 0);
 }
 
 }  // namespace

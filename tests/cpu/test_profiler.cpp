@@ -67,7 +67,7 @@ TEST_CASE("launches aggregate per kernel, phase and layer", "[cpu][profile]") {
   CHECK(d.launches().size() == 4);
 }
 
-TEST_CASE("rows sort by total time, ties by name; the trace keeps at most its cap", "[cpu][profile]") {
+TEST_CASE("rows sort by total time, ties by name, and the trace keeps at most its cap", "[cpu][profile]") {
   profile::ProfileData d(/*max_launches=*/3);
   d.add(launch(d, "b", "update", "", 5));
   d.add(launch(d, "a", "data", "", 5));
@@ -360,7 +360,7 @@ TEST_CASE("CUPTI's search order: the named library only, else next to the execut
   CHECK(profile::cupti_candidates(profile::CuptiSearch{}) == std::vector<std::string>{so, "libcupti.so"});
 }
 
-TEST_CASE("--profile-timer values and what they mean on each backend", "[cpu][profile][cupti]") {
+TEST_CASE("the profile timer flag: its values and what they mean on each backend", "[cpu][profile][cupti]") {
   using profile::TimerChoice, profile::Timing;
   CHECK(profile::parse_timer_choice("auto") == TimerChoice::automatic);
   CHECK(profile::parse_timer_choice("cupti") == TimerChoice::cupti);
@@ -489,7 +489,7 @@ TEST_CASE("the report names the timer and counts launches without a CUPTI record
   CHECK(json.find("\"launches_without_record\": 3") != std::string::npos);
 }
 
-TEST_CASE("--profile-timer: bad values are one line naming the flag; events and cupti run on the CPU",
+TEST_CASE("the profile timer flag: bad values are one line naming it, and events and cupti run on the CPU",
           "[cpu][profile][cli][cupti]") {
   for (const char* command : {"profile", "train"}) {
     const auto r = test::run_command(test::cli_path() + " " + command + " --device cpu --profile-timer nvtx --data " +

@@ -21,20 +21,7 @@ namespace {
 
 using kernels::Exec;
 
-const double kEps = std::ldexp(1.0, -23);
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Both ways to run a CPU op: on the calling thread, and on a pool (the chunked parallel paths).
-struct CpuExecs {
-  kernels::ThreadPool pool{3};
-  Exec serial{};
-  Exec pooled{};
-  CpuExecs() { pooled.pool = &pool; }
-};
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------------
 

@@ -36,7 +36,6 @@ using kernels::BatchNormShape;
 using kernels::Exec;
 using kernels::Layout;
 
-const double kEps = std::ldexp(1.0, -23);
 
 size_t index_of(const BatchNormShape& s, int64_t n, int64_t c, int64_t i) {
   return static_cast<size_t>(s.layout == Layout::nchw ? (n * s.c + c) * s.hw + i : (n * s.hw + i) * s.c + c);
@@ -57,10 +56,6 @@ double max_abs(const std::vector<float>& v) {
   double m = 0;
   for (float e : v) m = std::max(m, std::abs(double(e)));
   return m;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // v placed `offset` elements into a buffer whose other elements are the poison (misaligned pointers

@@ -25,13 +25,7 @@ namespace {
 
 using kernels::Exec;
 
-const double kEps = std::ldexp(1.0, -23);
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-template <class T>
-bool same_bits(const T* a, const T* b, size_t n) {
-  return n == 0 || std::memcmp(a, b, n * sizeof(T)) == 0;
-}
 
 // Same bits, except that any NaN equals any NaN: a NaN made by arithmetic (NaN / (1 - p), inf * 0) is the
 // canonical 0x7fffffff on the GPU and x86's default NaN (or the input's payload) on the CPU.

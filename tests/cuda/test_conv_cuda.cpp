@@ -17,19 +17,6 @@ namespace {
 using kernels::Conv2dShape;
 using kernels::Exec;
 
-Conv2dShape shape(int n, int c, int h, int w, int k, int r, int s, int stride, int pad) {
-  Conv2dShape sh;
-  sh.n = n, sh.c = c, sh.h = h, sh.w = w, sh.k = k, sh.r = r, sh.s = s, sh.stride = stride, sh.pad = pad;
-  return sh;
-}
-
-size_t x_size(const Conv2dShape& s) { return size_t(s.n) * s.c * s.h * s.w; }
-size_t w_size(const Conv2dShape& s) { return size_t(s.k) * s.c * s.r * s.s; }
-size_t y_size(const Conv2dShape& s) { return size_t(s.n) * s.k * s.p() * s.q(); }
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // Device buffers are never empty (a zero-size allocation is not what is being tested).
 std::vector<float> at_least_one(std::vector<float> v) {
@@ -45,26 +32,26 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
                    const std::vector<float>* bias, const std::vector<float>& dy, size_t workspace_floats) {
   DeviceBuffer<float> d_x(gpu, at_least_one(x)), d_w(gpu, at_least_one(w)), d_dy(gpu, at_least_one(dy));
   DeviceBuffer<float> d_bias(gpu, at_least_one(bias ? *bias : std::vector<float>{}));
-  DeviceBuffer<float> d_y(gpu, at_least_one(poisoned(y_size(s)))), d_dx(gpu, at_least_one(poisoned(x_size(s))));
-  DeviceBuffer<float> d_dw(gpu, at_least_one(poisoned(w_size(s)))), d_db(gpu, at_least_one(poisoned(size_t(s.k))));
+  DeviceBuffer<float> d_y(gpu, at_least_one(poisoned(s.y_size()))), d_dx(gpu, at_least_one(poisoned(s.x_size())));
+  DeviceBuffer<float> d_dw(gpu, at_least_one(poisoned(s.w_size()))), d_db(gpu, at_least_one(poisoned(size_t(s.k))));
   DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(workspace_floats)));
   kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), bias ? d_bias.get() : nullptr, d_y.get(), d_ws.get());
   kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
   kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), bias ? d_db.get() : nullptr,
                                   d_ws.get());
   GpuResults r{d_y.download(), d_dx.download(), d_dw.download(), d_db.download()};
-  r.y.resize(y_size(s)), r.dx.resize(x_size(s)), r.dw.resize(w_size(s)), r.db.resize(bias ? size_t(s.k) : 0);
+  r.y.resize(s.y_size()), r.dx.resize(s.x_size()), r.dw.resize(s.w_size()), r.db.resize(bias ? size_t(s.k) : 0);
   return r;
 }
 
 void check_against_cpu(const Exec& gpu, const Conv2dShape& s, bool with_bias) {
   INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
             << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias);
-  const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), bias = random_floats(size_t(s.k));
-  const auto dy = random_floats(y_size(s));
+  const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), bias = random_floats(size_t(s.k));
+  const auto dy = random_floats(s.y_size());
   const std::vector<float>* b = with_bias ? &bias : nullptr;
 
-  std::vector<float> y = poisoned(y_size(s)), dx = poisoned(x_size(s)), dw = poisoned(w_size(s)),
+  std::vector<float> y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()),
                      db = poisoned(with_bias ? size_t(s.k) : 0);
   const Exec cpu;
   kernels::conv2d_forward(cpu, s, x.data(), w.data(), b ? bias.data() : nullptr, y.data(), nullptr);
@@ -88,17 +75,17 @@ void check_against_cpu(const Exec& gpu, const Conv2dShape& s, bool with_bias) {
 TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]") {
   CudaExec cuda;
   const std::vector<Conv2dShape> shapes = {
-      shape(3, 5, 7, 9, 6, 3, 3, 1, 1),      // odd sizes
-      shape(3, 5, 7, 9, 6, 3, 3, 2, 0),      // stride 2: backward_data skips taps
-      shape(3, 5, 9, 8, 6, 3, 3, 2, 2),
-      shape(2, 5, 9, 11, 7, 5, 5, 1, 2),     // 5x5
-      shape(3, 5, 7, 9, 6, 1, 1, 2, 0),      // 1x1 stride 2
-      shape(2, 3, 6, 7, 4, 2, 3, 3, 1),      // non-square kernel, stride 3
-      shape(2, 64, 5, 5, 8, 3, 3, 1, 1),     // few tiles, long K: split-K in all passes
-      shape(1, 3, 70, 90, 40, 3, 3, 1, 1),   // many pixel tiles, M > 32
-      shape(64, 1, 28, 28, 32, 3, 3, 1, 1),  // cnn conv1, batch 64
-      shape(64, 32, 14, 14, 64, 3, 3, 1, 1), // cnn conv2, batch 64
-      shape(7, 32, 14, 14, 64, 3, 3, 1, 1),  // a partial last batch
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},      // odd sizes
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},      // stride 2: backward_data skips taps
+      Conv2dShape{3, 5, 9, 8, 6, 3, 3, 2, 2},
+      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},     // 5x5
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},      // 1x1 stride 2
+      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},      // non-square kernel, stride 3
+      Conv2dShape{2, 64, 5, 5, 8, 3, 3, 1, 1},     // few tiles, long K: split-K in all passes
+      Conv2dShape{1, 3, 70, 90, 40, 3, 3, 1, 1},   // many pixel tiles, M > 32
+      Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1},  // cnn conv1, batch 64
+      Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, // cnn conv2, batch 64
+      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // a partial last batch
   };
   for (const auto& s : shapes) {
     check_against_cpu(cuda.exec, s, false);
@@ -112,8 +99,8 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
   int checked = 0;
   while (checked < 24) {
     const int ks[] = {1, 2, 3, 5};
-    Conv2dShape s = shape(pick(1, 5), pick(1, 40), pick(1, 20), pick(1, 20), pick(1, 70), ks[pick(0, 3)],
-                          ks[pick(0, 3)], pick(1, 3), pick(0, 2));
+    const Conv2dShape s{pick(1, 5),     pick(1, 40),    pick(1, 20), pick(1, 20), pick(1, 70),
+                        ks[pick(0, 3)], ks[pick(0, 3)], pick(1, 3),  pick(0, 2)};
     if (s.p() == 0 || s.q() == 0) continue;
     check_against_cpu(cuda.exec, s, checked % 2 == 1);
     ++checked;
@@ -123,7 +110,7 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
 TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[cuda][conv]") {
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
-  const auto full = shape(64, 32, 14, 14, 64, 3, 3, 1, 1);
+  const auto full = Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1};
   const size_t ws = kernels::conv2d_workspace_floats(kernels::Backend::cuda, full);
   REQUIRE(ws > 0);  // backward_weight splits K = 12544 over blocks at this shape
   const float guard = 12345.f;
@@ -132,10 +119,10 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
     Conv2dShape s = full;
     s.n = n;
     REQUIRE(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s) <= ws);
-    const auto x = random_floats(x_size(s)), w = random_floats(w_size(s)), dy = random_floats(y_size(s));
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
     std::vector<float> ws_host(ws + 4096, guard);
     DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_ws(gpu, ws_host);
-    DeviceBuffer<float> d_y(gpu, poisoned(y_size(s))), d_dx(gpu, poisoned(x_size(s))), d_dw(gpu, poisoned(w_size(s)));
+    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
     DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
     kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
     kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
@@ -143,7 +130,7 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
     const auto after = d_ws.download();
     CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
 
-    std::vector<float> dw(w_size(s)), db(size_t(s.k));
+    std::vector<float> dw(s.w_size()), db(size_t(s.k));
     kernels::conv2d_backward_weight(Exec{}, s, x.data(), dy.data(), dw.data(), db.data(), nullptr);
     NT_REQUIRE_CLOSE(d_dw.download(), dw, fp32_dot(s.n * s.p() * s.q()));
     NT_REQUIRE_CLOSE(d_db.download(), db, fp32_dot(s.n * s.p() * s.q()));

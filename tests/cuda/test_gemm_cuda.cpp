@@ -350,7 +350,7 @@ TEST_CASE("K = 0 gives the epilogue of zero and zero row sums", "[cuda][gemm]") 
     }
 }
 
-TEST_CASE("N = 0 still writes the row sums; M = 0 writes nothing", "[cuda][gemm]") {
+TEST_CASE("N = 0 still writes the row sums, M = 0 writes nothing", "[cuda][gemm]") {
   CudaExec cuda;
   for (int t = 0; t < 4; ++t) {
     Problem p;

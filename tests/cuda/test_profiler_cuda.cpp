@@ -156,7 +156,7 @@ TEST_CASE("CUPTI timer: every kernel under its phase and layer from the GPU's ow
   }
 }
 
-TEST_CASE("CUPTI timer: a full batch flushes mid-step without losing a launch; CUPTI opens again after stop",
+TEST_CASE("CUPTI timer: a full batch flushes mid-step without losing a launch, and CUPTI opens again after stop",
           "[cuda][profile][cupti]") {
   REQUIRE(profile::cupti_library().loaded);
   for (int round = 0; round < 2; ++round) {  // the second profiler reopens the activity API

@@ -22,9 +22,6 @@ namespace {
 
 using kernels::Exec;
 
-const double kEps = std::ldexp(1.0, -23);
-
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 // A host vector placed at `offset` elements into a device buffer whose other elements hold the poison,
 // so that misaligned pointers can be tested and writes outside [offset, offset+n) detected.

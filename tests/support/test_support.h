@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/exec.h"
 #include "kernels/runtime.h"
 
@@ -49,6 +51,27 @@ Mismatch compare(std::span<const float> got, std::span<const float> want, const 
     INFO(nt_m_.describe() << " [" << (tol).reason << "]");    \
     REQUIRE(nt_m_.ok);                                        \
   } while (0)
+
+// fp32's machine epsilon (2^-23), the unit of the tolerances written in ulps of a result's scale.
+inline const double kEps = std::ldexp(1.0, -23);
+
+// Bit-for-bit equality (NaNs included, +0 and -0 told apart), for ops that promise identical results.
+template <class T>
+bool same_bits(const T* a, const T* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n * sizeof(T)) == 0;
+}
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
+}
+
+// Both ways to run a CPU op: on the calling thread, and on a pool (the chunked parallel paths).
+struct CpuExecs {
+  kernels::ThreadPool pool{3};
+  kernels::Exec serial{};
+  kernels::Exec pooled{};
+  CpuExecs() { pooled.pool = &pool; }
+};
 
 // ---- inputs -----------------------------------------------------------------------------------------
 // Fresh random inputs for every check: a fixed seed per test keeps failures reproducible, and
