@@ -11,6 +11,8 @@ void add_common_options(CLI::App& cmd, CommonOptions& o) {
   cmd.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->capture_default_str();
   cmd.add_option("--log-level", o.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
   cmd.add_flag("--debug-sync", o.debug_sync, "Synchronize and check after every kernel (slow; pins faults)");
+  cmd.add_flag("--no-pdl", o.no_pdl,
+               "GPU: start each kernel only when its predecessor has finished (no programmatic dependent launch)");
 }
 
 void validate_common(const CommonOptions& o) {

@@ -22,8 +22,9 @@ struct CommonOptions {
   int threads = 0;
   std::string log_level = "info";
   bool debug_sync = false;
+  bool no_pdl = false;
 
-  ContextOptions context() const { return {device, threads, debug_sync}; }
+  ContextOptions context() const { return {device, threads, debug_sync, !no_pdl}; }
 };
 
 void add_common_options(CLI::App& cmd, CommonOptions& o);

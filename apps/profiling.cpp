@@ -24,7 +24,7 @@ profile::TimerChoice parse_profile_timer(const std::string& text) {
 }
 
 ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold,
-                               profile::TimerChoice timer)
+                               profile::TimerChoice timer, bool graphs)
     : ctx_(ctx), out_prefix_(std::move(out_prefix)) {
   if (!enabled) return;
   profile::ProfilerOptions o;
@@ -32,6 +32,7 @@ ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefi
   o.cupti_fallback = profile::cupti_fallback_for(timer);
   if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();
+  o.graphs = graphs;
   profiler_ = std::make_unique<profile::KernelProfiler>(std::move(o));
 }
 

@@ -34,8 +34,9 @@ class ProfileSession {
   // hold: with the events timer, keep the GPU behind the host within steps (see profile/kernel_profiler.h); off
   // for runs under Nsight Compute, which serializes every launch and would stall each hold until its timeout.
   // timer: --profile-timer. An explicit cupti that cannot load throws nt::Error here.
+  // graphs: time the kernels of replayed CUDA graphs (CUPTI only; --profile-graphs), else run eagerly.
   ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true,
-                 profile::TimerChoice timer = profile::TimerChoice::automatic);
+                 profile::TimerChoice timer = profile::TimerChoice::automatic, bool graphs = false);
   ~ProfileSession();  // detaches the profiler if finish() was not reached
   ProfileSession(const ProfileSession&) = delete;
   ProfileSession& operator=(const ProfileSession&) = delete;

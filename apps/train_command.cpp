@@ -44,6 +44,7 @@ struct TrainCommand {
   bool profile = false;     // time every kernel; print the table after the last epoch
   std::string profile_out;  // also write PREFIX.csv, .json, .trace.json (implies profile)
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
+  bool profile_graphs = false;         // CUPTI: profile the replayed graphs instead of eager launches
 };
 
 void validate_train(const TrainCommand& t) {
@@ -192,14 +193,17 @@ int run_train(const TrainCommand& t) {
     };
   }
   Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
-  // Profiling times every launch, so its steps run eagerly (docs/profiler.md, "CUDA graphs").
-  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty(), t.profile_out, /*hold=*/true,
-                           parse_profile_timer(t.profile_timer));
-  if (profiling.enabled() && ctx.on_cuda() && options.use_graphs) spdlog::info("profiling: CUDA graphs off, eager launches");
+  // Profiled epochs run eagerly unless --profile-graphs asks CUPTI to time the replayed graphs (docs/profiler.md).
+  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs, t.profile_out,
+                           /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs);
 
   for (int epoch = 1; epoch <= t.epochs; ++epoch) {
     current_epoch = epoch;
     profiling.resume();
+    if (epoch == 1 && profiling.enabled() && ctx.on_cuda() && options.use_graphs &&
+        !ctx.exec().observer->times_graph_replays())
+      spdlog::info("profiling: CUDA graphs off, eager launches{}",
+                   t.profile_graphs ? " (the events timer cannot time replayed graphs)" : " (--profile-graphs keeps them)");
     EpochMetrics m = trainer.run_epoch(epoch, &test_data);
     profiling.pause();  // reads this epoch's events after its time was taken
     progress.clear();
@@ -246,9 +250,11 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)");
   train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)");
   train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy");
-  train_cmd->add_flag("--profile", train->profile, "Time every kernel (eager launches) and print the table at the end");
+  train_cmd->add_flag("--profile", train->profile, "Time every kernel and print the table at the end");
   train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
   train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
+  train_cmd->add_flag("--profile-graphs", train->profile_graphs,
+                      "Profile the replayed CUDA graphs (CUPTI) instead of eager launches (implies --profile)");
 
   return {train_cmd, [train] { return run_train(*train); }};
 }

@@ -20,6 +20,7 @@ us | difference %] | ncu function. Exits 1 when a row whose own average is >= --
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 from collections import OrderedDict
@@ -93,8 +94,11 @@ def main():
     a = ap.parse_args()
 
     theirs = ncu_launches(a.ncu)
-    runs = [our_launches(a.ours)] + [our_launches(path) for path in a.reference]
     paths = [a.ours] + a.reference
+    runs = [our_launches(path) for path in paths]
+    timers = [name for name, _ in runs]  # two runs of one timer are told apart by their files' names
+    runs = [(f"{name} ({os.path.basename(path).split('.')[0]})" if timers.count(name) > 1 else name, launches)
+            for (name, launches), path in zip(runs, paths)]
     if not all(lists_line_up(name, launches, theirs, path) for (name, launches), path in zip(runs, paths)):
         return 2
 

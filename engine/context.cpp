@@ -39,6 +39,7 @@ Context::Context(const ContextOptions& options) {
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", why_not));
 
   exec_.debug_sync = options.debug_sync;
+  exec_.programmatic_launch = options.programmatic_launch;
   if (gpu) {
     kernels::cuda_set_device(device_.index);
     exec_.backend = kernels::Backend::cuda;

@@ -15,6 +15,7 @@ struct ContextOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // CPU threads, 0 = all cores
   bool debug_sync = false;      // CUDA: synchronize and check after every launch
+  bool programmatic_launch = true;  // CUDA: programmatic dependent launch (--no-pdl turns it off)
 };
 
 class Context {

@@ -13,10 +13,16 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// While a profiler observes, steps run eagerly: a replayed graph launches no kernel through the launch path,
-// so the profiler would see nothing (docs/profiler.md, "CUDA graphs").
+// A profiler that cannot time the kernels of a replayed graph (CUDA events) gets eager launches
+// (docs/profiler.md, "CUDA graphs").
 bool replay_graphs(const Context& ctx, const TrainOptions& options) {
-  return ctx.on_cuda() && options.use_graphs && ctx.exec().observer == nullptr;
+  const profile::LaunchObserver* observer = ctx.exec().observer;
+  return ctx.on_cuda() && options.use_graphs && (observer == nullptr || observer->times_graph_replays());
+}
+
+// A graph is replayed under the observer that saw its capture (or none); another one needs a new capture.
+bool stale(const kernels::Graph& graph, const kernels::Exec& exec) {
+  return graph.empty() || (exec.observer != nullptr && graph.observed_by() != exec.observer);
 }
 }  // namespace
 
@@ -93,7 +99,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   train_.begin_epoch(exec, epoch);
   if (options_.lr_factor) optimizer_.set_lr_factor(exec, static_cast<float>(options_.lr_factor(epoch)));
   if (replay_graphs(ctx_, options_)) {
-    if (train_graph_.empty()) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
+    if (stale(train_graph_, exec)) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
     train_graph_.launch(exec);
   } else {
     enqueue_train_epoch();
@@ -126,7 +132,7 @@ EvalResult Trainer::evaluate(BatchSource& data) {
   auto t0 = Clock::now();
   data.begin_epoch(exec, 0);
   if (replay_graphs(ctx_, options_)) {
-    if (eval_graph_.empty() || eval_graph_source_ != &data) {
+    if (stale(eval_graph_, exec) || eval_graph_source_ != &data) {
       eval_graph_ = kernels::Graph::capture(exec, [&] { enqueue_eval(data); });
       eval_graph_source_ = &data;
     }

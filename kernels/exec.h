@@ -26,6 +26,7 @@ struct Exec {
   void* stream = nullptr;           // cudaStream_t of the CUDA backend; unused on the CPU
   ThreadPool* pool = nullptr;       // CPU worker threads; nullptr runs on the calling thread alone
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
+  bool programmatic_launch = true;  // CUDA sm_90+: a kernel may launch while its predecessor runs (launch.cuh)
   profile::LaunchObserver* observer = nullptr;  // profiler hook; nullptr = profiling off
 
   bool on_cuda() const { return backend == Backend::cuda; }

@@ -204,6 +204,8 @@ Graph& Graph::operator=(Graph&& other) noexcept {
     std::swap(graph_, other.graph_);
     std::swap(exec_, other.exec_);
     std::swap(nodes_, other.nodes_);
+    std::swap(observer_, other.observer_);
+    std::swap(sequence_, other.sequence_);
   }
   return *this;
 }
@@ -215,15 +217,18 @@ Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
 #if NT_WITH_CUDA
   cudaStream_t s = stream_of(exec);
   NT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  if (exec.observer) exec.observer->capture_begin();
   try {
     record();
   } catch (...) {
+    if (exec.observer) exec.observer->capture_end();
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(s, &broken);
     if (broken) cudaGraphDestroy(broken);
     cudaGetLastError();
     throw;
   }
+  if (exec.observer) g.observer_ = exec.observer, g.sequence_ = exec.observer->capture_end();
   cudaGraph_t graph = nullptr;
   NT_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   g.graph_ = graph;
@@ -239,8 +244,11 @@ Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
 
 void Graph::launch(const Exec& exec) const {
   NT_CHECK(exec_ != nullptr, "launching an empty graph");
+  NT_CHECK(exec.observer == nullptr || exec.observer == observer_,
+           "a graph captured without the profiler now attached cannot be profiled: capture it again");
 #if NT_WITH_CUDA
   NT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream_of(exec)));
+  if (exec.observer) exec.observer->replayed(sequence_, exec.stream);
   if (exec.debug_sync) NT_CUDA_CHECK(cudaStreamSynchronize(stream_of(exec)));
 #else
   (void)exec;

@@ -48,7 +48,9 @@ void destroy_stream(void* stream) noexcept;
 // ---- graphs --------------------------------------------------------------------------------------
 // A captured sequence of stream work, replayed with one launch. Capture runs in the global mode, so
 // any synchronizing or allocating call inside `record` fails the capture: a training step that
-// captures is proven free of them.
+// captures is proven free of them. A graph captured while a profiler observes (exec.observer) tells it of
+// the capture and of every launch (profile/launch_observer.h); it can be launched only under that
+// observer or none, and observed_by() lets its owner capture again when the observer has changed.
 class Graph {
  public:
   Graph() = default;
@@ -62,11 +64,14 @@ class Graph {
   void launch(const Exec& exec) const;
   bool empty() const { return exec_ == nullptr; }
   size_t node_count() const { return nodes_; }
+  const profile::LaunchObserver* observed_by() const { return observer_; }
 
  private:
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
   size_t nodes_ = 0;
+  profile::LaunchObserver* observer_ = nullptr;  // that saw the capture
+  int sequence_ = -1;                            // its name for the captured launches
 };
 
 }  // namespace nt::kernels

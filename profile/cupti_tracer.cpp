@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <numeric>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -32,51 +31,31 @@ namespace nt::profile {
 
 // ---- matching (pure) -------------------------------------------------------------------------------
 
-CuptiMatch match_cupti_records(uint64_t first_id, size_t count, const std::vector<CuptiCorrelation>& correlations,
-                               const std::vector<CuptiKernelRecord>& kernels) {
+CuptiMatch match_in_stream_order(size_t count, std::vector<CuptiKernelRecord> kernels) {
   CuptiMatch m;
   m.launches.resize(count);
-  std::unordered_map<uint32_t, uint64_t> external;  // CUPTI correlationId -> our launch id
-  external.reserve(correlations.size());
-  for (const CuptiCorrelation& c : correlations) external[c.correlation_id] = c.external_id;
-
-  // Per stream, by start time: each kernel's own time begins when the stream's previous kernels have ended.
-  std::vector<size_t> order(kernels.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const CuptiKernelRecord &x = kernels[a], &y = kernels[b];
-    if (x.stream_id != y.stream_id) return x.stream_id < y.stream_id;
-    if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
-    if (x.end_ns != y.end_ns) return x.end_ns < y.end_ns;
-    return x.correlation_id < y.correlation_id;
+  const auto invalid = [](const CuptiKernelRecord& k) { return k.start_ns == 0 || k.end_ns < k.start_ns; };
+  m.invalid = std::erase_if(kernels, invalid);
+  std::sort(kernels.begin(), kernels.end(), [](const CuptiKernelRecord& a, const CuptiKernelRecord& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns < b.end_ns;
   });
-  bool have_stream = false;
-  uint32_t stream = 0;
-  uint64_t busy_until = 0;  // the latest end of a kernel on `stream` so far
-  for (size_t idx : order) {
-    const CuptiKernelRecord& k = kernels[idx];
-    if (k.start_ns == 0 || k.end_ns < k.start_ns) {
-      ++m.invalid;
-      continue;
-    }
-    if (!have_stream || k.stream_id != stream) have_stream = true, stream = k.stream_id, busy_until = 0;
-    const uint64_t start = std::min(std::max(k.start_ns, busy_until), k.end_ns);
-    busy_until = std::max(busy_until, k.end_ns);
-
-    const auto it = external.find(k.correlation_id);
-    if (it == external.end() || it->second < first_id || it->second - first_id >= count) {
-      ++m.foreign;
-      continue;
-    }
-    CuptiLaunchTime& l = m.launches[static_cast<size_t>(it->second - first_id)];
-    if (l.found) {
-      ++m.duplicates;
-      continue;
-    }
-    l = {true, start, k.end_ns};
-    if (start != k.start_ns) ++m.clipped;
+  std::vector<uint32_t> streams;
+  for (const CuptiKernelRecord& k : kernels)
+    if (std::find(streams.begin(), streams.end(), k.stream_id) == streams.end()) streams.push_back(k.stream_id);
+  m.streams = static_cast<int64_t>(streams.size());
+  m.extra = std::max<int64_t>(static_cast<int64_t>(kernels.size()) - static_cast<int64_t>(count), 0);
+  if (kernels.size() != count || streams.size() > 1) {
+    m.missing = static_cast<int64_t>(count);
+    return m;
   }
-  for (const CuptiLaunchTime& l : m.launches) m.missing += !l.found;
+  uint64_t busy_until = 0;  // the latest end so far
+  for (size_t i = 0; i < count; ++i) {
+    const CuptiKernelRecord& k = kernels[i];
+    const uint64_t start = std::min(std::max(k.start_ns, busy_until), k.end_ns);
+    m.clipped += start != k.start_ns;
+    m.launches[i] = {true, start, k.end_ns};
+    busy_until = std::max(busy_until, k.end_ns);
+  }
   return m;
 }
 
@@ -128,8 +107,6 @@ struct CuptiApi {
   decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&::cuptiActivityGetNumDroppedRecords) dropped_records = nullptr;
-  decltype(&::cuptiActivityPushExternalCorrelationId) push_external = nullptr;
-  decltype(&::cuptiActivityPopExternalCorrelationId) pop_external = nullptr;
   decltype(&::cuptiGetTimestamp) timestamp = nullptr;
   decltype(&::cuptiGetResultString) result_string = nullptr;
   decltype(&::cuptiGetVersion) version = nullptr;
@@ -168,8 +145,6 @@ std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& e
                   resolve(handle, "cuptiActivityFlushAll", api->flush_all, missing) &&
                   resolve(handle, "cuptiActivityGetNextRecord", api->next_record, missing) &&
                   resolve(handle, "cuptiActivityGetNumDroppedRecords", api->dropped_records, missing) &&
-                  resolve(handle, "cuptiActivityPushExternalCorrelationId", api->push_external, missing) &&
-                  resolve(handle, "cuptiActivityPopExternalCorrelationId", api->pop_external, missing) &&
                   resolve(handle, "cuptiGetTimestamp", api->timestamp, missing) &&
                   resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
                   resolve(handle, "cuptiGetVersion", api->version, missing);
@@ -251,26 +226,19 @@ const CuptiLibrary& cupti_library(const std::string& path) {
 namespace {
 
 // The newest kernel record of the header built against. Only its leading fields are read (start, end,
-// streamId, correlationId), which have kept their places since CUpti_ActivityKernel4.
+// streamId), which have kept their places since CUpti_ActivityKernel4.
 #if CUPTI_API_VERSION >= 130000
 using KernelRecord = CUpti_ActivityKernel10;
 #else
 using KernelRecord = CUpti_ActivityKernel9;
 #endif
 
-// Kernel records and our external correlations only. Tracing API records as well (RUNTIME, DRIVER) makes
-// CUPTI emit the correlations on some driver/CUPTI pairings, but measured on the H100 it more than doubled
-// an eager mlp epoch; where the correlations do not come, KernelProfiler matches the records in stream order.
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
-constexpr CUpti_ExternalCorrelationKind kOurKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+// Kernel records only: they are matched to launches by stream order (match_in_stream_order), so no API
+// record is needed (see cupti_tracer.h).
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL};
 
 const char* kind_name(CUpti_ActivityKind kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_KIND_DRIVER: return "DRIVER";
-    case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: return "EXTERNAL_CORRELATION";
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: return "CONCURRENT_KERNEL";
-    default: return "?";
-  }
+  return kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ? "CONCURRENT_KERNEL" : "?";
 }
 
 }  // namespace
@@ -282,8 +250,8 @@ struct CuptiTracer::State {
   const CuptiApi* registered = nullptr;  // the library our buffer callbacks are registered with
   size_t buffer_bytes = 0;        // fixed by the first open()
   std::vector<uint8_t*> free_buffers;
-  CuptiBatch pending;             // delivered, not yet collected
-  int64_t dropped = 0, kernels = 0, correlations = 0, late_buffers = 0;
+  std::vector<CuptiKernelRecord> pending;  // delivered, not yet collected
+  int64_t dropped = 0, kernels = 0, late_buffers = 0;
 };
 
 namespace {
@@ -325,13 +293,8 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
     while (s.api->next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
       if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
         const auto* k = reinterpret_cast<const KernelRecord*>(record);
-        s.pending.kernels.push_back({k->correlationId, k->streamId, k->start, k->end});
+        s.pending.push_back({k->streamId, k->start, k->end});
         ++s.kernels;
-      } else if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
-        const auto* c = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-        if (c->externalKind != kOurKind) continue;
-        s.pending.correlations.push_back({c->correlationId, c->externalId});
-        ++s.correlations;
       }
     }
     size_t dropped = 0;
@@ -363,10 +326,9 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
       if (!b) return fail("out of memory for CUPTI's activity buffers");
       s.free_buffers.push_back(b);
     }
-    s.pending.kernels.clear(), s.pending.correlations.clear();
-    s.pending.kernels.reserve(options.expected_launches);
-    s.pending.correlations.reserve(2 * options.expected_launches);
-    s.dropped = s.kernels = s.correlations = s.late_buffers = 0;
+    s.pending.clear();
+    s.pending.reserve(options.expected_launches);
+    s.dropped = s.kernels = s.late_buffers = 0;
     s.api = &a;
     s.open = true;
   }
@@ -402,18 +364,8 @@ CuptiTracer::~CuptiTracer() {
   for (auto kind : kKinds) api_->disable(kind);
   api_->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // hands back every buffer CUPTI holds
   std::lock_guard<std::mutex> lock(state_->mu);
-  state_->pending.kernels.clear(), state_->pending.correlations.clear();
+  state_->pending.clear();
   state_->open = false;
-}
-
-void CuptiTracer::push(uint64_t external_id) {
-  const CUptiResult r = api_->push_external(kOurKind, external_id);
-  if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityPushExternalCorrelationId: " + api_->describe(r));
-}
-
-void CuptiTracer::pop() {
-  const CUptiResult r = api_->pop_external(kOurKind, nullptr);
-  if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityPopExternalCorrelationId: " + api_->describe(r));
 }
 
 uint64_t CuptiTracer::now_ns() const {
@@ -423,14 +375,13 @@ uint64_t CuptiTracer::now_ns() const {
   return t;
 }
 
-void CuptiTracer::collect(bool forced, CuptiBatch& into) {
+void CuptiTracer::collect(bool forced, std::vector<CuptiKernelRecord>& into) {
   const CUptiResult r = api_->flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
   if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityFlushAll: " + api_->describe(r));
   std::lock_guard<std::mutex> lock(state_->mu);
   auto& p = state_->pending;
-  into.kernels.insert(into.kernels.end(), p.kernels.begin(), p.kernels.end());
-  into.correlations.insert(into.correlations.end(), p.correlations.begin(), p.correlations.end());
-  p.kernels.clear(), p.correlations.clear();  // keeps the capacity
+  into.insert(into.end(), p.begin(), p.end());
+  p.clear();  // keeps the capacity
 }
 
 int64_t CuptiTracer::dropped_records() const {
@@ -440,10 +391,6 @@ int64_t CuptiTracer::dropped_records() const {
 int64_t CuptiTracer::kernel_records() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->kernels;
-}
-int64_t CuptiTracer::correlation_records() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->correlations;
 }
 
 #else  // no CUPTI: open() always declines, so no tracer object ever exists
@@ -456,13 +403,10 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
 }
 CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : api_(std::move(api)), state_(state) {}
 CuptiTracer::~CuptiTracer() = default;
-void CuptiTracer::push(uint64_t) {}
-void CuptiTracer::pop() {}
 uint64_t CuptiTracer::now_ns() const { return 0; }
-void CuptiTracer::collect(bool, CuptiBatch&) {}
+void CuptiTracer::collect(bool, std::vector<CuptiKernelRecord>&) {}
 int64_t CuptiTracer::dropped_records() const { return 0; }
 int64_t CuptiTracer::kernel_records() const { return 0; }
-int64_t CuptiTracer::correlation_records() const { return 0; }
 
 #endif
 

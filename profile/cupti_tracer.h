@@ -4,11 +4,10 @@
 //   const CuptiLibrary& lib = cupti_library();          // found and loaded once per process, or why not
 //   std::string why;
 //   auto tracer = CuptiTracer::open(lib, {}, &why);       // enables the activity kinds; nullptr + why on failure
-//   tracer->push(id);  ...launch...;  tracer->pop();      // tags the launch with our id (external correlation)
-//   ...synchronize the streams...;
-//   CuptiBatch b;
-//   tracer->collect(false, b);                            // every record delivered so far, appended to b
-//   CuptiMatch m = match_cupti_records(first_id, count, b.correlations, b.kernels);
+//   ...launch `count` kernels on one stream; synchronize it...;
+//   std::vector<CuptiKernelRecord> records;
+//   tracer->collect(false, records);                      // every record delivered so far, appended
+//   CuptiMatch m = match_in_stream_order(count, records);
 //
 // Loading. CUPTI is opened at run time with dlopen, so the binaries start on machines without it; only the
 // functions used are resolved with dlsym. Search order (cupti_candidates): NT_CUPTI_LIBRARY when set (then it is
@@ -17,12 +16,11 @@
 // loader's search path (LD_LIBRARY_PATH, rpath, ld.so.cache), then the CUDA toolkit's library folder that the
 // build was configured with.
 //
-// Activity kinds: CONCURRENT_KERNEL (kernel records; KIND_KERNEL would serialize kernels), EXTERNAL_CORRELATION
-// (CUPTI's correlationId of each API call made while one of our ids is pushed -> our id), and DRIVER (the API
-// records that external-correlation records are attached to; every launch goes through the driver, whether the
-// runtime is static or shared). Buffers come from a pool preallocated at open(); the completion callback (on
-// CUPTI's worker thread, or inside cuptiActivityFlushAll) copies the few fields used into compact arrays and
-// hands the buffer back, so nothing is allocated per launch and memory stays bounded.
+// Activity kind: CONCURRENT_KERNEL only (KIND_KERNEL would serialize kernels; API records, which external
+// correlations need, more than doubled an eager epoch on the H100). Kernels replayed from a CUDA graph get
+// records as well. Buffers come from a pool preallocated at open(); the completion callback (on CUPTI's worker
+// thread, or inside cuptiActivityFlushAll) copies the three fields used into a compact array and hands the
+// buffer back, so nothing is allocated per launch and memory stays bounded.
 //
 // One tracer at a time per process (CUPTI's activity state is process-wide): open() fails while another is open.
 #pragma once
@@ -64,44 +62,33 @@ const CuptiLibrary& cupti_library(const std::string& path);
 // ---- records and matching (pure) -------------------------------------------------------------------
 
 struct CuptiKernelRecord {  // the fields of a CONCURRENT_KERNEL record that the profiler uses
-  uint32_t correlation_id = 0;
   uint32_t stream_id = 0;
   uint64_t start_ns = 0, end_ns = 0;
 };
 
-struct CuptiCorrelation {  // an EXTERNAL_CORRELATION record of our kind
-  uint32_t correlation_id = 0;
-  uint64_t external_id = 0;
-};
-
-struct CuptiBatch {
-  std::vector<CuptiCorrelation> correlations;
-  std::vector<CuptiKernelRecord> kernels;
-};
-
 struct CuptiLaunchTime {
   bool found = false;
-  uint64_t start_ns = 0, end_ns = 0;  // start clipped to the end of the stream's previous kernel (see below)
+  uint64_t start_ns = 0, end_ns = 0;  // start clipped to the end of the previous kernel (see below)
 };
 
 struct CuptiMatch {
-  std::vector<CuptiLaunchTime> launches;  // [i]: the launch whose id is first_id + i
-  int64_t missing = 0;    // of those, how many have no kernel record
-  int64_t foreign = 0;    // kernel records of no launch in the batch (unobserved kernels, stale ids)
-  int64_t duplicates = 0; // a second kernel record for a launch already matched (the first one is kept)
-  int64_t clipped = 0;    // launches whose start was moved to their predecessor's end
-  int64_t invalid = 0;    // records without timestamps (start 0, or end before start): ignored
+  std::vector<CuptiLaunchTime> launches;  // [i]: the i-th launch of the batch
+  int64_t missing = 0;   // launches without a time (all of them when the counts disagree)
+  int64_t extra = 0;     // valid records beyond the launches (kernels nobody observed)
+  int64_t clipped = 0;   // launches whose start was moved to their predecessor's end
+  int64_t invalid = 0;   // records without timestamps (start 0, or end before start): ignored
+  int64_t streams = 0;   // distinct streams among the valid records
 };
 
-// Matches kernel records to the launches with ids [first_id, first_id + count): a kernel's correlationId is
-// looked up among the external correlations (the last one wins if CUPTI reports one twice), and its external
-// id names the launch. Kernels on one stream run in order, but with programmatic dependent launch (sm_90) a
-// kernel's blocks may start while its predecessor still runs and then wait for it (griddepcontrol.wait), so
-// the record's start can precede the predecessor's end: per stream, records (ours and foreign) are ordered by
-// start and each start is clipped to the latest end before it, which is the time the kernel ran for itself.
-// Records without valid timestamps are ignored (counted as invalid). The order of the inputs does not matter.
-CuptiMatch match_cupti_records(uint64_t first_id, size_t count, const std::vector<CuptiCorrelation>& correlations,
-                               const std::vector<CuptiKernelRecord>& kernels);
+// Matches kernel records to `count` launches that went, in this order, to one stream. A stream runs its kernels
+// in submission order, so the i-th record by start time is the i-th launch: no id has to travel with the
+// launch (CUPTI's external correlation costs a push and a pop per launch, and on some driver and CUPTI
+// pairings its records never come). Nothing is guessed: if the valid records come from more than one stream,
+// or their number is not `count`, no launch is matched and the counts say why. With programmatic dependent
+// launch (sm_90) a kernel's blocks may start while its predecessor still runs and then wait for it
+// (griddepcontrol.wait), so a record's start can precede the predecessor's end: each start is clipped to the
+// latest end before it, which is the time the kernel ran for itself. The order of the records does not matter.
+CuptiMatch match_in_stream_order(size_t count, std::vector<CuptiKernelRecord> kernels);
 
 // ---- the tracer ------------------------------------------------------------------------------------
 
@@ -121,18 +108,15 @@ class CuptiTracer {
   CuptiTracer(const CuptiTracer&) = delete;
   CuptiTracer& operator=(const CuptiTracer&) = delete;
 
-  void push(uint64_t external_id);  // cuptiActivityPushExternalCorrelationId(CUSTOM0, id); throws on error
-  void pop();                       // cuptiActivityPopExternalCorrelationId(CUSTOM0)
   uint64_t now_ns() const;          // cuptiGetTimestamp: the clock of the kernel records
 
   // cuptiActivityFlushAll(forced ? FLUSH_FORCED : 0), then appends to `into` every record delivered since the
   // last call (no allocation while `into` has the capacity). Call it after synchronizing the streams: an
   // unforced flush delivers only buffers whose records are all complete.
-  void collect(bool forced, CuptiBatch& into);
+  void collect(bool forced, std::vector<CuptiKernelRecord>& into);
 
   int64_t dropped_records() const;      // reported by CUPTI (its buffers overflowed)
   int64_t kernel_records() const;       // delivered since open()
-  int64_t correlation_records() const;  // delivered since open()
 
   struct State;  // shared with the C callbacks (cupti_tracer.cpp)
 

@@ -54,12 +54,10 @@ struct KernelProfiler::Gpu {
   bool holding = false;       // a hold is queued and not yet released
   bool hold_pending = false;  // inside a step whose next launch must be preceded by a hold
 
-  // CUPTI: open_[i] carries the external correlation id first_id + i.
+  // CUPTI
   std::unique_ptr<CuptiTracer> cupti;
-  uint64_t first_id = 1;
-  bool pushed = false;        // an id is pushed (between a begin() and its end())
-  uint64_t origin_ns = 0;     // CUPTI's clock at start(): time zero of the trace
-  CuptiBatch records;         // collected, not yet matched
+  uint64_t origin_ns = 0;                  // CUPTI's clock at start(): time zero of the trace
+  std::vector<CuptiKernelRecord> records;  // collected, not yet matched
 
   void create(int pairs, bool with_hold) {
     starts.resize(static_cast<size_t>(pairs));
@@ -94,12 +92,6 @@ struct KernelProfiler::Gpu {
 
   ~Gpu() {
     release();
-    if (pushed && cupti) {  // stopped between a begin() and its end() (an exception)
-      try {
-        cupti->pop();
-      } catch (...) {
-      }
-    }
     if (dirty)  // stopped early (an exception): let the queued launches finish with the events they use
       for (auto s : streams) NT_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s));
     for (auto e : starts)
@@ -152,8 +144,7 @@ void KernelProfiler::start() {
       gpu_->cupti = CuptiTracer::open(cupti_library(options_.cupti_library), o, &why);
       if (gpu_->cupti) {
         gpu_->origin_ns = gpu_->cupti->now_ns();
-        gpu_->records.kernels.reserve(o.expected_launches + o.expected_launches / 4);
-        gpu_->records.correlations.reserve(2 * o.expected_launches);
+        gpu_->records.reserve(o.expected_launches + o.expected_launches / 4);
       } else {
         fall_back(why);  // CUPTI is there but refuses: events, or throw
       }
@@ -222,14 +213,15 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
   auto s = static_cast<cudaStream_t>(stream);
-  if (open_.size() == static_cast<size_t>(options_.pool_pairs)) flush();  // dry: one synchronization for all
+  if (capturing_ >= 0) {  // recorded into a graph, timed at its replays
+    sequences_[static_cast<size_t>(capturing_)].launches.push_back(describe(kernel));
+    return;
+  }
+  if (open_.size() >= static_cast<size_t>(options_.pool_pairs)) flush();  // dry: one synchronization for all
   if (timing_ == Timing::cupti) {
     g.note_stream(s);
     g.dirty = true;
-    if (g.pushed) g.cupti->pop(), g.pushed = false;  // the previous launch failed before its end()
     open_.push_back({describe(kernel), -1});
-    g.cupti->push(g.first_id + (open_.size() - 1));  // last: only the launch itself carries the id
-    g.pushed = true;
     return;
   }
   if (!g.reference_recorded) {
@@ -253,6 +245,11 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
 
 void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
   (void)kernel;
+  if (capturing_ >= 0) {
+    auto& captured = sequences_[static_cast<size_t>(capturing_)].launches;
+    if (!captured.empty()) captured.back().cost = cost;
+    return;
+  }
   // A launch that failed between begin() and end() never ends; its entry is skipped.
   if (open_.empty() || open_.back().ended) return;  // attached between a begin() and its end()
   Open& o = open_.back();
@@ -267,12 +264,61 @@ void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
   }
 #if NT_WITH_CUDA
   if (timing_ == Timing::cupti) {
-    if (gpu_->pushed) gpu_->cupti->pop(), gpu_->pushed = false;
     o.ended = true;
     return;
   }
   NT_CUDA_CHECK(cudaEventRecord(gpu_->stops[static_cast<size_t>(o.pair)], static_cast<cudaStream_t>(stream)));
   o.ended = true;
+#else
+  (void)stream;
+#endif
+}
+
+// ---- graphs ----------------------------------------------------------------------------------------
+
+void KernelProfiler::capture_begin() {
+  NT_CHECK(capturing_ < 0, "profiler: a graph capture inside another");
+  capturing_ = static_cast<int>(sequences_.size());
+  sequences_.emplace_back();
+}
+
+int KernelProfiler::capture_end() {
+  NT_CHECK(capturing_ >= 0, "profiler: capture_end() without capture_begin()");
+  Sequence& seq = sequences_[static_cast<size_t>(capturing_)];
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const Launch& l : seq.launches)
+    for (uint64_t id : {l.step_id, l.phase_id, l.layer_id})
+      if (id != 0) lo = std::min(lo, id), hi = std::max(hi, id);
+  if (hi != 0) seq.first_id = lo, seq.last_id = hi;
+  const int done = capturing_;
+  capturing_ = -1;
+  return done;
+}
+
+void KernelProfiler::replayed(int sequence, void* stream) {
+  NT_CHECK(started_ && !stopped_, "profiler: a graph replay observed outside start() ... stop()");
+  NT_CHECK(sequence >= 0 && static_cast<size_t>(sequence) < sequences_.size(), "profiler: unknown graph sequence ",
+           sequence);
+  const Sequence& seq = sequences_[static_cast<size_t>(sequence)];
+  if (timing_ != Timing::cupti) {  // event pairs cannot bracket the kernels of a replayed graph
+    data_.launches_without_record += static_cast<int64_t>(seq.launches.size());
+    return;
+  }
+#if NT_WITH_CUDA
+  gpu_->note_stream(static_cast<cudaStream_t>(stream));
+  gpu_->dirty = true;
+  // The replay's scopes are new openings: ids [first_id, last_id] of the capture map to a fresh block.
+  const uint64_t base = seq.last_id ? reserve_scope_ids(seq.last_id - seq.first_id + 1) : 0;
+  const auto renamed = [&](uint64_t id) { return id ? base + (id - seq.first_id) : 0; };
+  for (Launch l : seq.launches) {
+    l.step_id = renamed(l.step_id), l.phase_id = renamed(l.phase_id), l.layer_id = renamed(l.layer_id);
+    Open o{l, -1};
+    o.ended = true;
+    open_.push_back(o);
+  }
+  // After the launch, not before: the replay's kernels are queued and must be among the pending launches when
+  // the records are read.
+  if (open_.size() >= static_cast<size_t>(options_.pool_pairs)) flush();
 #else
   (void)stream;
 #endif
@@ -345,60 +391,27 @@ void KernelProfiler::flush_events() {
 #endif
 }
 
-// When CUPTI delivers every kernel record but not the external correlations that name their launches
-// (seen with some driver and CUPTI pairings), the records can still be matched exactly: profiling
-// launches everything on one stream, which runs its kernels in submission order, so the i-th record by
-// start time is the i-th launch that ended. Used only when the counts agree; otherwise nothing is guessed.
-CuptiMatch KernelProfiler::match_in_stream_order(std::vector<CuptiKernelRecord> kernels, const CuptiMatch& by_id) const {
-  std::vector<size_t> ended;
-  for (size_t i = 0; i < open_.size(); ++i)
-    if (open_[i].ended) ended.push_back(i);
-  if (kernels.size() != ended.size()) return by_id;
-  std::stable_sort(kernels.begin(), kernels.end(),
-                   [](const CuptiKernelRecord& a, const CuptiKernelRecord& b) { return a.start_ns < b.start_ns; });
-  CuptiMatch m = by_id;
-  uint64_t previous_end = 0;
-  for (size_t j = 0; j < ended.size(); ++j) {
-    CuptiLaunchTime& t = m.launches[ended[j]];
-    t.found = true;
-    t.start_ns = std::max(kernels[j].start_ns, previous_end);  // programmatic launch overlap, clipped as by id
-    t.end_ns = std::max(kernels[j].end_ns, t.start_ns);
-    previous_end = t.end_ns;
-  }
-  m.missing = 0;
-  return m;
-}
-
 // The streams are synchronized: every kernel of the batch has ended. An unforced flush delivers the buffers
-// whose records are complete; if a launch still lacks its record, a forced flush delivers the rest.
+// whose records are complete; if records are still short of the launches, a forced flush delivers the rest.
 void KernelProfiler::flush_cupti() {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
-  if (g.pushed) g.cupti->pop(), g.pushed = false;  // a launch that failed before its end()
-  auto missing = [&](const CuptiMatch& m) {
-    int64_t n = 0;
-    for (size_t i = 0; i < open_.size(); ++i) n += open_[i].ended && !m.launches[i].found;
-    return n;
-  };
+  size_t launched = 0;
+  for (const Open& o : open_) launched += o.ended;
   g.cupti->collect(false, g.records);
-  CuptiMatch m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
-  if (missing(m) > 0) {
-    g.cupti->collect(true, g.records);
-    m = match_cupti_records(g.first_id, open_.size(), g.records.correlations, g.records.kernels);
-    if (missing(m) > 0) m = match_in_stream_order(g.records.kernels, m);
-    if (const int64_t lost = missing(m); lost > 0)  // what CUPTI delivered, to tell a lost record from a mismatch
-      std::fprintf(stderr,
-                   "profiler: %lld of %zu launches without a CUPTI record (this batch: %zu kernel and %zu "
-                   "correlation records; so far: %lld kernel, %lld correlation, %lld dropped)\n",
-                   static_cast<long long>(lost), open_.size(), g.records.kernels.size(),
-                   g.records.correlations.size(), static_cast<long long>(g.cupti->kernel_records()),
-                   static_cast<long long>(g.cupti->correlation_records()),
-                   static_cast<long long>(g.cupti->dropped_records()));
-  }
-  for (size_t i = 0; i < open_.size(); ++i) {
-    Open& o = open_[i];
+  if (g.records.size() < launched) g.cupti->collect(true, g.records);
+  const CuptiMatch m = match_in_stream_order(launched, g.records);
+  if (m.missing > 0)  // what CUPTI delivered, to tell a lost record from a mismatch
+    std::fprintf(stderr,
+                 "profiler: %lld of %zu launches without a CUPTI record (this batch: %zu kernel records, %lld "
+                 "without timestamps, %lld streams; so far: %lld kernel records, %lld dropped)\n",
+                 static_cast<long long>(m.missing), launched, g.records.size(), static_cast<long long>(m.invalid),
+                 static_cast<long long>(m.streams), static_cast<long long>(g.cupti->kernel_records()),
+                 static_cast<long long>(g.cupti->dropped_records()));
+  size_t j = 0;
+  for (Open& o : open_) {
     if (!o.ended) continue;  // never launched
-    const CuptiLaunchTime& t = m.launches[i];
+    const CuptiLaunchTime& t = m.launches[j++];
     if (!t.found) {
       ++data_.launches_without_record;
       continue;
@@ -407,9 +420,7 @@ void KernelProfiler::flush_cupti() {
     o.launch.dur_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
     data_.add(o.launch);
   }
-  g.first_id += open_.size();
-  g.records.kernels.clear();
-  g.records.correlations.clear();
+  g.records.clear();
 #endif
 }
 

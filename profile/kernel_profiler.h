@@ -10,14 +10,22 @@
 // Three timers (docs/profiler.md):
 //
 // GPU, Timing::cupti (the default on the GPU when CUPTI loads). CUPTI's activity API records each kernel's start
-// and end on the GPU itself (profile/cupti_tracer.h). begin() pushes the launch's index as an external
-// correlation id and end() pops it, so each kernel record maps back to the launch, whose name, phase, layer and
-// cost the profiler knows; nothing is enqueued on the stream, and no hold is needed, since a record's start is
-// the kernel's own start, not a marker the stream reaches earlier. flush() synchronizes, has CUPTI deliver its
-// buffers and matches the records; a launch without a record is counted (data().launches_without_record), never
-// dropped silently. If CUPTI cannot load or start (not installed, CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, another
-// tool holding it), the profiler falls back to events and timing_note() says why (or throws, if
-// ProfilerOptions::cupti_fallback is false).
+// and end on the GPU itself (profile/cupti_tracer.h). begin() only notes the launch, whose name, phase, layer
+// and cost the profiler knows; nothing is enqueued on the stream and nothing is tagged, since one stream runs
+// its kernels in submission order: flush() synchronizes, has CUPTI deliver its buffers, and gives the i-th
+// record by start time to the i-th launch (match_in_stream_order), only when the counts agree. A launch
+// without a record is counted (data().launches_without_record), never dropped silently. If CUPTI cannot load
+// or start (not installed, CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, another tool holding it), the profiler falls
+// back to events and timing_note() says why (or throws, if ProfilerOptions::cupti_fallback is false).
+//
+// CUDA graphs (CUPTI, with ProfilerOptions::graphs). Launches observed while a graph is captured
+// (capture_begin() ... capture_end()) are kept as a sequence; each replay of the graph appends that sequence
+// to the pending launches, with fresh step, phase and layer ids, and CUPTI's records of the replayed kernels
+// are matched like eager ones. So a profiled run can keep its graphs. It is an option, not the default: on the
+// H200 CUPTI's records of graph kernels cost 17.5% of an mlp epoch and lengthen some kernels, while eager
+// launches, which are bound by the host, absorb the records at no measurable cost (docs/profiler.md). Without
+// it (and always with the events timer, which cannot bracket replayed kernels) the engine runs eagerly while it
+// is observed (times_graph_replays()); a replay the profiler is told of then counts as launches without a time.
 //
 // GPU, Timing::cuda_events. A pool of CUDA event pairs is created once, at start(). begin() records a pair's
 // start event on the launch's stream, end() its stop event; nothing waits. An event is timestamped when the
@@ -71,6 +79,7 @@ struct ProfilerOptions {
   std::string device;                   // where it runs, for the report
   bool cupti_fallback = true;           // cupti: fall back to events if CUPTI fails (else throw nt::Error)
   std::string cupti_library;            // cupti: this file instead of the search (cupti_tracer.h); "" = search
+  bool graphs = false;                  // cupti: time the kernels of replayed CUDA graphs (see above)
 };
 
 class KernelProfiler final : public LaunchObserver, public StepListener {
@@ -97,6 +106,11 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   // StepListener
   void step_opened() noexcept override;
   void step_closed() noexcept override;
+  // LaunchObserver, graphs
+  bool times_graph_replays() const override { return timing_ == Timing::cupti && options_.graphs; }
+  void capture_begin() override;
+  int capture_end() override;
+  void replayed(int sequence, void* stream) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -107,9 +121,12 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
     bool ended = false;
   };
   struct Gpu;  // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
+  struct Sequence {  // the launches of a captured graph
+    std::vector<Launch> launches;
+    uint64_t first_id = 0, last_id = 0;  // the range of their (nonzero) scope ids
+  };
 
   Launch describe(const char* kernel);
-  CuptiMatch match_in_stream_order(std::vector<CuptiKernelRecord> kernels, const CuptiMatch& by_id) const;
   double host_us(Clock::time_point t) const;
   void open_gate() noexcept;
   void synchronize();
@@ -124,6 +141,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   ProfileData data_;
   std::unique_ptr<Gpu> gpu_;
   std::vector<Open> open_;        // CPU: a stack; GPU: every launch since the last flush, in order
+  std::vector<Sequence> sequences_;
+  int capturing_ = -1;            // the sequence being captured, or -1
   bool started_ = false, running_ = false, stopped_ = false;
   Clock::time_point origin_{}, window_start_{};
   bool in_step_ = false;

@@ -19,6 +19,18 @@ class LaunchObserver {
   // stream: the cudaStream_t the kernel goes to, or nullptr for a CPU op.
   virtual void begin(const char* kernel, void* stream) = 0;
   virtual void end(const char* kernel, void* stream, const OpCost& cost) = 0;
+
+  // CUDA graphs (kernels/runtime.h, Graph). Launches observed between capture_begin() and capture_end() are
+  // recorded into a graph, not run; capture_end() names that sequence, and each launch of the graph reports
+  // replayed(sequence). An observer that cannot time replays returns false from times_graph_replays(): the
+  // engine then launches eagerly while it observes.
+  virtual bool times_graph_replays() const { return false; }
+  virtual void capture_begin() {}
+  virtual int capture_end() { return -1; }
+  virtual void replayed(int sequence, void* stream) {
+    (void)sequence;
+    (void)stream;
+  }
 };
 
 }  // namespace nt::profile

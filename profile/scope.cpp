@@ -47,6 +47,12 @@ ScopeInfo current_step() { return t_scopes.steps.top(); }
 ScopeInfo current_phase() { return t_scopes.phases.top(); }
 ScopeInfo current_layer() { return t_scopes.layers.top(); }
 
+uint64_t reserve_scope_ids(uint64_t n) {
+  const uint64_t first = t_scopes.next_id;
+  t_scopes.next_id += n;
+  return first;
+}
+
 void set_step_listener(StepListener* listener) { t_scopes.listener = listener; }
 StepListener* step_listener() { return t_scopes.listener; }
 

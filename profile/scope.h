@@ -29,6 +29,10 @@ ScopeInfo current_step();
 ScopeInfo current_phase();
 ScopeInfo current_layer();
 
+// n ids that no scope of this thread has or will have: the profiler gives each replay of a captured graph
+// fresh ids for the scopes recorded at capture, so the trace shows every replayed step as its own range.
+uint64_t reserve_scope_ids(uint64_t n);
+
 // Told when the outermost step of its thread opens and closes (the profiler uses it to hold the GPU behind
 // the host for the length of a step; see kernel_profiler.h).
 class StepListener {

@@ -307,8 +307,8 @@ struct ScopedEnv {
   }
 };
 
-profile::CuptiKernelRecord kernel_record(uint32_t correlation, uint64_t start, uint64_t end, uint32_t stream = 7) {
-  return {correlation, stream, start, end};
+profile::CuptiKernelRecord kernel_record(uint64_t start, uint64_t end, uint32_t stream = 7) {
+  return {stream, start, end};
 }
 
 }  // namespace
@@ -398,20 +398,16 @@ TEST_CASE("a cupti profiler without CUPTI falls back to events, or refuses when 
   }
 }
 
-TEST_CASE("CUPTI records match launches through external correlation ids", "[cpu][profile][cupti]") {
-  // Launches 100..103; CUPTI correlation ids 11..14 (and 20, a kernel nobody observed).
-  const std::vector<profile::CuptiCorrelation> corr{{11, 100}, {12, 101}, {13, 102}, {14, 103}, {15, 99}};
-
-  SECTION("every launch matched, whatever order the records arrive in") {
-    std::vector<profile::CuptiKernelRecord> k{kernel_record(13, 5000, 5900), kernel_record(11, 1000, 2000),
-                                              kernel_record(20, 2100, 2200), kernel_record(14, 6000, 6100),
-                                              kernel_record(12, 3000, 4500)};
-    const auto m = profile::match_cupti_records(100, 4, corr, k);
+TEST_CASE("CUPTI records match launches in stream order", "[cpu][profile][cupti]") {
+  SECTION("the i-th record by start time is the i-th launch, whatever order the records arrive in") {
+    std::vector<profile::CuptiKernelRecord> k{kernel_record(5000, 5900), kernel_record(1000, 2000),
+                                              kernel_record(6000, 6100), kernel_record(3000, 4500)};
+    const auto m = profile::match_in_stream_order(4, k);
     REQUIRE(m.launches.size() == 4);
     CHECK(m.missing == 0);
-    CHECK(m.foreign == 1);  // correlation 20: no external id
-    CHECK(m.duplicates == 0);
+    CHECK(m.extra == 0);
     CHECK(m.clipped == 0);
+    CHECK(m.streams == 1);
     const uint64_t starts[] = {1000, 3000, 5000, 6000}, ends[] = {2000, 4500, 5900, 6100};
     for (size_t i = 0; i < 4; ++i) {
       INFO("launch " << i);
@@ -420,56 +416,55 @@ TEST_CASE("CUPTI records match launches through external correlation ids", "[cpu
       CHECK(m.launches[i].end_ns == ends[i]);
     }
     std::reverse(k.begin(), k.end());
-    const auto again = profile::match_cupti_records(100, 4, corr, k);
+    const auto again = profile::match_in_stream_order(4, k);
     for (size_t i = 0; i < 4; ++i) CHECK(again.launches[i].start_ns == m.launches[i].start_ns);
   }
 
-  SECTION("a launch without a record is counted, and ids outside the batch are not ours") {
-    const std::vector<profile::CuptiKernelRecord> k{kernel_record(11, 1000, 2000), kernel_record(13, 5000, 5900),
-                                                    kernel_record(15, 100, 200)};  // id 99: an earlier batch
-    const auto m = profile::match_cupti_records(100, 4, corr, k);
-    CHECK(m.missing == 2);  // launches 101 and 103
-    CHECK_FALSE(m.launches[1].found);
-    CHECK_FALSE(m.launches[3].found);
-    CHECK(m.launches[0].found);
-    CHECK(m.launches[2].found);
-    CHECK(m.foreign == 1);
-  }
-
-  SECTION("overlap on one stream (programmatic dependent launch) is clipped; other streams are independent") {
-    // 12 starts while 11 still runs (its blocks wait for 11): its own time begins at 11's end.
-    const std::vector<profile::CuptiKernelRecord> k{
-        kernel_record(11, 1000, 2000), kernel_record(12, 1500, 2600), kernel_record(20, 2500, 2700),
-        kernel_record(13, 2650, 3000),                                  // after a foreign kernel: clipped to 2700
-        kernel_record(14, 1200, 1800, /*stream=*/9)};                   // another stream: untouched
-    const auto m = profile::match_cupti_records(100, 4, corr, k);
+  SECTION("overlap (programmatic dependent launch) is clipped to the predecessor's end") {
+    // The second kernel starts while the first still runs (its blocks wait for it): its own time begins at
+    // the first's end.
+    const std::vector<profile::CuptiKernelRecord> k{kernel_record(1000, 2000), kernel_record(1500, 2600),
+                                                    kernel_record(2650, 3000), kernel_record(2900, 3100)};
+    const auto m = profile::match_in_stream_order(4, k);
     CHECK(m.missing == 0);
-    CHECK(m.launches[0].start_ns == 1000);
     CHECK(m.launches[1].start_ns == 2000);
     CHECK(m.launches[1].end_ns == 2600);
-    CHECK(m.launches[2].start_ns == 2700);
-    CHECK(m.launches[3].start_ns == 1200);
+    CHECK(m.launches[2].start_ns == 2650);  // a gap: untouched
+    CHECK(m.launches[3].start_ns == 3000);
     CHECK(m.clipped == 2);
     uint64_t sum = 0;
     for (const auto& l : m.launches) sum += l.end_ns - l.start_ns;
-    CHECK(sum == 1000 + 600 + 300 + 600);  // never more than the stream was busy
+    CHECK(sum == 1000 + 600 + 350 + 100);  // never more than the stream was busy
   }
 
-  SECTION("duplicates keep the first record by start time; records without timestamps are ignored") {
-    const std::vector<profile::CuptiKernelRecord> k{kernel_record(11, 1000, 2000), kernel_record(11, 3000, 3100),
-                                                    kernel_record(12, 0, 0), kernel_record(13, 900, 800)};
-    const auto m = profile::match_cupti_records(100, 4, corr, k);
-    CHECK(m.duplicates == 1);
+  SECTION("nothing is guessed: a missing or extra record, or a second stream, matches no launch") {
+    const auto short_by_one = profile::match_in_stream_order(3, {kernel_record(1000, 2000), kernel_record(3000, 4000)});
+    CHECK(short_by_one.missing == 3);
+    CHECK(short_by_one.extra == 0);
+    for (const auto& l : short_by_one.launches) CHECK_FALSE(l.found);
+
+    const auto one_extra = profile::match_in_stream_order(1, {kernel_record(1000, 2000), kernel_record(3000, 4000)});
+    CHECK(one_extra.missing == 1);
+    CHECK(one_extra.extra == 1);
+
+    const auto two_streams =
+        profile::match_in_stream_order(2, {kernel_record(1000, 2000), kernel_record(1200, 1800, /*stream=*/9)});
+    CHECK(two_streams.missing == 2);
+    CHECK(two_streams.streams == 2);
+  }
+
+  SECTION("records without timestamps are ignored") {
+    const auto m = profile::match_in_stream_order(
+        1, {kernel_record(1000, 2000), kernel_record(0, 0), kernel_record(900, 800)});
     CHECK(m.invalid == 2);
+    CHECK(m.missing == 0);
     CHECK(m.launches[0].start_ns == 1000);
-    CHECK(m.missing == 3);
   }
 
   SECTION("an empty batch") {
-    const auto m = profile::match_cupti_records(100, 0, corr, {kernel_record(11, 1, 2)});
+    const auto m = profile::match_in_stream_order(0, {});
     CHECK(m.launches.empty());
     CHECK(m.missing == 0);
-    CHECK(m.foreign == 1);
   }
 }
 

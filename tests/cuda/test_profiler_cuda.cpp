@@ -7,6 +7,7 @@
 #include "test_support.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "kernels/profile_delay.h"
@@ -165,6 +166,42 @@ TEST_CASE("CUPTI timer: a full batch flushes mid-step without losing a launch, a
     REQUIRE(run.timing == profile::Timing::cupti);
     check_launches(run);
     CHECK(run.flushes >= run.counter.launches / 8);
+  }
+}
+
+TEST_CASE("CUPTI timer: a replayed CUDA graph is timed kernel by kernel at every replay", "[cuda][profile][cupti]") {
+  REQUIRE(profile::cupti_library().loaded);
+  test::RigOptions o;
+  o.device = "cuda";
+  o.use_graphs = true;
+  test::Rig rig(data::subset(test::mnist().train, 0, 64 * 10), o);  // 10 steps an epoch
+  rig.trainer.train_epoch(1);  // its graph was captured unobserved: the trainer must capture again below
+
+  ProfiledRun run;
+  profile::ProfilerOptions options = cupti_options(4096);
+  options.graphs = true;
+  profile::KernelProfiler profiler(options);
+  run.counter.next = &profiler;
+  rig.ctx.set_observer(&run.counter);
+  profiler.start();
+  for (int epoch = 2; epoch <= 4; ++epoch) rig.trainer.train_epoch(epoch);
+  profiler.stop();
+  rig.ctx.set_observer(nullptr);
+  run.data = profiler.data();
+  REQUIRE(profiler.timing() == profile::Timing::cupti);
+
+  CHECK(run.counter.captures == 1);  // one epoch graph, replayed three times
+  check_launches(run);
+  const auto& c = run.counter.calls;
+  CHECK(c.at({"gather_batch", "data", ""}) == 30);
+  CHECK(c.at({"gemm_bias_relu", "forward", "0 linear 784->320 +relu"}) == 30);
+  CHECK(c.at({"sgd_update", "update", ""}) == 30);
+  std::set<uint64_t> steps;  // each replayed step is its own range in the trace
+  for (const auto& l : run.data.launches()) steps.insert(l.step_id);
+  CHECK(steps.size() == 30);
+  for (const auto& r : run.data.rows()) {
+    INFO(r.kernel << " | " << r.phase << " | " << r.layer);
+    CHECK(r.max_us < 1'000);
   }
 }
 
