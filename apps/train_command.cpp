@@ -36,6 +36,7 @@ struct TrainCommand {
   uint64_t seed = 1;
   std::string metrics_path;
   int64_t train_limit = 0;
+  int shift = 0;  // training augmentation: random translations of up to this many pixels
   bool no_graphs = false;
   std::string init_from;   // load the initial weights instead of initializing
   std::string init_out;    // save the initial weights (before training)
@@ -63,6 +64,7 @@ void validate_train(const TrainCommand& t) {
   if (!(std::isfinite(o.eps) && o.eps > 0)) throw UsageError(cat("--eps: must be a positive number, got ", o.eps));
   validate_workload(t.workload);
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
+  if (t.shift < 0 || t.shift > 8) throw UsageError(cat("--shift: must be in [0, 8], got ", t.shift));
   // Output folders are checked now, not after an hour of training.
   const std::pair<const char*, const std::string*> outputs[] = {
       {"--init-out", &t.init_out}, {"--save", &t.save_path}, {"--order-out", &t.order_out}};
@@ -164,7 +166,8 @@ int run_train(const TrainCommand& t) {
   if (!t.init_from.empty()) spdlog::info("initial weights from {}", t.init_from);
   if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), checkpoint_metadata(t, 0));
 
-  data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed);
+  data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed, t.shift);
+  if (t.shift > 0) spdlog::info("augmentation: random shifts of up to {} pixels", t.shift);
   data::DeviceBatcher test_data(ctx, split.test, /*shuffle=*/false, t.seed);
   if (!t.order_out.empty()) {
     std::vector<int32_t> orders;
@@ -245,6 +248,9 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--seed", train->seed, "Seed of the initial weights and the data order")->capture_default_str();
   train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file");
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
+  train_cmd->add_option("--shift", train->shift,
+                        "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
+      ->capture_default_str();
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's");
   train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)");

@@ -3,6 +3,12 @@
 // The images are uploaded once as bytes (47 MB for MNIST's train split instead of 188 MB as floats).
 // Each epoch a seeded permutation is uploaded once; each step one kernel gathers the batch by that
 // permutation and normalizes it (kernels/batch.h). No host-to-device copy happens inside a step.
+//
+// Optional augmentation for training: with shift k > 0 every gathered image is translated by a random
+// (dy, dx) in [-k, k]^2, zero-filled, drawn from a hash of (seed, epoch, position in the epoch's order).
+// The epoch's key lives in a one-word buffer on the device, written by begin_epoch next to the
+// permutation, so a captured whole-epoch graph replays with fresh shifts. k = 0 (the default) is
+// the plain gather, bit for bit. Evaluation batchers keep k = 0.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +24,8 @@ namespace nt::data {
 class DeviceBatcher final : public BatchSource {
  public:
   // shuffle: a new order each epoch, derived from (seed, epoch); otherwise the stored order.
-  DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed);
+  // shift: the largest random translation in pixels (0 = none).
+  DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed, int shift = 0);
 
   int64_t examples() const override { return count_; }
   void begin_epoch(const kernels::Exec& exec, int epoch) override;
@@ -28,10 +35,15 @@ class DeviceBatcher final : public BatchSource {
   std::vector<int32_t> order(int epoch) const;
 
  private:
+  void upload_shift_key(const kernels::Exec& exec, int epoch);
+
   int64_t count_;
   bool shuffle_;
   uint64_t seed_;
+  int shift_;
+  uint64_t shift_seed_;
   Tensor images_, labels_, order_;
+  Tensor shift_key_;  // (1) i64 on the device: the epoch's key of the shifts (kernels/batch.h)
   kernels::BatchSource source_;
 };
 

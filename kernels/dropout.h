@@ -17,30 +17,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/counter_hash.h"
 #include "kernels/exec.h"
 
 namespace nt::kernels {
 
-// SplitMix64's finalizer (Steele, Lea, Flood 2014; the mixing of engine/rng.h): a bijection of 64-bit
-// words whose outputs pass BigCrush when fed a Weyl sequence.
-NT_HOST_DEVICE inline uint64_t splitmix64_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // The uniform number of element i in draw `draw` of stream `seed`: in [0, 1) with 24 random bits, every
-// value exactly representable in fp32. (seed, draw) picks a 64-bit key; element i is then the i-th
-// output of a SplitMix64 generator started at that key, so within a draw the numbers are SplitMix64's
-// own sequence, and distinct draws or seeds start at unrelated points of its 2^64 cycle.
+// value exactly representable in fp32, from the counter-based hash of kernels/counter_hash.h: (seed, draw)
+// picks a 64-bit key; element i is then the i-th output of a SplitMix64 generator started at that key.
 // The ops compute the key once per call: dropout_uniform(seed, draw, i) == dropout_uniform_keyed(key, i).
-inline constexpr uint64_t kDropoutGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's Weyl increment
-
-NT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed, uint64_t draw) {
-  return splitmix64_mix(splitmix64_mix(seed) ^ (draw * kDropoutGolden + kDropoutGolden));
-}
+NT_HOST_DEVICE inline uint64_t dropout_key(uint64_t seed, uint64_t draw) { return counter_key(seed, draw); }
 NT_HOST_DEVICE inline float dropout_uniform_keyed(uint64_t key, uint64_t i) {
-  return static_cast<float>(splitmix64_mix(key + (i + 1) * kDropoutGolden) >> 40) * 0x1.0p-24f;
+  return static_cast<float>(counter_bits(key, i) >> 40) * 0x1.0p-24f;
 }
 NT_HOST_DEVICE inline float dropout_uniform(uint64_t seed, uint64_t draw, uint64_t i) {
   return dropout_uniform_keyed(dropout_key(seed, draw), i);

@@ -7,6 +7,13 @@
 // Normalize (subtract, then divide), in fp32: three correctly rounded operations with no multiply-add to
 // contract, so this backend, the CUDA one and PyTorch produce bit-identical inputs. perm entries are
 // trusted to lie in [0,N) (the batcher builds them).
+//
+// Random shift (src.shift = k > 0; the contract is in kernels/batch.h): the image is (C,H,W) row-major,
+// example b at position p = first + b is translated by (dy, dx) = batch_shift(*src.shift_key, p, k):
+//   x[b,c,i,j] = norm(images[r,c,i-dy,j-dx]) inside the source image, norm(0) outside
+// The key is read once per call (it is host memory on this backend); the shift is integer arithmetic
+// shared with the CUDA kernel and the values go through the same normalization, so the backends agree
+// bit for bit. Rows are independent: the result does not depend on the thread count.
 #include <algorithm>
 #include <cstdint>
 
@@ -20,9 +27,33 @@ namespace {
 
 constexpr int64_t kRowsPerTask = 16;  // 16 MNIST rows ≈ 12 KB in, 50 KB out per task
 
+float normalize(uint8_t pixel, float mean, float std_dev) {
+  return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
+}
+
 // One sample: pixels (D) uint8 -> x_row (D) fp32.
 void normalize_row(const uint8_t* pixels, int D, float mean, float std_dev, float* x_row) {
-  for (int d = 0; d < D; ++d) x_row[d] = (static_cast<float>(pixels[d]) / 255.0f - mean) / std_dev;
+  for (int d = 0; d < D; ++d) x_row[d] = normalize(pixels[d], mean, std_dev);
+}
+
+// One sample translated by s: pixels (C,H,W) uint8 -> x_row (C,H,W) fp32, norm(0) where the source
+// pixel (i - dy, j - dx) lies outside the image.
+void shift_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, float mean, float std_dev, float* x_row) {
+  const float fill = normalize(0, mean, std_dev);
+  const int j_begin = std::clamp(s.dx, 0, W), j_end = std::clamp(W + s.dx, 0, W);  // j - dx in [0, W)
+  for (int c = 0; c < C; ++c)
+    for (int i = 0; i < H; ++i) {
+      float* out = x_row + (int64_t(c) * H + i) * W;  // x[b,c,i,:]
+      const int si = i - s.dy;
+      if (si < 0 || si >= H) {
+        std::fill(out, out + W, fill);
+        continue;
+      }
+      const uint8_t* in = pixels + (int64_t(c) * H + si) * W;  // images[r,c,si,:]
+      for (int j = 0; j < j_begin; ++j) out[j] = fill;
+      for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[j - s.dx], mean, std_dev);
+      for (int j = std::max(j_begin, j_end); j < W; ++j) out[j] = fill;
+    }
 }
 
 }  // namespace
@@ -35,12 +66,18 @@ void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B
   profile::OpCost cost{values * (1 + 4) + B * (4.0 + 1 + 4), values * 3};
   OpScope scope(exec, "gather_batch", cost);
 
+  const int k = src.shift;
+  const uint64_t key = k > 0 ? *src.shift_key : 0;
+  const int H = src.height, W = src.width, C = k > 0 ? D / (H * W) : 0;
   const int64_t tasks = (B + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(exec.pool, tasks, [&](int64_t t) {
     const int64_t end = std::min<int64_t>(B, (t + 1) * kRowsPerTask);
     for (int64_t b = t * kRowsPerTask; b < end; ++b) {
       const int64_t r = src.perm[first + b];
-      normalize_row(src.images + r * D, D, src.mean, src.std, x + b * D);
+      if (k > 0)
+        shift_row(src.images + r * D, C, H, W, batch_shift(key, uint64_t(first + b), k), src.mean, src.std, x + b * D);
+      else
+        normalize_row(src.images + r * D, D, src.mean, src.std, x + b * D);
       y[b] = src.labels[r];
     }
   });

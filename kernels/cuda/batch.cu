@@ -13,6 +13,16 @@
 // and arena buffers are aligned) a column is 4 values: a uchar4 load from the source row (consecutive
 // threads read consecutive words of it) and a float4 store. Otherwise a column is one value. No integer
 // division in the index math; the label is written by the row's first thread.
+//
+// Random shift (src.shift = k > 0; the contract is in kernels/batch.h): the image is (C,H,W) row-major,
+// example b at position p = first + b is translated by (dy, dx) = batch_shift(*src.shift_key, p, k):
+//   x[b,c,i,j] = norm(images[r,c,i-dy,j-dx]) inside the source image, norm(0) outside
+// The key is read from device memory by every thread (one broadcast 8-byte load, after the dependency
+// wait), so a captured whole-epoch graph picks up the key its epoch uploaded; the shift is integer
+// arithmetic shared with the host. Launch: threads x over the columns j of an image row (striding when
+// W > blockDim.x), threads y and blockIdx.x over the image rows i, blockIdx.z over the channels, blockIdx.y
+// over the batch rows (grid-stride). A warp reads one contiguous source row segment and writes one
+// contiguous output row segment; no integer division in the index math.
 #include <algorithm>
 #include <cstdint>
 
@@ -64,6 +74,34 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// x: (B,C,H,W) fp32, translated images; see the file's comment for the thread mapping.
+__global__ void __launch_bounds__(kMaxThreads)
+    gather_batch_shift_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
+                              const int32_t* __restrict__ perm, int64_t first, int B, int D, int H, int W, int k,
+                              const uint64_t* __restrict__ shift_key, Normalize norm, float* __restrict__ x,
+                              int32_t* __restrict__ y) {
+  begin_dependent_kernel();
+  const uint64_t key = *shift_key;
+  const int i = blockIdx.x * blockDim.y + threadIdx.y;  // output image row
+  const int64_t plane = int64_t(blockIdx.z) * H;        // first row of channel c in (C*H, W)
+  const bool row_leader = blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0 && threadIdx.y == 0;
+  const float fill = norm(uint8_t{0});
+  for (int b = blockIdx.y; b < B; b += gridDim.y) {
+    const int64_t r = perm[first + b];
+    if (row_leader) y[b] = labels[r];
+    if (i >= H) continue;
+    const PixelShift s = batch_shift(key, uint64_t(first + b), k);
+    const int si = i - s.dy;  // source image row
+    const bool row_inside = si >= 0 && si < H;
+    const uint8_t* in = images + r * D + (plane + (row_inside ? si : 0)) * W;  // images[r,c,si,:]
+    float* out = x + int64_t(b) * D + (plane + i) * W;                         // x[b,c,i,:]
+    for (int j = threadIdx.x; j < W; j += blockDim.x) {
+      const int sj = j - s.dx;
+      out[j] = row_inside && sj >= 0 && sj < W ? norm(in[sj]) : fill;
+    }
+  }
+}
+
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 // Threads per block: the row's columns rounded up to whole warps, at most kMaxThreads (D = 784 as
@@ -79,6 +117,16 @@ void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B
   // Pixels read once (uint8), perm and labels entries read, x and y written; subtract and two divides.
   profile::OpCost cost{values * (1 + 4) + B * (4.0 + 1 + 4), values * 3};
   const Normalize norm{src.mean, src.std};
+  if (src.shift > 0) {
+    // Threads x over a row's columns (whole warps, at most 128), y over rows up to kMaxThreads in all
+    // (MNIST: 32 x 8 threads, 4 blocks per image).
+    const int H = src.height, W = src.width;
+    const int tx = std::min(128, div_up(W, 32) * 32), ty = std::min(kMaxThreads / tx, H);
+    const dim3 grid(div_up(H, ty), std::min(B, kMaxRowBlocks), D / (H * W));
+    launch(exec, "gather_batch", cost, gather_batch_shift_kernel, grid, dim3(tx, ty), 0, src.images, src.labels,
+           src.perm, first, B, D, H, W, src.shift, src.shift_key, norm, x, y);
+    return;
+  }
   const bool vec = D % 4 == 0 && aligned(src.images, 4) && aligned(x, 16);
   const int columns = vec ? D / 4 : D;
   const int threads = threads_for(columns);

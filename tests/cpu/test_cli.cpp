@@ -38,6 +38,8 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --dataset cifar", "--dataset"},
       {"train --threads -1", "--threads"},
       {"train --log-level loud", "--log-level"},
+      {"train --shift 9", "--shift"},
+      {"train --shift -1", "--shift"},
   };
   for (const auto& c : cases) {
     SECTION(c.args) {

@@ -1,7 +1,8 @@
 // CUDA tests of the small op families against their CPU twins, on fresh random inputs, with every output
 // poisoned (NaN) beforehand so that an element the kernel forgot to write fails.
 //   softmax_xent: within the stated tolerance (the backends differ only by their expf/logf), count exact.
-//   sgd_update, gather_batch, relu: bit for bit (same fp32 operations, explicit FMAs).
+//   sgd_update, gather_batch (plain and randomly shifted), relu: bit for bit (same fp32 operations, explicit
+//   FMAs, integer hashes shared by host and device).
 // Odd sizes and pointers offset by one element exercise both the vectorized and the scalar paths.
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "kernels/activation.h"
 #include "kernels/batch.h"
 #include "kernels/optim.h"
+#include "kernels/runtime.h"
 #include "kernels/softmax_xent.h"
 #include "support/test_support.h"
 
@@ -216,6 +218,110 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
     REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
     REQUIRE(d_y.download() == cpu_y);
+  }
+}
+
+// ---- batch gather with random shifts ---------------------------------------------------------------------
+
+// Random (C,H,W) images, labels and a permutation, uploaded; the CPU twin reads the host copies.
+struct ShiftCase {
+  int N, C, H, W, k, B;
+  int64_t first;
+  size_t x_offset;  // floats into x: a misaligned output
+};
+
+struct ShiftInputs {
+  std::vector<uint8_t> images, labels;
+  std::vector<int32_t> perm;
+  explicit ShiftInputs(const ShiftCase& k) : images(size_t(k.N) * k.C * k.H * k.W), labels(k.N), perm(k.N) {
+    std::uniform_int_distribution<int> byte(0, 255), digit(0, 9);
+    for (auto& px : images) px = static_cast<uint8_t>(byte(rng()));
+    for (auto& l : labels) l = static_cast<uint8_t>(digit(rng()));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+  }
+};
+
+kernels::BatchSource shift_source(const ShiftCase& k, const uint8_t* images, const uint8_t* labels,
+                                  const int32_t* perm, const uint64_t* key) {
+  kernels::BatchSource s{images, labels, perm, k.C * k.H * k.W, 0.1307f, 0.3081f};
+  s.height = k.H, s.width = k.W, s.shift = k.k, s.shift_key = key;
+  return s;
+}
+
+TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU twin", "[cuda][batch][shift]") {
+  CudaExec cuda;
+  const Exec& gpu = cuda.exec;
+  // MNIST's shape at two offsets; odd planes; channels; a shift beyond the image; one column; rows wider
+  // than a block's x threads (the column loop strides); a batch past the grid's y limit (rows stride).
+  const ShiftCase cases[] = {{300, 1, 28, 28, 2, 64, 100, 0}, {300, 1, 28, 28, 4, 64, 7, 1},
+                             {50, 1, 7, 5, 3, 17, 20, 0},     {40, 3, 9, 11, 1, 33, 0, 1},
+                             {30, 1, 4, 3, 8, 25, 5, 0},      {20, 2, 13, 1, 2, 20, 0, 0},
+                             {40, 1, 5, 300, 3, 9, 3, 1},     {10000, 1, 28, 28, 2, 10000, 0, 0},
+                             {70001, 1, 3, 5, 1, 70001, 0, 0}};
+  for (const ShiftCase& k : cases) {
+    INFO("N=" << k.N << " C=" << k.C << " H=" << k.H << " W=" << k.W << " k=" << k.k << " B=" << k.B
+              << " first=" << k.first << " x offset " << k.x_offset);
+    const ShiftInputs in(k);
+    const uint64_t key = kernels::counter_key(rng()(), 3);
+    const size_t n = size_t(k.B) * k.C * k.H * k.W;
+
+    std::vector<float> cpu_x = poisoned(n);
+    std::vector<int32_t> cpu_y(k.B, -1);
+    kernels::gather_batch(Exec{}, shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key), k.first,
+                          k.B, cpu_x.data(), cpu_y.data());
+
+    DeviceBuffer<uint8_t> d_images(gpu, in.images), d_labels(gpu, in.labels);
+    DeviceBuffer<int32_t> d_perm(gpu, in.perm);
+    DeviceBuffer<uint64_t> d_key(gpu, std::vector<uint64_t>{key});
+    DeviceBuffer<float> d_x(gpu, padded(poisoned(n), k.x_offset, kPoison));
+    DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(k.B, -1));
+    kernels::gather_batch(gpu, shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get()), k.first,
+                          k.B, d_x.get() + k.x_offset, d_y.get());
+
+    const auto got_x = d_x.download();
+    REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
+    REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
+    if (k.x_offset) REQUIRE(std::isnan(got_x.front()));
+    REQUIRE(d_y.download() == cpu_y);
+  }
+}
+
+TEST_CASE("a captured shifted gather reads each epoch's key from device memory on replay", "[cuda][batch][shift]") {
+  CudaExec cuda;
+  Exec capture_exec = cuda.exec;
+  capture_exec.debug_sync = false;  // synchronizing is what a capture forbids
+  const ShiftCase k{256, 1, 28, 28, 2, 64, 64, 0};
+  const ShiftInputs in(k);
+  const size_t n = size_t(k.B) * k.C * k.H * k.W;
+  const uint64_t seed = 77;
+
+  DeviceBuffer<uint8_t> d_images(cuda.exec, in.images), d_labels(cuda.exec, in.labels);
+  DeviceBuffer<int32_t> d_perm(cuda.exec, in.perm);
+  DeviceBuffer<uint64_t> d_key(cuda.exec, std::vector<uint64_t>{kernels::counter_key(seed, 0)});
+  DeviceBuffer<float> d_x(cuda.exec, poisoned(n));
+  DeviceBuffer<int32_t> d_y(cuda.exec, std::vector<int32_t>(k.B, -1));
+  const auto src = shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get());
+  kernels::Graph graph = kernels::Graph::capture(capture_exec, [&] {
+    kernels::gather_batch(capture_exec, src, k.first, k.B, d_x.get(), d_y.get());
+  });
+  REQUIRE(graph.node_count() == 1);
+
+  std::vector<float> previous;
+  for (uint64_t epoch = 1; epoch <= 3; ++epoch) {
+    INFO("epoch " << epoch);
+    const uint64_t key = kernels::counter_key(seed, epoch);
+    d_key.upload({key});  // what DeviceBatcher::begin_epoch does, once per epoch
+    graph.launch(capture_exec);
+    std::vector<float> cpu_x = poisoned(n);
+    std::vector<int32_t> cpu_y(k.B, -1);
+    kernels::gather_batch(Exec{}, shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key), k.first,
+                          k.B, cpu_x.data(), cpu_y.data());
+    const auto got_x = d_x.download();
+    REQUIRE(same_bits(got_x, cpu_x));
+    REQUIRE(d_y.download() == cpu_y);
+    REQUIRE(!same_bits(got_x, previous));  // fresh shifts every epoch
+    previous = got_x;
   }
 }
 
