@@ -39,6 +39,27 @@ Rig::Rig(const data::Dataset& train, const RigOptions& o)
   train_data.begin_epoch(ctx.exec(), 1);
 }
 
+void Rig::load_state(const Rig& from) {
+  auto& to = model->params();
+  const auto& src = from.model->params();
+  REQUIRE(to.total() == src.total());
+  REQUIRE(to.buffers().size() == src.buffers().size());
+  const auto w = from.weights();
+  to.values().copy_from_host(ctx.exec(), w.data(), w.size() * sizeof(float));
+  for (size_t i = 0; i < src.buffers().size(); ++i) {
+    const Tensor& s = src.buffers()[i].value;
+    const Tensor& d = to.buffers()[i].value;
+    REQUIRE((s.dtype() == d.dtype() && s.shape() == d.shape()));
+    if (s.dtype() == DType::i64) {
+      const auto v = s.to_host<int64_t>(from.ctx.exec());
+      d.copy_from_host(ctx.exec(), v.data(), d.bytes());
+    } else {
+      const auto v = s.to_host<float>(from.ctx.exec());
+      d.copy_from_host(ctx.exec(), v.data(), d.bytes());
+    }
+  }
+}
+
 double Rig::step(int64_t index) {
   auto before = trainer.read_train_totals(1).first;
   trainer.enqueue_train_step(index);

@@ -28,6 +28,10 @@ struct Rig {
   Rig(const data::Dataset& train, const RigOptions& options);
 
   std::vector<float> weights() const { return model->params().values().to_host<float>(ctx.exec()); }
+  // Copies `from`'s parameters and buffers (BatchNorm's running statistics and counters) into this rig,
+  // whatever the two backends: the whole training state under a stateless optimizer (plain SGD). The
+  // optimizer's own state (velocity, Adam's moments and step) stays this rig's. Synchronizes.
+  void load_state(const Rig& from);
   // Runs one step of epoch 1 and returns its mean loss (reads back: for tests only).
   double step(int64_t index);
 
