@@ -56,31 +56,6 @@ Gathered gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const da
   return g;
 }
 
-// Whether `got` (C,H,W) is exactly `image` translated by some (dy, dx) in [-k, k]^2, black outside,
-// normalized; the first such shift in `found`.
-bool is_translation(const data::Dataset& d, const uint8_t* image, const float* got, int k, int& dy_found,
-                    int& dx_found) {
-  const int C = d.channels, H = d.rows, W = d.cols;
-  auto norm = [&](uint8_t px) { return (float(px) / 255.0f - d.mean) / d.std; };
-  for (int dy = -k; dy <= k; ++dy)
-    for (int dx = -k; dx <= k; ++dx) {
-      bool same = true;
-      for (int c = 0; c < C && same; ++c)
-        for (int i = 0; i < H && same; ++i)
-          for (int j = 0; j < W && same; ++j) {
-            const int si = i - dy, sj = j - dx;
-            const bool inside = si >= 0 && si < H && sj >= 0 && sj < W;
-            const float want = norm(inside ? image[(size_t(c) * H + si) * W + sj] : uint8_t{0});
-            same = std::memcmp(&want, &got[(size_t(c) * H + i) * W + j], sizeof(float)) == 0;
-          }
-      if (same) {
-        dy_found = dy, dx_found = dx;
-        return true;
-      }
-    }
-  return false;
-}
-
 // How many images of two gathers of the same epoch order differ.
 int64_t images_differing(const Gathered& a, const Gathered& b, int64_t D) {
   int64_t n = 0;
@@ -124,10 +99,11 @@ TEST_CASE("DeviceBatcher with shift k: translated images, fresh each epoch, repr
     for (int64_t b = 0; b < c.N; ++b) {
       const int32_t r = order[size_t(b)];
       REQUIRE(epoch1.y[size_t(b)] == d.labels[size_t(r)]);
-      int dy = 0, dx = 0;
       INFO("position " << b);
-      REQUIRE(is_translation(d, &d.images[size_t(r * D)], &epoch1.x[size_t(b * D)], c.k, dy, dx));
-      dys.push_back(dy), dxs.push_back(dx);
+      const auto found =
+          matching_shifts(&d.images[size_t(r * D)], d.channels, d.rows, d.cols, c.k, d.mean, d.std, &epoch1.x[size_t(b * D)]);
+      REQUIRE(!found.empty());
+      dys.push_back(found[0].dy), dxs.push_back(found[0].dx);
     }
     for (int v = -c.k; v <= c.k; ++v) {
       CHECK(std::count(dys.begin(), dys.end(), v) > 0);

@@ -304,6 +304,8 @@ TEST_CASE("gather_batch is exactly ToTensor then Normalize of the permuted rows"
 
 // ---- batch gather with random shifts ---------------------------------------------------------------------
 
+constexpr float kShiftMean = 0.1307f, kShiftStd = 0.3081f;  // the normalization of the shift tests (MNIST's)
+
 // Synthetic (C,H,W) images with pixels in [1, 255], so that no source pixel equals the zero fill and a
 // translation is recognisable from its output alone.
 struct ShiftData {
@@ -319,33 +321,11 @@ struct ShiftData {
     std::shuffle(perm.begin(), perm.end(), rng());
   }
   kernels::BatchSource source(int k, const uint64_t* key) const {
-    kernels::BatchSource s{images.data(), labels.data(), perm.data(), D, 0.1307f, 0.3081f};
+    kernels::BatchSource s{images.data(), labels.data(), perm.data(), D, kShiftMean, kShiftStd};
     s.height = H, s.width = W, s.shift = k, s.shift_key = key;
     return s;
   }
 };
-
-// Brute force: every (dy, dx) in [-k, k]^2 for which `image` (C,H,W) translated by it, black outside,
-// normalized, equals `got` (C,H,W) bit for bit.
-std::vector<kernels::PixelShift> matching_shifts(const uint8_t* image, int C, int H, int W, int k, const float* got) {
-  const float mean = 0.1307f, std_dev = 0.3081f;
-  auto norm = [&](uint8_t px) { return (float(px) / 255.0f - mean) / std_dev; };
-  std::vector<kernels::PixelShift> found;
-  for (int dy = -k; dy <= k; ++dy)
-    for (int dx = -k; dx <= k; ++dx) {
-      bool same = true;
-      for (int c = 0; c < C && same; ++c)
-        for (int i = 0; i < H && same; ++i)
-          for (int j = 0; j < W && same; ++j) {
-            const int si = i - dy, sj = j - dx;
-            const bool inside = si >= 0 && si < H && sj >= 0 && sj < W;
-            const float want = norm(inside ? image[(size_t(c) * H + si) * W + sj] : uint8_t{0});
-            same = std::memcmp(&want, &got[(size_t(c) * H + i) * W + j], sizeof(float)) == 0;
-          }
-      if (same) found.push_back({dy, dx});
-    }
-  return found;
-}
 
 bool same_shift(kernels::PixelShift a, kernels::PixelShift b) { return a.dy == b.dy && a.dx == b.dx; }
 
@@ -358,7 +338,7 @@ TEST_CASE("gather_batch with shift 0 is the plain gather, bit for bit", "[cpu][b
     const uint64_t key = kernels::counter_key(7, 3);
     std::vector<float> plain = poisoned(size_t(B) * data.D), unshifted = poisoned(size_t(B) * data.D);
     std::vector<int32_t> y_plain(B, -1), y_unshifted(B, -1);
-    kernels::BatchSource src{data.images.data(), data.labels.data(), data.perm.data(), data.D, 0.1307f, 0.3081f};
+    kernels::BatchSource src{data.images.data(), data.labels.data(), data.perm.data(), data.D, kShiftMean, kShiftStd};
     kernels::gather_batch(*exec, src, first, B, plain.data(), y_plain.data());
     kernels::gather_batch(*exec, data.source(0, &key), first, B, unshifted.data(), y_unshifted.data());
     REQUIRE(same_bits(plain, unshifted));
@@ -394,7 +374,8 @@ TEST_CASE("gather_batch with shift k translates each image by its drawn (dy, dx)
         const kernels::PixelShift drawn = kernels::batch_shift(key, uint64_t(k.first + b), k.k);
         REQUIRE(std::abs(drawn.dy) <= k.k);
         REQUIRE(std::abs(drawn.dx) <= k.k);
-        const auto found = matching_shifts(&data.images[size_t(r) * data.D], k.C, k.H, k.W, k.k, &x[size_t(b) * data.D]);
+        const auto found = matching_shifts(&data.images[size_t(r) * data.D], k.C, k.H, k.W, k.k, kShiftMean, kShiftStd,
+                                           &x[size_t(b) * data.D]);
         INFO("b=" << b << " drawn (" << drawn.dy << ", " << drawn.dx << ")");
         REQUIRE(!found.empty());  // some translation in range explains the output exactly
         REQUIRE(std::any_of(found.begin(), found.end(), [&](kernels::PixelShift s) { return same_shift(s, drawn); }));
@@ -419,7 +400,7 @@ TEST_CASE("the shifts differ across examples and epochs and repeat for the same 
     std::vector<kernels::PixelShift> s;
     for (int b = 0; b < B; ++b) {
       auto found = matching_shifts(&data.images[size_t(data.perm[b]) * data.D], data.C, data.H, data.W, k,
-                                   &x[size_t(b) * data.D]);
+                                   kShiftMean, kShiftStd, &x[size_t(b) * data.D]);
       REQUIRE(found.size() == 1);
       s.push_back(found[0]);
     }

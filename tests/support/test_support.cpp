@@ -95,4 +95,24 @@ CommandResult run_command(const std::string& command) {
   return r;
 }
 
+std::vector<kernels::PixelShift> matching_shifts(const uint8_t* image, int C, int H, int W, int k, float mean,
+                                                 float std_dev, const float* got) {
+  auto norm = [&](uint8_t px) { return (float(px) / 255.0f - mean) / std_dev; };
+  std::vector<kernels::PixelShift> found;
+  for (int dy = -k; dy <= k; ++dy)
+    for (int dx = -k; dx <= k; ++dx) {
+      bool same = true;
+      for (int c = 0; c < C && same; ++c)
+        for (int i = 0; i < H && same; ++i)
+          for (int j = 0; j < W && same; ++j) {
+            const int si = i - dy, sj = j - dx;
+            const bool inside = si >= 0 && si < H && sj >= 0 && sj < W;
+            const float want = norm(inside ? image[(size_t(c) * H + si) * W + sj] : uint8_t{0});
+            same = std::memcmp(&want, &got[(size_t(c) * H + i) * W + j], sizeof(float)) == 0;
+          }
+      if (same) found.push_back({dy, dx});
+    }
+  return found;
+}
+
 }  // namespace nt::test

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/batch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/exec.h"
 #include "kernels/runtime.h"
@@ -83,6 +84,12 @@ std::vector<int32_t> random_labels(size_t n, int classes);
 // Poison used to prove every output element was written: a quiet NaN.
 inline constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kPoison); }
+
+// ---- batch shifts ----------------------------------------------------------------------------------
+// Brute force: every (dy, dx) in [-k, k]^2, in row-major order, for which `image` (C,H,W) translated by it,
+// black (a 0 pixel) outside, normalized with (mean, std), equals `got` (C,H,W) bit for bit.
+std::vector<kernels::PixelShift> matching_shifts(const uint8_t* image, int C, int H, int W, int k, float mean,
+                                                 float std_dev, const float* got);
 
 // ---- device buffers ---------------------------------------------------------------------------------
 // An owning buffer on a backend, with host round trips for tests.
