@@ -13,6 +13,8 @@ void add_common_options(CLI::App& cmd, CommonOptions& o) {
   cmd.add_flag("--debug-sync", o.debug_sync, "Synchronize and check after every kernel (slow; pins faults)");
   cmd.add_flag("--no-pdl", o.no_pdl,
                "GPU: start each kernel only when its predecessor has finished (no programmatic dependent launch)");
+  cmd.add_flag("--no-fused-head", o.no_fused_head,
+               "Run the last Linear and the softmax cross-entropy as separate ops instead of one classifier head");
 }
 
 void validate_common(const CommonOptions& o) {

@@ -23,6 +23,7 @@ struct CommonOptions {
   std::string log_level = "info";
   bool debug_sync = false;
   bool no_pdl = false;
+  bool no_fused_head = false;
 
   ContextOptions context() const { return {device, threads, debug_sync, !no_pdl}; }
 };

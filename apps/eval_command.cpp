@@ -61,6 +61,7 @@ int run_eval(const EvalCommand& e) {
   layers::SoftmaxCrossEntropy loss;
   Sgd unused(ctx.exec(), model->params(), {1.f, 0.f, 0.f});
   TrainOptions options;
+  options.fuse_head = !e.common.no_fused_head;
   options.batch = static_cast<int>(std::min<int64_t>(e.batch, split.test.count));
   options.use_graphs = !e.common.debug_sync;
   Trainer trainer(ctx, *model, loss, unused, test_data, options);

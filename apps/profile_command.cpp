@@ -77,6 +77,7 @@ int run_profile(const ProfileCommand& p) {
   layers::SoftmaxCrossEntropy loss;
   Sgd sgd(ctx.exec(), model.params(), {static_cast<float>(p.lr), 0.f, 0.f});
   TrainOptions options;
+  options.fuse_head = !p.common.no_fused_head;
   options.batch = p.batch;
   Trainer trainer(ctx, model, loss, sgd, train_data, options);  // eager: a profiler is attached (graph policy)
 

@@ -185,6 +185,7 @@ int run_train(const TrainCommand& t) {
   Progress progress(isatty(STDOUT_FILENO) != 0);
   int current_epoch = 0;
   TrainOptions options;
+  options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
   options.on_step = [&](int64_t step, int64_t steps) { progress.update(current_epoch, step, steps); };

@@ -1,5 +1,6 @@
 #include "engine/model.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "profile/scope.h"
@@ -98,18 +99,18 @@ void Model::compile(const Context& ctx, int batch) {
   }
 }
 
-void Model::forward(const kernels::Exec& exec, int rows, Mode mode) {
+void Model::forward(const kernels::Exec& exec, int rows, Mode mode, size_t layers) {
   NT_CHECK(rows > 0 && rows <= batch_, "forward of ", rows, " rows on a model compiled for ", batch_);
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < std::min(layers, layers_.size()); ++i) {
     if (layers_[i]->is_view()) continue;
     profile::LayerScope scope(layer_labels_[i]);
     layers_[i]->forward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows), mode);
   }
 }
 
-void Model::backward(const kernels::Exec& exec, int rows) {
+void Model::backward(const kernels::Exec& exec, int rows, size_t layers) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
-  for (size_t i = layers_.size(); i-- > 0;) {
+  for (size_t i = std::min(layers, layers_.size()); i-- > 0;) {
     if (layers_[i]->is_view()) continue;
     profile::LayerScope scope(layer_labels_[i]);
     // No input gradient for the first layer, nor behind a first-layer view (nobody needs them).

@@ -41,10 +41,15 @@ class Model {
   const Tensor& output() const { return activations_.back(); }        // (batch, output...)
   const Tensor& output_grad() const { return activation_grads_.back(); }
   const Tensor& activation(size_t i) const { return activations_.at(i); }   // 0 = input, i = output of layer i-1
+  const Tensor& activation_grad(size_t i) const { return activation_grads_.at(i); }  // undefined where unneeded
+  const std::string& layer_label(size_t i) const { return layer_labels_.at(i); }     // "4 linear 160->10"
 
-  // rows <= batch(): the first `rows` samples of input() are used.
-  void forward(const kernels::Exec& exec, int rows, Mode mode);
-  void backward(const kernels::Exec& exec, int rows);   // from output_grad(), filling every parameter gradient
+  static constexpr size_t kAllLayers = static_cast<size_t>(-1);
+  // rows <= batch(): the first `rows` samples of input() are used. `layers` limits a pass to the first
+  // layers (a trainer whose loss absorbs the last layer runs the others): all of them by default.
+  void forward(const kernels::Exec& exec, int rows, Mode mode, size_t layers = kAllLayers);
+  // From activation_grad(layers) (output_grad() for the whole model), filling those layers' parameter gradients.
+  void backward(const kernels::Exec& exec, int rows, size_t layers = kAllLayers);
 
  private:
   std::string name_;

@@ -33,6 +33,7 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
   if (train.examples() < options.batch)
     throw Error(cat("--batch: ", options.batch, " is larger than the training set (", train.examples(), " examples)"));
   if (model.batch() != options.batch) model.compile(ctx, options.batch);
+  fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
   ArenaPlan plan;
   plan.request(&labels_, Shape{options.batch}, DType::i32);
   plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);
@@ -44,6 +45,22 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
 
 int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.batch; }
 
+size_t Trainer::body_layers() const { return model_.layers().size() - (fused_head_ ? 1 : 0); }
+
+void Trainer::enqueue_loss(int rows, bool train, const LossTotals& totals) {
+  const auto& exec = ctx_.exec();
+  const Tensor labels = labels_.rows(rows);
+  const Tensor dlogits = model_.output_grad().rows(rows);
+  if (!fused_head_) return loss_.apply(exec, model_.output().rows(rows), labels, train ? &dlogits : nullptr, totals);
+  const size_t last = model_.layers().size() - 1;
+  profile::LayerScope scope(model_.layer_label(last));
+  // No input gradient when the head is the first layer, as Model::backward.
+  const bool wants_dx = train && last > 0 && model_.activation_grad(last).defined();
+  const Tensor dx = wants_dx ? model_.activation_grad(last).rows(rows) : Tensor{};
+  loss_.apply_fused(exec, *model_.layers()[last], model_.activation(last).rows(rows), model_.output().rows(rows),
+                    labels, train ? &dlogits : nullptr, wants_dx ? &dx : nullptr, totals);
+}
+
 void Trainer::enqueue_train_step(int64_t step) {
   const auto& exec = ctx_.exec();
   const int rows = options_.batch;
@@ -51,12 +68,11 @@ void Trainer::enqueue_train_step(int64_t step) {
   profile::PhaseScope phase("data");
   train_.gather(exec, step * rows, rows, model_.input(), labels_);
   phase.next("forward");
-  model_.forward(exec, rows, Mode::train);
+  model_.forward(exec, rows, Mode::train, body_layers());
   phase.next("loss");
-  const Tensor dlogits = model_.output_grad();
-  loss_.apply(exec, model_.output(), labels_, &dlogits, train_totals_);
+  enqueue_loss(rows, true, train_totals_);
   phase.next("backward");
-  model_.backward(exec, rows);
+  model_.backward(exec, rows, body_layers());
   phase.next("update");
   optimizer_.step(exec);
 }
@@ -120,8 +136,8 @@ void Trainer::enqueue_eval(BatchSource& data) {
     profile::StepScope step_scope("eval_batch");
     const int rows = static_cast<int>(std::min<int64_t>(batch, data.examples() - first));
     data.gather(exec, first, rows, model_.input(), labels_);
-    model_.forward(exec, rows, Mode::eval);
-    loss_.apply(exec, model_.output().rows(rows), labels_.rows(rows), nullptr, eval_totals_);
+    model_.forward(exec, rows, Mode::eval, body_layers());
+    enqueue_loss(rows, false, eval_totals_);
   }
 }
 

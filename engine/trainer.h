@@ -2,6 +2,8 @@
 //
 // One training step, entirely enqueued on the execution stream:
 //   gather -> forward -> loss (+ dlogits, totals) -> backward -> optimizer update
+// When the loss absorbs the model's last layer (Loss::fuses: the classifier head), that layer's forward,
+// the loss and that layer's backward are one op between the other layers' forward and backward passes.
 // Loss and accuracy accumulate on the device and are read back once per epoch. On the GPU the
 // whole epoch of steps (and the evaluation pass) is captured once as a CUDA graph and replayed,
 // which removes per-kernel launch overhead; `use_graphs = false` enqueues the same steps eagerly.
@@ -20,6 +22,7 @@ namespace nt {
 struct TrainOptions {
   int batch = 64;
   bool use_graphs = true;
+  bool fuse_head = true;  // let the loss absorb the model's last layer where it can (Loss::fuses)
   std::function<void(int64_t step, int64_t steps)> on_step;  // progress (eager mode only)
   // A learning-rate schedule: epoch (from 1) -> factor on the optimizer's lr, set before the epoch's
   // steps (the factor lives on the device, so a replayed graph follows it). Empty: constant.
@@ -62,6 +65,9 @@ class Trainer {
   void enqueue_train_epoch();
   void enqueue_eval(BatchSource& data);
   std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
+  size_t body_layers() const;  // the layers that run outside the loss
+  // The loss over the model's output for `rows` samples, with `dlogits` and the input gradients in training.
+  void enqueue_loss(int rows, bool train, const LossTotals& totals);
 
   const Context& ctx_;
   Model& model_;
@@ -69,6 +75,7 @@ class Trainer {
   Optimizer& optimizer_;
   BatchSource& train_;
   TrainOptions options_;
+  bool fused_head_ = false;  // the loss runs the model's last layer (negotiated once, in the constructor)
   Arena arena_;
   Tensor labels_;
   LossTotals train_totals_, eval_totals_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/activation.h"
+#include "kernels/classifier_head.h"
 #include "kernels/gemm.h"
 
 namespace nt::layers {
@@ -92,6 +93,27 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
     dxd.mask = x.data<T>();
   }
   kernels::gemm(exec, dxd);
+}
+
+bool Linear::fits_classifier_head() const {
+  return !relu_ && weight_ && weight_->value.dtype() == DType::f32 && kernels::classifier_head_fits(out_);
+}
+
+void Linear::classifier_head(const kernels::Exec& exec, const Tensor& x, const Tensor& logits, const Tensor& labels,
+                             const Tensor* dlogits, const Tensor* dx, const LossTotals& totals) {
+  NT_CHECK(fits_classifier_head(), "layer ", sequential_index, " (", describe(), ") cannot run as a classifier head");
+  kernels::ClassifierHead h;
+  h.B = static_cast<int>(x.shape()[0]), h.K = in_, h.C = out_;
+  h.x = x.f32(), h.weight = weight_->value.f32(), h.bias = bias_ ? bias_param_->value.f32() : nullptr;
+  h.labels = labels.i32(), h.logits = logits.f32();
+  h.loss_sum = totals.loss_sum.data<double>(), h.correct = totals.correct.data<int64_t>();
+  if (dlogits) {
+    h.dlogits = dlogits->f32(), h.dweight = weight_->grad.f32();
+    h.dbias = bias_ ? bias_param_->grad.f32() : nullptr;
+    h.dx = dx ? dx->f32() : nullptr;
+    h.mask_dx = dx && mask_input_grad_;  // through the previous layer's ReLU, as backward does
+  }
+  kernels::classifier_head(exec, h);
 }
 
 }  // namespace nt::layers

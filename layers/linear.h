@@ -6,9 +6,12 @@
 //           dW = dzᵀ·x with db = Σ_rows dz from the same pass   (both written =)
 //           dx = dz·W, times (x > 0) when the previous layer ended in a ReLU   (written =)
 // f32 everywhere; f64 on the CPU backend for gradient checks.
+// As a classifier head (the last layer, softmax cross-entropy after it: see SoftmaxCrossEntropy::fuses),
+// forward, loss and backward run as one op, kernels/classifier_head.h.
 #pragma once
 
 #include "engine/layer.h"
+#include "engine/loss.h"
 
 namespace nt::layers {
 
@@ -25,6 +28,14 @@ class Linear final : public Layer {
                 const Tensor* dx) override;
   bool ends_in_relu() const override { return relu_; }
   bool can_mask_input_grad() const override { return true; }
+
+  // Whether this layer can run as a fused classifier head: no ReLU after it, f32 parameters, and a class
+  // count the fused op serves.
+  bool fits_classifier_head() const;
+  // Forward, softmax cross-entropy and (with dlogits) backward in one op; shapes as forward/backward, and
+  // labels (rows) i32. dx: nullptr for the first layer; evaluation passes neither dlogits nor dx.
+  void classifier_head(const kernels::Exec& exec, const Tensor& x, const Tensor& logits, const Tensor& labels,
+                       const Tensor* dlogits, const Tensor* dx, const LossTotals& totals);
 
  private:
   template <class T>

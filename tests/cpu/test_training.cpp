@@ -2,7 +2,9 @@
 #include "test_support.h"
 
 #include <cstring>
+#include <tuple>
 
+#include "layers/softmax_xent.h"
 #include "rig.h"
 
 using namespace nt;
@@ -37,4 +39,49 @@ TEST_CASE("the same seed gives bit-identical weights, whatever the thread count"
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   CHECK(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) != 0);
+}
+
+TEST_CASE("with the classifier head fused, CPU training gives the same bits as with the separate ops",
+          "[cpu][training][head]") {
+  // The CPU twin of the fused head is the unfused ops in the same order: fusion changes what the trainer
+  // calls (the last layer runs through the loss, forward and backward), never the numbers.
+  auto train = data::subset(test::mnist().train, 0, 640);
+  auto test_set = data::subset(test::mnist().test, 0, 500);
+  for (const char* model : {"mlp", "cnn"}) {
+    auto run = [&](bool fuse) {
+      test::RigOptions o;
+      o.model = model;
+      o.sgd = {0.05f, 0.9f, 1e-4f};
+      o.fuse_head = fuse;
+      test::Rig rig(train, o);
+      data::DeviceBatcher test_data(rig.ctx, test_set, false, 1);
+      EpochMetrics m = rig.trainer.run_epoch(1, &test_data);
+      return std::make_tuple(rig.weights(), m.train_loss, m.test_loss, m.test_acc);
+    };
+    INFO("model " << model);
+    const auto [fused_w, fused_train, fused_test, fused_acc] = run(true);
+    const auto [plain_w, plain_train, plain_test, plain_acc] = run(false);
+    CHECK(test::same_bits(fused_w, plain_w));
+    CHECK(fused_train == plain_train);
+    CHECK(fused_test == plain_test);
+    CHECK(fused_acc == plain_acc);
+  }
+}
+
+TEST_CASE("softmax cross-entropy absorbs the last layer only where the fused head serves it", "[cpu][training][head]") {
+  Context ctx({"cpu", 1, false});
+  layers::SoftmaxCrossEntropy loss;
+  auto absorbs = [&](const std::string& spec, int classes, DType dtype = DType::f32) {
+    auto model = layers::build_model(spec, Shape{1, 8, 8}, classes);
+    model->init_params(ctx, 1, dtype);
+    return loss.fuses(*model->layers().back());
+  };
+  CHECK(absorbs("mlp", 10));
+  CHECK(absorbs("cnn", 10));
+  CHECK(absorbs("linear:10", 10));                       // a single layer: the head is the whole model
+  CHECK(absorbs("linear:16,relu,linear:32", 32));        // kernels::kHeadMaxClasses
+  CHECK_FALSE(absorbs("linear:16,relu,linear:33", 33));  // more classes than a warp's lanes
+  CHECK_FALSE(absorbs("linear:16,relu,linear:10,relu", 10));  // a ReLU after the logits
+  CHECK_FALSE(absorbs("linear:16,relu,linear:10,dropout:0.1", 10));
+  CHECK_FALSE(absorbs("mlp", 10, DType::f64));           // gradient checks keep the separate ops
 }

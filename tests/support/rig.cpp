@@ -26,6 +26,7 @@ TrainOptions train_options(const RigOptions& o) {
   TrainOptions t;
   t.batch = o.batch;
   t.use_graphs = o.use_graphs;
+  t.fuse_head = o.fuse_head;
   return t;
 }
 }  // namespace

@@ -22,6 +22,7 @@ struct RigOptions {
   OptimizerConfig optimizer{};              // used when its name is not "sgd"
   int threads = 0;
   bool use_graphs = true;
+  bool fuse_head = true;  // TrainOptions::fuse_head
 };
 
 struct Rig {
