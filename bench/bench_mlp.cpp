@@ -2,7 +2,7 @@
 // GEMM arithmetic rate that implies.
 //
 //   bench_mlp [--device cpu|cuda] [--batch 64,256] [--epochs 5] [--threads T] [--no-graphs] [--data DIR]
-//             [--csv FILE]
+//             [--no-fused-head] [--csv FILE]
 //
 // The first epoch pays one-time costs (graph capture, page faults, clocks ramping up), so it is
 // reported but left out of the median, as for the PyTorch baseline.
@@ -30,6 +30,7 @@ struct Args {
   int epochs = 5;
   int threads = 0;
   bool graphs = true;
+  bool fuse_head = true;
   std::string data;
   std::string csv;
 };
@@ -47,6 +48,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--epochs") a.epochs = std::stoi(next());
     else if (k == "--threads") a.threads = std::stoi(next());
     else if (k == "--no-graphs") a.graphs = false;
+    else if (k == "--no-fused-head") a.fuse_head = false;
     else if (k == "--data") a.data = next();
     else if (k == "--csv") a.csv = next();
     else if (k == "--batch") {
@@ -86,7 +88,8 @@ int main(int argc, char** argv) try {
   Args args = parse(argc, argv);
   auto split = data::load_dataset_dir(args.data, "mnist");
   Context ctx({args.device, args.threads, false});
-  std::printf("device: %s%s\n", ctx.describe().c_str(), ctx.on_cuda() ? (args.graphs ? ", CUDA graphs" : ", eager") : "");
+  std::printf("device: %s%s, %s\n", ctx.describe().c_str(), ctx.on_cuda() ? (args.graphs ? ", CUDA graphs" : ", eager") : "",
+              args.fuse_head ? "fused classifier head" : "separate head ops");
   std::printf("%-6s %-10s %-12s %-12s %-10s %-9s\n", "batch", "epoch1 ms", "median ms", "GFLOP/s", "test acc", "epochs");
   std::ofstream csv;
   if (!args.csv.empty()) {
@@ -103,6 +106,7 @@ int main(int argc, char** argv) try {
     TrainOptions options;
     options.batch = batch;
     options.use_graphs = args.graphs;
+    options.fuse_head = args.fuse_head;
     Trainer trainer(ctx, *model, loss, sgd, train, options);
     std::vector<double> ms;
     EpochMetrics m;

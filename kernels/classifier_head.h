@@ -16,8 +16,8 @@
 // Backends: the CPU twin is the composition of the unfused ops (gemm, softmax_xent, gemm, gemm) in the
 // order Linear and SoftmaxCrossEntropy run them, so a CPU run gives the same bits fused or not. The CUDA
 // kernel (kernels/cuda/classifier_head.cu) sums in its own fixed order: same results within fp32 rounding,
-// bit-reproducible run to run. It serves C <= kMaxClasses (a lane per class); a layer with more classes
-// keeps the unfused path (classifier_head_fits).
+// bit-reproducible run to run. It serves C <= kHeadMaxClasses (a lane per class) and a weight gradient that
+// fits a block's shared memory; a layer beyond that keeps the unfused path (classifier_head_fits).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@
 namespace nt::kernels {
 
 inline constexpr int kHeadMaxClasses = 32;
+inline constexpr int64_t kHeadMaxSharedBytes = 200 * 1024;  // the CUDA block's partial dW and db, (C·K + C) floats
 
 struct ClassifierHead {
   int B = 0, K = 0, C = 0;
@@ -45,11 +46,18 @@ struct ClassifierHead {
   bool mask_dx = false;            // dx = x > 0 ? dlogits·W : 0
 };
 
-// Whether the fused op serves a head of C classes (the CUDA kernel's limit; the CPU twin serves any C).
-inline bool classifier_head_fits(int classes) { return classes >= 1 && classes <= kHeadMaxClasses; }
+// Whether the fused op serves a head of K inputs and C classes (the CUDA kernel's limits).
+inline bool classifier_head_fits(int classes, int inputs) {
+  return classes >= 1 && classes <= kHeadMaxClasses && inputs >= 1 &&
+         (int64_t(classes) * inputs + classes) * 4 <= kHeadMaxSharedBytes;
+}
 
 // The op's own invariants (sizes, which outputs come together), checked by both backends: nt::Error.
 void check_classifier_head(const ClassifierHead& h);
+
+// The unfused ops in sequence on exec's backend: the CPU twin, and the CUDA op's path where its kernel
+// cannot run (no thread-block clusters).
+void classifier_head_unfused(const Exec& exec, const ClassifierHead& h);
 
 namespace cpu { void classifier_head(const Exec& exec, const ClassifierHead& h); }
 namespace cuda { void classifier_head(const Exec& exec, const ClassifierHead& h); }

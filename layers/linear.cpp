@@ -96,7 +96,7 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
 }
 
 bool Linear::fits_classifier_head() const {
-  return !relu_ && weight_ && weight_->value.dtype() == DType::f32 && kernels::classifier_head_fits(out_);
+  return !relu_ && weight_ && weight_->value.dtype() == DType::f32 && kernels::classifier_head_fits(out_, in_);
 }
 
 void Linear::classifier_head(const kernels::Exec& exec, const Tensor& x, const Tensor& logits, const Tensor& labels,

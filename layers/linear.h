@@ -29,8 +29,8 @@ class Linear final : public Layer {
   bool ends_in_relu() const override { return relu_; }
   bool can_mask_input_grad() const override { return true; }
 
-  // Whether this layer can run as a fused classifier head: no ReLU after it, f32 parameters, and a class
-  // count the fused op serves.
+  // Whether this layer can run as a fused classifier head: no ReLU after it, f32 parameters, and sizes the
+  // fused op serves (kernels::classifier_head_fits).
   bool fits_classifier_head() const;
   // Forward, softmax cross-entropy and (with dlogits) backward in one op; shapes as forward/backward, and
   // labels (rows) i32. dx: nullptr for the first layer; evaluation passes neither dlogits nor dx.

@@ -10,7 +10,7 @@ class SoftmaxCrossEntropy final : public Loss {
   // logits (rows, classes), labels (rows) i32; dlogits = (softmax - onehot) / rows when given.
   void apply(const kernels::Exec& exec, const Tensor& logits, const Tensor& labels, const Tensor* dlogits,
              const LossTotals& totals) override;
-  // A last Linear without ReLU and with at most kernels::kHeadMaxClasses outputs: the classifier head.
+  // A last Linear without ReLU that the fused op serves (kernels::classifier_head_fits): the classifier head.
   bool fuses(const Layer& last) const override;
   void apply_fused(const kernels::Exec& exec, Layer& last, const Tensor& x, const Tensor& logits, const Tensor& labels,
                    const Tensor* dlogits, const Tensor* dx, const LossTotals& totals) override;

@@ -53,7 +53,7 @@ CuptiMatch match_in_stream_order(size_t count, std::vector<CuptiKernelRecord> ke
     const CuptiKernelRecord& k = kernels[i];
     const uint64_t start = std::min(std::max(k.start_ns, busy_until), k.end_ns);
     m.clipped += start != k.start_ns;
-    m.launches[i] = {true, start, k.end_ns};
+    m.launches[i] = {true, start, k.end_ns, k.start_ns};
     busy_until = std::max(busy_until, k.end_ns);
   }
   return m;

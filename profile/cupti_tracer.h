@@ -69,6 +69,7 @@ struct CuptiKernelRecord {  // the fields of a CONCURRENT_KERNEL record that the
 struct CuptiLaunchTime {
   bool found = false;
   uint64_t start_ns = 0, end_ns = 0;  // start clipped to the end of the previous kernel (see below)
+  uint64_t record_start_ns = 0;       // the record's own start, before the clip
 };
 
 struct CuptiMatch {

@@ -418,6 +418,7 @@ void KernelProfiler::flush_cupti() {
     }
     o.launch.start_us = 1e-3 * static_cast<double>(static_cast<int64_t>(t.start_ns - g.origin_ns));
     o.launch.dur_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
+    o.launch.early_us = 1e-3 * static_cast<double>(t.start_ns - t.record_start_ns);
     data_.add(o.launch);
   }
   g.records.clear();

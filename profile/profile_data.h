@@ -29,6 +29,7 @@ struct Launch {
   uint64_t step_id = 0, phase_id = 0, layer_id = 0;      // scope openings (0: none), for the trace's ranges
   double start_us = 0;                                    // from the profiler's reference point
   double dur_us = 0;
+  double early_us = 0;  // CUPTI: how long the kernel was resident before its predecessor ended (clipped off dur)
   OpCost cost;                                            // of this launch
 };
 

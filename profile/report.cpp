@@ -234,7 +234,8 @@ std::string to_trace_json(const ProfileData& d) {
     layers.add(l.layer_id, l.layer, l.start_us, end, d, events);
     const std::string args = "\"phase\": " + json_str(d.name(l.phase)) + ", \"layer\": " + json_str(d.name(l.layer)) +
                              ", \"bytes\": " + json_num(l.cost.bytes, "%.0f") +
-                             ", \"flops\": " + json_num(l.cost.flops, "%.0f");
+                             ", \"flops\": " + json_num(l.cost.flops, "%.0f") +
+                             (l.early_us > 0 ? ", \"early_us\": " + json_num(l.early_us, "%.3f") : "");
     events.push_back(complete_event(d.name(l.kernel), "kernel", kKernelTrack, l.start_us, end - l.start_us, args));
   }
   steps.finish(d, events), phases.finish(d, events), layers.finish(d, events);

@@ -65,15 +65,6 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-// Thread-block clusters (split-K) exist from sm_90 on; older device passes compile the split-K kernels
-// as stubs, and the launcher never picks them there (clusters_available).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#define NT_GEMM_CLUSTERS 0
-#define NT_GEMM_CLUSTER_DIMS(x, y, z)
-#else
-#define NT_GEMM_CLUSTERS 1
-#define NT_GEMM_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
-#endif
 
 // Everything a kernel needs, by value (one parameter block).
 struct KernelArgs {
@@ -257,7 +248,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
     store_micro_tile<Cfg>(acc, m0 + a_off, n0 + b_off, p, epilogue);
     if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) p.a_row_sums[m0 + threadIdx.x] = row_sum;
   } else {
-#if NT_GEMM_CLUSTERS
+#if NT_CLUSTERS
     // The stages are free (the loop ended on a barrier): park the partial tile and row sums there.
     float* part = smem;  // (BM, BN) row-major, then BM row sums
 #pragma unroll
@@ -303,11 +294,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(Ke
 
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
-__global__ void NT_GEMM_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
+__global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
     gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
   begin_dependent_kernel();
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
-#if NT_GEMM_CLUSTERS
+#if NT_CLUSTERS
   constexpr int kPartialFloats = Cfg::BM * Cfg::BN + Cfg::BM;  // the partial tile, then its row sums
   __shared__ __align__(16) float smem[std::max(Cfg::kPipelineFloats, kPartialFloats)];
   gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
@@ -329,20 +320,7 @@ int tiles_for(int M, int N, int bm, int bn) { return div_up(M, bm) * std::max(di
 
 // Whether the split-K kernels can run here: a cluster-capable device and an image compiled for one.
 bool clusters_available() {
-  static const bool available = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_splitk_kernel<SmallTile, false, false, true, 2>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major >= 9 && attr.ptxVersion >= 90;
-  }();
+  static const bool available = cluster_kernels_run(gemm_splitk_kernel<SmallTile, false, false, true, 2>);
   return available;
 }
 

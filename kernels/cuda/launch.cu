@@ -24,4 +24,16 @@ bool programmatic_launch_supported() {
   return supported;
 }
 
+bool cluster_kernels_run(const void* kernel) {
+  int dev = 0, major = 0;
+  cudaFuncAttributes attr{};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();  // a failed query is an answer (no), not a sticky error
+    return false;
+  }
+  return major >= 9 && attr.ptxVersion >= 90;
+}
+
 }  // namespace nt::kernels::cuda

@@ -41,6 +41,24 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer
 
+// Thread-block clusters exist from sm_90 on. Device passes for older GPUs compile cluster kernels as stubs
+// (NT_CLUSTERS is 0 there: guard their bodies with it) and launchers ask cluster_kernels_run first.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define NT_CLUSTERS 0
+#define NT_CLUSTER_DIMS(x, y, z)
+#else
+#define NT_CLUSTERS 1
+#define NT_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
+#endif
+
+// Whether `kernel`, a cluster kernel, runs on the current device: sm_90 or newer, and an image of the
+// kernel compiled for it (not a stub).
+bool cluster_kernels_run(const void* kernel);
+template <class... Params>
+bool cluster_kernels_run(void (*kernel)(Params...)) {
+  return cluster_kernels_run(reinterpret_cast<const void*>(kernel));
+}
+
 template <class... KernelParams, class... Args>
 void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...),
             dim3 grid, dim3 block, size_t smem, Args&&... args) {

@@ -113,10 +113,10 @@ TEST_CASE("GPU steps: every kernel under its phase and layer, one synchronizatio
   const auto& c = run.counter.calls;
   CHECK(c.at({"gather_batch", "data", ""}) == 10);
   CHECK(c.at({"sgd_update", "update", ""}) == 10);
-  CHECK(c.at({"softmax_xent", "loss", ""}) == 10);
+  CHECK(c.at({"classifier_head", "loss", "4 linear 160->10"}) == 10);  // the last Linear and the loss, fused
   CHECK(c.at({"gemm_bias_relu", "forward", "0 linear 784->320 +relu"}) == 10);
   CHECK(c.at({"gather_batch", "eval", ""}) == 2);  // eager while profiled, though the rig replays graphs
-  CHECK(c.at({"gemm_bias", "eval", "4 linear 160->10"}) == 2);
+  CHECK(c.at({"classifier_head", "eval", "4 linear 160->10"}) == 2);
   CHECK(run.flushes == 1);
   CHECK(run.data.synchronizations == 1);  // for over a hundred launches: read back in one batch
   // The hold is released when the host has queued each step, not by its 50 ms timeout (12 holds).
@@ -143,8 +143,8 @@ TEST_CASE("CUPTI timer: every kernel under its phase and layer from the GPU's ow
   check_launches(run);
   const auto& c = run.counter.calls;
   CHECK(c.at({"gather_batch", "data", ""}) == 10);
-  CHECK(c.at({"softmax_xent", "loss", ""}) == 10);
-  CHECK(c.at({"gemm_bias", "eval", "4 linear 160->10"}) == 2);
+  CHECK(c.at({"classifier_head", "loss", "4 linear 160->10"}) == 10);
+  CHECK(c.at({"classifier_head", "eval", "4 linear 160->10"}) == 2);
   CHECK(run.flushes == 1);
   CHECK(run.data.synchronizations == 1);
   // No hold with CUPTI, so no timeout can be waited for; CUPTI's own set-up on the first launches after it is
