@@ -37,6 +37,7 @@
 
 #include "kernels/classifier_head.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace nt::kernels::cuda {
 
@@ -46,30 +47,7 @@ namespace cg = cooperative_groups;
 
 constexpr int kClusterBlocks = 8;  // the portable cluster size
 constexpr int kThreads = 256;
-constexpr int kWarpSize = 32;
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Argmax order of softmax_xent.cu: NaN above every number, then larger value, then lower index.
-__device__ bool ranks_above(float v, int i, float best_v, int best_i) {
-  bool v_nan = isnan(v), best_nan = isnan(best_v);
-  if (v_nan != best_nan) return v_nan;
-  if (!v_nan && v != best_v) return v > best_v;
-  return i < best_i;
-}
-
-__device__ void warp_argmax(float& best_v, int& best_i) {
-  for (int k = kWarpSize / 2; k >= 1; k /= 2) {
-    float v = __shfl_xor_sync(kFullMask, best_v, k);
-    int i = __shfl_xor_sync(kFullMask, best_i, k);
-    if (ranks_above(v, i, best_v, best_i)) best_v = v, best_i = i;
-  }
-}
-
-__device__ float warp_sum(float v) {
-  for (int k = kWarpSize / 2; k >= 1; k /= 2) v = v + __shfl_xor_sync(kFullMask, v, k);
-  return v;
-}
 
 struct RowTotals {
   double loss = 0;   // this warp's row losses in row order (lane 0)

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 #include "kernels/softmax_xent.h"
 
 namespace nt::kernels::cuda {
@@ -35,31 +36,7 @@ namespace nt::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 1024;  // 32 warps: at batch 64 each walks 2 rows, not 4 (the row chain is latency-bound)
-constexpr int kWarpSize = 32;
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Argmax order: NaN above every number, then larger value, then lower index. A total order, so the
-// butterfly's pairing does not change the winner, and the CPU's sequential scan finds the same one.
-__device__ bool ranks_above(float v, int i, float best_v, int best_i) {
-  bool v_nan = isnan(v), best_nan = isnan(best_v);
-  if (v_nan != best_nan) return v_nan;
-  if (!v_nan && v != best_v) return v > best_v;
-  return i < best_i;
-}
-
-__device__ void warp_argmax(float& best_v, int& best_i) {
-  for (int k = kWarpSize / 2; k >= 1; k /= 2) {
-    float v = __shfl_xor_sync(kFullMask, best_v, k);
-    int i = __shfl_xor_sync(kFullMask, best_i, k);
-    if (ranks_above(v, i, best_v, best_i)) best_v = v, best_i = i;
-  }
-}
-
-__device__ float warp_sum(float v) {
-  for (int k = kWarpSize / 2; k >= 1; k /= 2) v = v + __shfl_xor_sync(kFullMask, v, k);
-  return v;
-}
 
 // logits: (B,C) row-major; one warp per row, rows strided over the block's 32 warps; lanes stride over C.
 __global__ void __launch_bounds__(kThreads)
