@@ -79,7 +79,9 @@ struct Variant {
   const char* name;
 };
 const Variant kVariants[] = {{0, 1, "large 128x128"}, {1, 1, "medium 64x64"}, {2, 1, "small 32x32"},
-                             {2, 2, "small split2"},  {2, 4, "small split4"}, {2, 8, "small split8"}};
+                             {2, 2, "small split2"},  {2, 4, "small split4"}, {2, 8, "small split8"},
+                             {3, 1, "grouped 32x32"}, {3, 2, "grouped split2"}, {3, 4, "grouped split4"},
+                             {3, 8, "grouped split8"}};
 
 constexpr int kReps = 50;
 constexpr int kGraphCalls = 100;

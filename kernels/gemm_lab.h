@@ -7,9 +7,10 @@
 
 namespace nt::kernels::cuda::lab {
 
-enum GemmTile : int { large = 0, medium = 1, small = 2 };  // 128×128, 64×64, 32×32 block tiles
+// 128×128, 64×64, 32×32 block tiles; small_grouped: 32×32 with 64-deep slabs over 4 k-groups (256 threads)
+enum GemmTile : int { large = 0, medium = 1, small = 2, small_grouped = 3 };
 
-// split_k: 1, or 2/4/8 (a thread-block cluster, sm_90) with the small tile.
+// split_k: 1, or 2/4/8 (a thread-block cluster, sm_90) with either small tile.
 void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
 
 }  // namespace nt::kernels::cuda::lab

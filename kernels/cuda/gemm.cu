@@ -33,8 +33,14 @@
 //   medium  64×64×16,  8×4 per thread, 128 threads, 17.4 KB: 4× more blocks for mid-sized problems.
 //   small   32×32×16,  4×4 per thread,  64 threads,  9.2 KB: the MNIST MLP's GEMMs (M = 64 batch rows), where
 //          the large tile would leave all but a handful of SMs idle.
-//   The first whose tile count reaches the SM count wins; when even the small tile gives fewer blocks
-//   than SMs, K is split over S ∈ {2, 4, 8} blocks of a thread-block cluster (sm_90).
+//   small grouped  32×32×64, the small tile's warps ×4 k-groups (gemm_tile.cuh), 256 threads, 36.9 KB: each
+//          64-deep slab is shared by 4 copies of the small tile's warps, 16 k-rows each, and their tiles are
+//          added at the end. Same FMAs per thread per slab as the small tile, a quarter of the slabs: the
+//          small tile's time on the MLP's shapes is a chain of slab round trips run by 2 warps per SM
+//          (Nsight Compute: 4% occupancy, stalled on shared-memory and fixed-latency dependencies).
+//   The first whose tile count reaches the SM count wins; below that the small grouped tile, or the small
+//   one where K fits one of its slabs; when that gives fewer blocks than SMs, K is split over S ∈ {2, 4, 8}
+//   blocks of a thread-block cluster (sm_90).
 //
 // Determinism. Every output's K-sum runs in one fixed order: k ascending inside a block; with split-K
 // each block of a cluster sums one contiguous K range and block `rank` then adds the S partial tiles
@@ -87,6 +93,7 @@ struct KernelArgs {
 using gemm_tile::col_step;
 using gemm_tile::load4;
 using gemm_tile::multiply_slab;
+using gemm_tile::reduce_k_groups;
 using gemm_tile::row_step;
 using gemm_tile::SlabLoader;
 using gemm_tile::TileConfig;
@@ -94,6 +101,7 @@ using gemm_tile::TileConfig;
 using LargeTile = TileConfig<128, 128, 8, 8, 8, 2>;
 using MediumTile = TileConfig<64, 64, 16, 8, 4, 4>;
 using SmallTile = TileConfig<32, 32, 16, 4, 4, 8>;
+using SmallGroupedTile = TileConfig<32, 32, 64, 4, 4, 2, 4>;  // the small tile ×4 k-groups: 256 threads
 
 constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
 constexpr int kMinSplitK = 128;  // below this K a split-K cluster costs more than it saves (choose_plan)
@@ -167,6 +175,13 @@ __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int r
 
 // ---- the block's work ------------------------------------------------------------------------------
 
+// Shared memory after the K loop: with split-K (S > 1) the block's partial tile and its row sums, then
+// the k-groups' parked tiles; the pipeline's stages before that.
+template <class Cfg, int S>
+constexpr int kGroupParkOffset = S > 1 ? Cfg::BM * Cfg::BN + Cfg::BM : 0;
+template <class Cfg, int S>
+constexpr int kBlockSmemFloats = std::max(Cfg::kPipelineFloats, kGroupParkOffset<Cfg, S> + Cfg::kGroupPartialFloats);
+
 // Output tile (tile_m, tile_n) of the grid, grouped 8 tile rows at a time so that concurrently running
 // blocks share slabs of A and B in L2.
 __device__ __forceinline__ void tile_of_block(const KernelArgs& p, int& tile_m, int& tile_n) {
@@ -191,16 +206,21 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   const int m0 = tile_m * Cfg::BM, n0 = tile_n * Cfg::BN;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int a_off = (warp / Cfg::kWarpsN) * Cfg::WM + (lane / Cfg::kLaneCols) * 4;
-  const int b_off = (warp % Cfg::kWarpsN) * Cfg::WN + (lane % Cfg::kLaneCols) * 4;
+  const int group = warp / (Cfg::kWarpsM * Cfg::kWarpsN), w = warp % (Cfg::kWarpsM * Cfg::kWarpsN);
+  const int a_off = (w / Cfg::kWarpsN) * Cfg::WM + (lane / Cfg::kLaneCols) * 4;
+  const int b_off = (w % Cfg::kWarpsN) * Cfg::WN + (lane % Cfg::kLaneCols) * 4;
 
-  // This block's slabs: [slab_begin, slab_end) of the K axis in BK steps (all of it when S == 1).
-  const int slabs_total = (p.K + Cfg::BK - 1) / Cfg::BK;
-  const int slabs_per_split = (slabs_total + S - 1) / S;
-  const int slab_begin = min(split * slabs_per_split, slabs_total);
-  const int n_slabs = min(slab_begin + slabs_per_split, slabs_total) - slab_begin;
+  // This block's K range in steps of one k-group's rows (kGroupK; a whole slab when KG == 1):
+  // [step_begin, step_end), all of K when S == 1. Slabs start at step_begin and are zero-filled past
+  // k_end, so a slab reaching into the next split's range adds nothing from it.
+  const int steps_total = (p.K + Cfg::kGroupK - 1) / Cfg::kGroupK;
+  const int steps_per_split = (steps_total + S - 1) / S;
+  const int step_begin = min(split * steps_per_split, steps_total);
+  const int n_steps = min(step_begin + steps_per_split, steps_total) - step_begin;
+  const int n_slabs = (n_steps + Cfg::KG - 1) / Cfg::KG;
+  const int k_begin = step_begin * Cfg::kGroupK, k_end = min(p.K, (step_begin + n_steps) * Cfg::kGroupK);
 
-  // Row sums of op(A): tile column 0 only, thread r owns tile row r.
+  // Row sums of op(A): tile column 0 only, thread r (of k-group 0) owns tile row r.
   const bool row_sums = p.a_row_sums != nullptr && tile_n == 0;
   float row_sum = 0.f;
 
@@ -215,9 +235,8 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageFloats + Cfg::BK * Cfg::kLdA; };
 
   if (n_slabs > 0) {
-    const int k0 = slab_begin * Cfg::BK;
-    LoadA::load(a_next, p.A, p.lda, p.M, p.K, m0, k0);
-    LoadB::load(b_next, p.B, p.ldb, p.N, p.K, n0, k0);
+    LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k_begin);
+    LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k_begin);
     LoadA::store(stage_a(0), a_next);
     LoadB::store(stage_b(0), b_next);
   }
@@ -227,36 +246,41 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
     const int cur = t & 1;
     const bool has_next = t + 1 < n_slabs;
     if (has_next) {  // issue the next slab's global loads now; they land while this slab is multiplied
-      const int k0 = (slab_begin + t + 1) * Cfg::BK;
-      LoadA::load(a_next, p.A, p.lda, p.M, p.K, m0, k0);
-      LoadB::load(b_next, p.B, p.ldb, p.N, p.K, n0, k0);
+      const int k0 = k_begin + (t + 1) * Cfg::BK;
+      LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k0);
+      LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k0);
     }
     const float* As = stage_a(cur);
     if (row_sums && threadIdx.x < Cfg::BM) {
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK; ++kk) row_sum += As[kk * Cfg::kLdA + threadIdx.x];
     }
-    multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off);
+    if (t * Cfg::KG + group < n_steps) multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
     if (has_next) {
       LoadA::store(stage_a(cur ^ 1), a_next);
       LoadB::store(stage_b(cur ^ 1), b_next);
     }
     __syncthreads();
   }
+  // The stages are free (the loop ended on a barrier): k-groups 1.. park their tiles past the split-K
+  // partial's place, and group 0 adds them up.
+  reduce_k_groups<Cfg>(acc, smem + kGroupParkOffset<Cfg, S>, group);
 
   if constexpr (S == 1) {
-    store_micro_tile<Cfg>(acc, m0 + a_off, n0 + b_off, p, epilogue);
+    if (group == 0) store_micro_tile<Cfg>(acc, m0 + a_off, n0 + b_off, p, epilogue);
     if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) p.a_row_sums[m0 + threadIdx.x] = row_sum;
   } else {
 #if NT_CLUSTERS
-    // The stages are free (the loop ended on a barrier): park the partial tile and row sums there.
+    // Park the block's partial tile and row sums at the start of shared memory.
     float* part = smem;  // (BM, BN) row-major, then BM row sums
+    if (group == 0) {
 #pragma unroll
-    for (int i = 0; i < Cfg::TM; ++i)
+      for (int i = 0; i < Cfg::TM; ++i)
 #pragma unroll
-      for (int d = 0; d < Cfg::TN / 4; ++d)
-        *reinterpret_cast<float4*>(&part[(a_off + row_step<Cfg>(i)) * Cfg::BN + b_off + col_step<Cfg>(4 * d)]) =
-            make_float4(acc[i][4 * d + 0], acc[i][4 * d + 1], acc[i][4 * d + 2], acc[i][4 * d + 3]);
+        for (int d = 0; d < Cfg::TN / 4; ++d)
+          *reinterpret_cast<float4*>(&part[(a_off + row_step<Cfg>(i)) * Cfg::BN + b_off + col_step<Cfg>(4 * d)]) =
+              make_float4(acc[i][4 * d + 0], acc[i][4 * d + 1], acc[i][4 * d + 2], acc[i][4 * d + 3]);
+    }
     if (threadIdx.x < Cfg::BM) part[Cfg::BM * Cfg::BN + threadIdx.x] = row_sum;
 
     cg::cluster_group cluster = cg::this_cluster();
@@ -277,7 +301,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
       for (int q = 1; q < S; ++q) v += parts[q][Cfg::BM * Cfg::BN + threadIdx.x];
       p.a_row_sums[m0 + threadIdx.x] = v;
     }
-    cluster.sync();  // no block leaves while another still reads its shared memory
+    cluster_exit_barrier();
 #endif
   }
 }
@@ -288,7 +312,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
   begin_dependent_kernel();
-  __shared__ __align__(16) float smem[Cfg::kPipelineFloats];
+  __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, 1>];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
 }
 
@@ -299,8 +323,7 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
   begin_dependent_kernel();
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_CLUSTERS
-  constexpr int kPartialFloats = Cfg::BM * Cfg::BN + Cfg::BM;  // the partial tile, then its row sums
-  __shared__ __align__(16) float smem[std::max(Cfg::kPipelineFloats, kPartialFloats)];
+  __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, S>];
   gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
 #else
   __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
@@ -309,7 +332,7 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
 
 // ---- launchers -------------------------------------------------------------------------------------
 
-enum class TileKind { large, medium, small };
+enum class TileKind { large, medium, small, small_grouped };
 
 struct Plan {
   TileKind tile = TileKind::large;
@@ -337,13 +360,19 @@ int sm_count() {
 Plan choose_plan(int M, int N, int K, int sms, bool can_split) {
   if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
-  Plan plan{TileKind::small, 1};
-  const int tiles = tiles_for(M, N, SmallTile::BM, SmallTile::BN);
-  // Measured on the H100 (bench_gemm's variant table, graph replays of the mlp's GEMMs): splitting K pays
-  // from K >= 128 on, down to one K-tile per split block, while at K = 64 (the weight gradients at batch
-  // 64) the cluster reduction costs more than it saves (dW 160x320: 3.6 us unsplit, 4.8 us split in two).
+  // Measured on the H100 (bench_gemm's variant table, graph replays of the mlp's GEMMs at batch 64): the
+  // grouped tile wins every shape with more than one small slab of K (dW2 160x320x64: 2.49 us against
+  // 3.37; fwd1 64x320x784 split 8: 7.27 against 8.14), the small tile where K fits one slab (dX3
+  // 64x160x10: 2.42 against 2.76).
+  if (K <= SmallTile::BK) return {TileKind::small, 1};
+  Plan plan{TileKind::small_grouped, 1};
+  const int tiles = tiles_for(M, N, SmallGroupedTile::BM, SmallGroupedTile::BN);
+  // Splitting K pays from K >= 128 on while each split block keeps two k-group steps (dX2 64x320x160:
+  // split 4 4.04 us, split 8 4.60), while at K = 64 (the weight gradients at batch 64) the cluster
+  // reduction costs more than it saves (dW2: 2.49 us unsplit, 3.67 split in two).
   if (!can_split || K < kMinSplitK) return plan;
-  while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms && K / (plan.split_k * 2) >= SmallTile::BK)
+  while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
+         K / (plan.split_k * 2) >= 2 * SmallGroupedTile::kGroupK)
     plan.split_k *= 2;
   return plan;
 }
@@ -354,7 +383,7 @@ using KernelFn = void (*)(KernelArgs, Epilogue);
 
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 KernelFn pick_split(int split_k) {
-  if constexpr (std::is_same_v<Cfg, SmallTile>) {
+  if constexpr (std::is_same_v<Cfg, SmallTile> || std::is_same_v<Cfg, SmallGroupedTile>) {
     switch (split_k) {
       case 2: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
       case 4: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
@@ -423,6 +452,7 @@ void run_plan(const Exec& exec, const GemmDesc& d, const Plan& plan) {
     case TileKind::large: launch_gemm<LargeTile>(exec, d, plan.split_k); break;
     case TileKind::medium: launch_gemm<MediumTile>(exec, d, plan.split_k); break;
     case TileKind::small: launch_gemm<SmallTile>(exec, d, plan.split_k); break;
+    case TileKind::small_grouped: launch_gemm<SmallGroupedTile>(exec, d, plan.split_k); break;
   }
 }
 
@@ -437,8 +467,8 @@ void gemm(const Exec& exec, const GemmDesc& d) {
 namespace lab {
 void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
   check_invariants(d);
-  NT_CHECK(tile >= 0 && tile <= 2, "gemm lab: tile ", tile, " out of range");
-  NT_CHECK(split_k == 1 || (tile == 2 && clusters_available()), "gemm lab: split-K needs the small tile and sm_90");
+  NT_CHECK(tile >= 0 && tile <= 3, "gemm lab: tile ", tile, " out of range");
+  NT_CHECK(split_k == 1 || (tile >= 2 && clusters_available()), "gemm lab: split-K needs a small tile and sm_90");
   run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k});
 }
 }  // namespace lab

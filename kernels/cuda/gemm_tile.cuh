@@ -5,9 +5,15 @@
 //
 // Contract of the microkernel: a block owns a BM×BN tile of C and walks K in BK-wide slabs; a slab of
 // op(A) sits in shared memory as As[k][m] (row stride kLdA = BM + 4) and one of op(B) as Bs[k][n]
-// (row stride kLdB = BN + 4), both 16-byte aligned. multiply_slab adds As·Bs over one slab to the
-// thread's TM×TN accumulators; micro-tile element (i, j) is C[a_off + row_step(i)][b_off + col_step(j)],
-// with a_off = (warp / kWarpsN)·WM + (lane / 8)·4 and b_off = (warp % kWarpsN)·WN + (lane % 8)·4.
+// (row stride kLdB = BN + 4), both 16-byte aligned. multiply_slab adds As·Bs over one slab (or over
+// k-group g's quarter of it, see below) to the thread's TM×TN accumulators; micro-tile element (i, j) is
+// C[a_off + row_step(i)][b_off + col_step(j)], with w = warp % (kWarpsM·kWarpsN),
+// a_off = (w / kWarpsN)·WM + (lane / 8)·4 and b_off = (w % kWarpsN)·WN + (lane % 8)·4.
+//
+// K-groups (KG > 1): the block holds KG copies of its warp grid; copy g multiplies only the k-rows
+// [g·BK/KG, (g+1)·BK/KG) of each slab, so a slab KG times deeper costs each thread no more FMAs, and a
+// skinny problem (M = 64 batch rows) runs KG times more threads per output tile with KG times fewer
+// dependent slab round trips. The copies' accumulators are added in g order at the end (deterministic).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,25 +23,30 @@
 namespace nt::kernels::cuda::gemm_tile {
 // ---- tile configurations -------------------------------------------------------------------------
 
-template <int BM_, int BN_, int BK_, int TM_, int TN_, int MinBlocks_>
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int MinBlocks_, int KGroups_ = 1>
 struct TileConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
   static constexpr int kMinBlocks = MinBlocks_;               // __launch_bounds__ occupancy target
+  static constexpr int KG = KGroups_, kGroupK = BK / KG;      // k-groups, and the k-rows of a slab each one owns
   static constexpr int kLaneRows = 4, kLaneCols = 8;          // a warp's lanes as a 4×8 grid
   static constexpr int WM = kLaneRows * TM, WN = kLaneCols * TN;  // warp tile
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kGroupThreads = 32 * kWarpsM * kWarpsN;  // one copy of the warp grid
+  static constexpr int kThreads = kGroupThreads * KG;
   static constexpr int kPad = 4;                              // floats; keeps rows 16-byte aligned
   static constexpr int kLdA = BM + kPad, kLdB = BN + kPad;    // shared-memory row strides
   static constexpr int kStageFloats = BK * (kLdA + kLdB);
   static constexpr int kPipelineFloats = 2 * kStageFloats;
+  static constexpr int kGroupPartialFloats = (KG - 1) * BM * BN;  // k-groups 1.. park their tiles here
+
+  static_assert(BK % KG == 0 && kGroupK % 4 == 0, "each k-group owns a whole number of float4 k-rows");
 
   static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are made of 4x4 pieces: TM, TN multiples of 4");
   static_assert(BM % WM == 0 && BN % WN == 0, "block tile must be a whole number of warp tiles");
   static_assert(BK % 4 == 0 && BM % 4 == 0 && BN % 4 == 0, "tiles are loaded as float4: multiples of 4");
   static_assert(BM * BK % (4 * kThreads) == 0 && BN * BK % (4 * kThreads) == 0,
                 "every thread must load the same number of float4 per slab: adjust BK or the thread count");
-  static_assert(kThreads >= BM, "one thread per tile row sums op(A): need kThreads >= BM");
+  static_assert(kGroupThreads >= BM, "one thread of k-group 0 per tile row sums op(A): need 32·warps >= BM");
 };
 
 // ---- global -> registers -> shared memory ----------------------------------------------------------
@@ -95,12 +106,15 @@ struct SlabLoader {
 
 // ---- the multiply ---------------------------------------------------------------------------------
 
-// acc += As·Bs over one slab. a_off/b_off: this thread's first row/column inside the block tile.
+// acc += As·Bs over k-group `group`'s rows of one slab (all of it when KG == 1). a_off/b_off: this
+// thread's first row/column inside the block tile.
 template <class Cfg>
 __device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::TM][Cfg::TN], const float* As, const float* Bs,
-                                              int a_off, int b_off) {
+                                              int a_off, int b_off, int group = 0) {
+  As += group * Cfg::kGroupK * Cfg::kLdA;
+  Bs += group * Cfg::kGroupK * Cfg::kLdB;
 #pragma unroll
-  for (int kk = 0; kk < Cfg::BK; ++kk) {
+  for (int kk = 0; kk < Cfg::kGroupK; ++kk) {
     float a[Cfg::TM], b[Cfg::TN];
 #pragma unroll
     for (int c = 0; c < Cfg::TM / 4; ++c) {
@@ -116,6 +130,40 @@ __device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::TM][Cfg::TN], co
     for (int i = 0; i < Cfg::TM; ++i)
 #pragma unroll
       for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+  }
+}
+
+// Adds the KG k-groups' accumulators into k-group 0's, in g order; afterwards only group 0's acc holds
+// the tile's sum. `park`: kGroupPartialFloats of shared memory that nobody else touches until the next
+// barrier after this call.
+template <class Cfg>
+__device__ __forceinline__ void reduce_k_groups(float (&acc)[Cfg::TM][Cfg::TN], float* park, int group) {
+  if constexpr (Cfg::KG > 1) {
+    // park as float4[KG-1][TM·TN/4][kGroupThreads]: a warp's float4 accesses are consecutive (no conflicts)
+    constexpr int kVecs = Cfg::TM * Cfg::TN / 4;
+    float4* slots = reinterpret_cast<float4*>(park) + threadIdx.x % Cfg::kGroupThreads;
+    auto slot = [&](int g, int i, int j) -> float4& {
+      return slots[((g - 1) * kVecs + (i * Cfg::TN + j) / 4) * Cfg::kGroupThreads];
+    };
+    if (group > 0) {
+#pragma unroll
+      for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::TN; j += 4)
+          slot(group, i, j) = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+    }
+    __syncthreads();
+    if (group == 0) {
+#pragma unroll
+      for (int g = 1; g < Cfg::KG; ++g)
+#pragma unroll
+        for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+          for (int j = 0; j < Cfg::TN; j += 4) {
+            const float4 v = slot(g, i, j);
+            acc[i][j] += v.x, acc[i][j + 1] += v.y, acc[i][j + 2] += v.z, acc[i][j + 3] += v.w;
+          }
+    }
   }
 }
 

@@ -24,6 +24,13 @@ bool programmatic_launch_supported() {
   return supported;
 }
 
+size_t max_shared_bytes_per_block() {
+  int dev = 0, bytes = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&dev));
+  NT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return static_cast<size_t>(bytes);
+}
+
 bool cluster_kernels_run(const void* kernel) {
   int dev = 0, major = 0;
   cudaFuncAttributes attr{};

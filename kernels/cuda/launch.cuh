@@ -10,7 +10,8 @@
 // Programmatic dependent launch (sm_90): every kernel is launched so that it may start while its
 // predecessor on the stream is still running, and every kernel opens with begin_dependent_kernel(),
 // which first waits until the predecessor has completed and its writes are visible, then lets the
-// successor launch. No kernel touches memory before that wait, so the stream's order is kept exactly;
+// successor launch. No kernel touches global memory before that wait (one may first fill shared memory
+// from its arguments: gather_batch's table), so the stream's order is kept exactly;
 // what overlaps is only the next kernel's launch and block scheduling with this kernel's execution, the
 // microseconds that dominate a step of many small kernels. The edges survive CUDA graph capture.
 #pragma once
@@ -40,6 +41,7 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 }
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer
+size_t max_shared_bytes_per_block();   // the current device's limit for a kernel that opts in (dynamic smem)
 
 // Thread-block clusters exist from sm_90 on. Device passes for older GPUs compile cluster kernels as stubs
 // (NT_CLUSTERS is 0 there: guard their bodies with it) and launchers ask cluster_kernels_run first.
@@ -50,6 +52,17 @@ bool programmatic_launch_supported();  // the current device is sm_90 or newer
 #define NT_CLUSTERS 1
 #define NT_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
 #endif
+
+// The last cluster barrier of a kernel: no block may exit, taking its shared memory with it, while another
+// block of the cluster still reads that memory. Every thread calls it. Relaxed (no release fence): reads
+// whose values a thread has consumed are complete, and nothing else needs ordering, so unlike
+// cluster.sync() it does not wait until the block's global stores have reached L2 (Nsight Compute counted
+// that wait, "membar", among the split-K GEMM's leading stalls).
+__device__ __forceinline__ void cluster_exit_barrier() {
+#if defined(__CUDA_ARCH__) && NT_CLUSTERS
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
 
 // Whether `kernel`, a cluster kernel, runs on the current device: sm_90 or newer, and an image of the
 // kernel compiled for it (not a stub).

@@ -270,8 +270,8 @@ TEST_CASE("every tile configuration and split-K factor matches the reference", "
   struct Variant {
     int tile, split_k;
   };
-  std::vector<Variant> variants = {{0, 1}, {1, 1}, {2, 1}};
-  if (device_has_clusters()) variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}});
+  std::vector<Variant> variants = {{0, 1}, {1, 1}, {2, 1}, {3, 1}};
+  if (device_has_clusters()) variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}, {3, 2}, {3, 4}, {3, 8}});
   for (const Shape& s : {Shape{131, 199, 259}, Shape{64, 320, 784}, Shape{33, 7, 10}})
     for (const Variant& v : variants)
       for (int t = 0; t < 4; ++t) {
