@@ -6,29 +6,39 @@
 // Shape of the launch: ONE thread-block cluster of 8 blocks (sm_90) of 256 threads. Block r of the cluster
 // owns the rows [r·R, (r+1)·R), R = ceil(B/8): at the mlp's batch 64, a row per warp. A single block of
 // 1024 threads (the first version) took 32 µs at batch 64 on an H100, all rows' work on one SM; eight SMs
-// share the row work here, and the cluster's
-// distributed shared memory reduces the weight gradient in a fixed order, with no atomics, no workspace
-// and no second launch (the technique of the split-K GEMM, kernels/cuda/gemm.cu).
+// share the row work here, and the cluster's distributed shared memory reduces the weight gradient in a
+// fixed order, with no atomics, no workspace and no second launch (the technique of the split-K GEMM,
+// kernels/cuda/gemm.cu).
 //
-// Phase 1, a warp per row (its block's rows b = r·R + warp, + 8, ...):
-//   logits   lane l accumulates x[b][k]·W[c][k] over k = l, l+32, ... for every class c (MaxC registers),
-//            then a xor butterfly per class gives every lane all C sums (a+b == b+a: the same bits in
-//            every lane); lane c keeps logit c and adds bias[c].
+// Staging: every block first copies W and its own rows of x into shared memory, all loads in flight at
+// once, so the kernel pays one global-memory round trip; everything after reads shared memory, as float4
+// along k. (Version 2 read W from global memory inside the per-class loop, behind a class guard, so each
+// load waited for the one before: 14.9 µs at batch 64 in Nsight Compute. Staged, with a lane per class,
+// it took 12.4 µs: 10 of 32 lanes busy, 2800 instructions per warp at 2 warps per scheduler. Lanes along
+// k with float4 operands cut the instructions per warp about five-fold.)
+//   shared memory (floats), ldw = K rounded up to 4, pads zero:
+//     sW (C, ldw); in training, once W is no longer needed, the block's partial dW (C, ldw) over it
+//     sx (R, ldw) the block's rows of x;   sdl (R, C) their dlogits and the partial db (C) (training)
+//
+// Phase 1, a warp per row (its block's rows b = r·R + warp, + 8, ...), lane l on the float4 columns
+// q = l, l+32, ... of the row:
+//   logits   per class c, lane l's partial Σ_q x[b][q]·W[c][q] (4 products in k order), then a xor
+//            butterfly per class gives every lane all C sums (a+b == b+a: the same bits in every lane);
+//            lane c keeps logit c and adds bias[c].
 //   softmax cross-entropy on lanes 0..C-1 with the row arithmetic of kernels/cuda/softmax_xent.cu (one
-//            class per lane, so its exp sum is the same butterfly): loss, argmax hit, dlogits row.
-//   dx       lane l computes dx[b][k] = Σ_c dlogits[b][c]·W[c][k] (c ascending) for k = l, l+32, ...,
-//            selected by x[b][k] > 0 when the previous layer ended in a ReLU.
-// __syncthreads: the block's dlogits, staged in shared memory, are then visible to all its threads.
-// Phase 2, the block's partial weight gradient in shared memory, a thread per input k (coalesced x), the
-// block's dlogits staged in shared memory by phase 1: part[c·K + k] = Σ_{b in the block's rows} dl[b][c]·x[b][k],
-// b ascending, and part[C·K + c] = Σ_b dl[b][c] (read back from global memory, each row of each element would
-// cost an L2 round trip, in sequence). Row losses and hits: per-warp slots, summed in warp
-// order. cluster.sync, then block r writes its 1/8 share of dW and db as Σ over ranks 0..7 of the blocks'
-// partials, and rank 0 adds the 8 blocks' losses and hits, in rank order, to the device-resident counters.
-// cluster.sync again, so that no block leaves while another still reads its shared memory.
+//            class per lane, the same butterflies): loss, argmax hit, dlogits row (to global and to sdl).
+//   dx       dx[b][q] = Σ_c dl[b][c]·W[c][q] (c ascending), selected by x[b][q] > 0 when the previous
+//            layer ended in a ReLU.
+// __syncthreads: W is no longer needed, the block's dlogits are visible to all its threads.
+// Phase 2, the block's partial weight gradient, a thread per (c, q):
+//   part[c][q] = Σ_{b in the block's rows} dl[b][c]·x[b][q] and part_db[c] = Σ_b dl[b][c], b ascending.
+// Row losses and hits: per-warp slots, summed in warp order. cluster.sync, then block r writes its 1/8
+// share of dW (float4 columns) and rank 0 db, each as Σ over ranks 0..7 of the blocks' partials, and
+// rank 0 adds the 8 blocks' losses and hits, in rank order, to the device-resident counters. A last
+// cluster barrier, so that no block leaves while another still reads its shared memory.
 //
-// Limit: a block's rows grow as B/8 (batch 256: 4 rows per warp); in training, dynamic shared memory holds
-// (C·K + C) + (B/8)·C floats (opted into above 48 KB; beyond what a block can have, the unfused ops run).
+// Limit: the shared memory grows with the rows per block (B/8); where it exceeds what a block can have,
+// the unfused ops run instead.
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -54,23 +64,96 @@ struct RowTotals {
   long long hits = 0;
 };
 
-// Phase 1 for row b, by one warp (see the top of the file).
-// sdl: this block's dlogits rows in shared memory (row b at sdl[(b - r0)·C]), for phase 2.
+__host__ __device__ constexpr int round_up4(int n) { return (n + 3) / 4 * 4; }
+
+// Shared memory of one block (see the top of the file), in floats.
+struct HeadSmem {
+  int ldw;        // row stride of sW, sx and the partial dW: K rounded up to a float4
+  int w_floats;   // sW (C, ldw); in training later the partial dW over it
+  int x_floats;   // sx (R, ldw), right after sW
+  int dl_floats;  // sdl (R, C) and the partial db (C), training only
+  __host__ __device__ HeadSmem(int B, int K, int C, bool training)
+      : ldw(round_up4(K)),
+        w_floats(C * ldw),
+        x_floats((B + kClusterBlocks - 1) / kClusterBlocks * ldw),
+        dl_floats(training ? ((B + kClusterBlocks - 1) / kClusterBlocks + 1) * C : 0) {}
+  __host__ __device__ size_t bytes() const { return size_t(w_floats + x_floats + dl_floats) * sizeof(float); }
+};
+
+// W (C, K) and the block's rows [r0, r0 + R) of x into sW and sx (row stride ldw, zero past K), which are
+// consecutive in shared memory: one flat loop over the C + R rows' float4 columns, up to kStageBatch loads
+// per thread in flight before the first store. Float4 loads where the rows are 16-byte aligned.
+constexpr int kStageBatch = 4;
+
+__device__ __forceinline__ float4 load_row4(const float* row, int k, int n, bool vec) {
+  if (vec) return __ldg(reinterpret_cast<const float4*>(row + k));  // n % 4 == 0 here
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (k + 0 < n) v.x = __ldg(row + k + 0);
+  if (k + 1 < n) v.y = __ldg(row + k + 1);
+  if (k + 2 < n) v.z = __ldg(row + k + 2);
+  if (k + 3 < n) v.w = __ldg(row + k + 3);
+  return v;
+}
+
+__device__ void stage_inputs(const ClassifierHead& h, int r0, int rows, int ldw, float* sW) {
+  const int K = h.K, K4 = ldw / 4, total = (h.C + rows) * K4;
+  const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
+  auto row_of = [&](int r) { return r < h.C ? h.weight + int64_t(r) * K : h.x + int64_t(r0 + r - h.C) * K; };
+  float4* s4 = reinterpret_cast<float4*>(sW);  // s4: (C + rows, K4), sx right after sW
+  for (int base = threadIdx.x; base < total; base += kThreads * kStageBatch) {
+    float4 v[kStageBatch];
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j) {
+      const int e = base + j * kThreads;
+      if (e < total) v[j] = load_row4(row_of(e / K4), 4 * (e % K4), K, vec);
+    }
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j) {
+      const int e = base + j * kThreads;
+      if (e < total) s4[e] = v[j];
+    }
+  }
+}
+
+__device__ __forceinline__ void fma4(float a, float4 b, float4& acc) {
+  acc.x = fmaf(a, b.x, acc.x), acc.y = fmaf(a, b.y, acc.y), acc.z = fmaf(a, b.z, acc.z), acc.w = fmaf(a, b.w, acc.w);
+}
+
+// v into row[k..k+3] of a row of n floats: one 16-byte store where `vec` (row aligned) and whole.
+__device__ __forceinline__ void store_row4(float* row, int k, int n, float4 v, bool vec) {
+  if (vec && k + 3 < n) {
+    *reinterpret_cast<float4*>(row + k) = v;
+    return;
+  }
+  if (k + 0 < n) row[k + 0] = v.x;
+  if (k + 1 < n) row[k + 1] = v.y;
+  if (k + 2 < n) row[k + 2] = v.z;
+  if (k + 3 < n) row[k + 3] = v.w;
+}
+
+// Phase 1 for row b, by one warp (see the top of the file). xr: the row in shared memory (ldw floats);
+// dl: its dlogits slot (C floats). vec_dx: dx rows are 16-byte aligned.
 template <int MaxC>
-__device__ void head_row(const ClassifierHead& h, int b, int lane, float* sdl, RowTotals& totals) {
-  const int K = h.K, C = h.C;
-  const float* x = h.x + static_cast<int64_t>(b) * K;  // x: (K) this row
+__device__ void head_row(const ClassifierHead& h, int b, int lane, const float* sW, int ldw, const float* xr,
+                         float* dl, bool vec_dx, RowTotals& totals) {
+  const int K = h.K, C = h.C, K4 = ldw / 4;
   const int32_t label = h.labels[b];
+  const float4* x4 = reinterpret_cast<const float4*>(xr);  // x4: (K4) the row as float4
+  const float4* w4 = reinterpret_cast<const float4*>(sW);  // w4: (C, K4)
 
   float part[MaxC];
 #pragma unroll
   for (int c = 0; c < MaxC; ++c) part[c] = 0.f;
-#pragma unroll 4
-  for (int k = lane; k < K; k += kWarpSize) {
-    const float xv = x[k];
+  for (int q = lane; q < K4; q += kWarpSize) {
+    const float4 xv = x4[q];
 #pragma unroll
     for (int c = 0; c < MaxC; ++c)
-      if (c < C) part[c] = fmaf(xv, __ldg(h.weight + static_cast<int64_t>(c) * K + k), part[c]);
+      if (c < C) {
+        const float4 wv = w4[c * K4 + q];
+        part[c] = fmaf(xv.x, wv.x, part[c]), part[c] = fmaf(xv.y, wv.y, part[c]);
+        part[c] = fmaf(xv.z, wv.z, part[c]), part[c] = fmaf(xv.w, wv.w, part[c]);
+      }
   }
   float z = -INFINITY;  // lane c's logit; lanes past C never win the argmax (-inf, index INT_MAX)
 #pragma unroll
@@ -82,7 +165,7 @@ __device__ void head_row(const ClassifierHead& h, int b, int lane, float* sdl, R
   const bool in_row = lane < C;
   if (in_row) {
     if (h.bias) z += __ldg(h.bias + lane);
-    h.logits[static_cast<int64_t>(b) * C + lane] = z;
+    h.logits[int64_t(b) * C + lane] = z;
   }
 
   float m = z;
@@ -98,50 +181,43 @@ __device__ void head_row(const ClassifierHead& h, int b, int lane, float* sdl, R
   }
   if (!h.dlogits) return;
 
-  const float dl = in_row ? (e / s - (lane == label ? 1.f : 0.f)) / static_cast<float>(h.B) : 0.f;
-  if (in_row) h.dlogits[static_cast<int64_t>(b) * C + lane] = dl, sdl[lane] = dl;
-  if (h.dx) {
-    float dls[MaxC];  // the row's dlogits, in every lane
+  const float d = in_row ? (e / s - (lane == label ? 1.f : 0.f)) / static_cast<float>(h.B) : 0.f;
+  if (in_row) h.dlogits[int64_t(b) * C + lane] = d, dl[lane] = d;
+  if (!h.dx) return;
+  float dls[MaxC];  // the row's dlogits, in every lane
 #pragma unroll
-    for (int c = 0; c < MaxC; ++c) dls[c] = __shfl_sync(kFullMask, dl, c);
-    float* dx = h.dx + static_cast<int64_t>(b) * K;  // dx: (K) this row's input gradient
-#pragma unroll 2
-    for (int k = lane; k < K; k += kWarpSize) {
-      float acc = 0.f;
+  for (int c = 0; c < MaxC; ++c) dls[c] = __shfl_sync(kFullMask, d, c);
+  float* dx = h.dx + int64_t(b) * K;  // dx: (K) this row's input gradient
+  for (int q = lane; q < K4; q += kWarpSize) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-      for (int c = 0; c < MaxC; ++c)
-        if (c < C) acc = fmaf(dls[c], __ldg(h.weight + static_cast<int64_t>(c) * K + k), acc);
-      dx[k] = (!h.mask_dx || x[k] > 0.f) ? acc : 0.f;
+    for (int c = 0; c < MaxC; ++c)
+      if (c < C) fma4(dls[c], w4[c * K4 + q], acc);
+    if (h.mask_dx) {
+      const float4 xv = x4[q];
+      acc.x = xv.x > 0.f ? acc.x : 0.f, acc.y = xv.y > 0.f ? acc.y : 0.f;
+      acc.z = xv.z > 0.f ? acc.z : 0.f, acc.w = xv.w > 0.f ? acc.w : 0.f;
     }
+    store_row4(dx, 4 * q, K, acc, vec_dx);
   }
 }
 
-// Phase 2, this block's partial weight gradient over its rows [r0, r1): a thread per input k, which reads
-// x[b][k] once per row and every class's dlogit from shared memory (a broadcast):
-//   part[c·K + k] = Σ_b dl[b][c]·x[b][k],   part[C·K + c] = Σ_b dl[b][c]   (b ascending).
-template <int MaxC>
-__device__ void partial_weight_grads(const ClassifierHead& h, int r0, int r1, const float* sdl, float* part) {
-  const int K = h.K, C = h.C;
-  for (int k = threadIdx.x; k < K; k += kThreads) {
-    float acc[MaxC];
-#pragma unroll
-    for (int c = 0; c < MaxC; ++c) acc[c] = 0.f;
-#pragma unroll 4
-    for (int b = r0; b < r1; ++b) {
-      const float xv = h.x[static_cast<int64_t>(b) * K + k];
-      const float* dl = sdl + (b - r0) * C;  // dl: (C) row b's dlogits
-#pragma unroll
-      for (int c = 0; c < MaxC; ++c)
-        if (c < C) acc[c] = fmaf(dl[c], xv, acc[c]);
-    }
-#pragma unroll
-    for (int c = 0; c < MaxC; ++c)
-      if (c < C) part[c * K + k] = acc[c];
+// Phase 2, this block's partial weight gradient over its `rows` rows, a thread per (c, q):
+//   part[c][q] = Σ_b dl[b][c]·x[b][q],   part_db[c] = Σ_b dl[b][c]   (b ascending).
+__device__ void partial_weight_grads(int C, int ldw, int rows, const float* sx, const float* sdl, float* part,
+                                     float* part_db) {
+  const int K4 = ldw / 4;
+  const float4* x4 = reinterpret_cast<const float4*>(sx);  // x4: (rows, K4)
+  for (int e = threadIdx.x; e < C * K4; e += kThreads) {
+    const int c = e / K4, q = e % K4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int b = 0; b < rows; ++b) fma4(sdl[b * C + c], x4[b * K4 + q], acc);
+    reinterpret_cast<float4*>(part)[e] = acc;
   }
   for (int c = threadIdx.x; c < C; c += kThreads) {
     float acc = 0.f;
-    for (int b = r0; b < r1; ++b) acc += sdl[(b - r0) * C + c];
-    part[C * K + c] = acc;
+    for (int b = 0; b < rows; ++b) acc += sdl[b * C + c];
+    part_db[c] = acc;
   }
 }
 
@@ -155,8 +231,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
     classifier_head_kernel(ClassifierHead h) {
   begin_dependent_kernel();
 #if NT_CLUSTERS
-  // Training: this block's partial dW (C·K) and db (C), then its rows' dlogits (R·C).
-  extern __shared__ __align__(16) float part[];
+  extern __shared__ __align__(16) float smem[];
   __shared__ double warp_loss[kWarps];
   __shared__ long long warp_hits[kWarps];
   __shared__ BlockTotals block_totals;
@@ -165,14 +240,26 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int rows_per_block = (h.B + kClusterBlocks - 1) / kClusterBlocks;
   const int r0 = min(rank * rows_per_block, h.B), r1 = min(r0 + rows_per_block, h.B);
+  const int K = h.K, C = h.C;
 
-  float* sdl = part + h.C * h.K + h.C;  // used in training only
-  RowTotals totals;
-  for (int b = r0 + warp; b < r1; b += kWarps) head_row<MaxC>(h, b, lane, sdl + (b - r0) * h.C, totals);
-  if (lane == 0) warp_loss[warp] = totals.loss, warp_hits[warp] = totals.hits;
+  const bool training = h.dweight != nullptr;
+  const HeadSmem layout(h.B, K, C, training);
+  const int ldw = layout.ldw;
+  float* sW = smem;                    // (C, ldw); in training later the partial dW (C, ldw)
+  float* sx = smem + layout.w_floats;  // (r1 - r0, ldw)
+  float* sdl = sx + layout.x_floats;   // (r1 - r0, C), then the partial db (C); training only
+  stage_inputs(h, r0, r1 - r0, ldw, sW);
   __syncthreads();
 
-  if (h.dweight) partial_weight_grads<MaxC>(h, r0, r1, sdl, part);
+  const bool vec_dx = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dx) % 16 == 0;
+  RowTotals totals;
+  for (int b = r0 + warp; b < r1; b += kWarps)
+    head_row<MaxC>(h, b, lane, sW, ldw, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
+  if (lane == 0) warp_loss[warp] = totals.loss, warp_hits[warp] = totals.hits;
+  __syncthreads();  // sW is free; sdl and the warp totals are complete
+
+  float *part = smem, *part_db = sdl + rows_per_block * C;  // the same offsets in every block of the cluster
+  if (training) partial_weight_grads(C, ldw, r1 - r0, sx, sdl, part, part_db);
   if (threadIdx.x == 0) {
     BlockTotals t{0, 0};
     for (int w = 0; w < kWarps; ++w) t.loss += warp_loss[w], t.hits += warp_hits[w];  // fixed order
@@ -180,30 +267,43 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   }
   cluster.sync();  // every block's partials are in place
 
-  if (h.dweight) {
-    const float* parts[kClusterBlocks];
+  if (training) {
+    const float4* parts[kClusterBlocks];  // parts[q]: (C, K4) block q's partial dW
 #pragma unroll
-    for (int q = 0; q < kClusterBlocks; ++q) parts[q] = cluster.map_shared_rank(part, q);
-    const int elems = h.C * h.K + h.C, share = (elems + kClusterBlocks - 1) / kClusterBlocks;
-    for (int e = rank * share + threadIdx.x; e < min(elems, (rank + 1) * share); e += kThreads) {
-      float v = parts[0][e];
+    for (int q = 0; q < kClusterBlocks; ++q) parts[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+    const int K4 = ldw / 4, n4 = C * K4, share = (n4 + kClusterBlocks - 1) / kClusterBlocks;
+    const bool vec_dw = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dweight) % 16 == 0;
+    for (int e = rank * share + threadIdx.x; e < min(n4, (rank + 1) * share); e += kThreads) {
+      float4 v = parts[0][e];
 #pragma unroll
-      for (int q = 1; q < kClusterBlocks; ++q) v += parts[q][e];
-      if (e < h.C * h.K) h.dweight[e] = v;
-      else if (h.dbias) h.dbias[e - h.C * h.K] = v;
+      for (int q = 1; q < kClusterBlocks; ++q) {
+        const float4 w = parts[q][e];
+        v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+      }
+      store_row4(h.dweight + int64_t(e / K4) * K, 4 * (e % K4), K, v, vec_dw);
     }
+    if (h.dbias && rank == 0)
+      for (int c = threadIdx.x; c < C; c += kThreads) {
+        float v = cluster.map_shared_rank(part_db, 0)[c];
+#pragma unroll
+        for (int q = 1; q < kClusterBlocks; ++q) v += cluster.map_shared_rank(part_db, q)[c];
+        h.dbias[c] = v;
+      }
   }
-  if (rank == 0 && threadIdx.x == 0) {
+  if (rank == 0 && warp == 0) {  // lane q reads block q's totals (all eight reads in flight at once)
+    BlockTotals t{0, 0};
+    if (lane < kClusterBlocks) t = *cluster.map_shared_rank(&block_totals, lane);
     double loss = 0;
     long long hits = 0;
-    for (int q = 0; q < kClusterBlocks; ++q) {  // rank order
-      const BlockTotals* t = cluster.map_shared_rank(&block_totals, q);
-      loss += t->loss, hits += t->hits;
-    }
-    *h.loss_sum += loss;
-    *h.correct += hits;
+    for (int q = 0; q < kClusterBlocks; ++q)  // rank order
+      loss += __shfl_sync(kFullMask, t.loss, q), hits += __shfl_sync(kFullMask, t.hits, q);
+    // One add per counter per launch, by one thread, in stream order: the same bits as a load-add-store, but
+    // a fire-and-forget reduction (RED) that the exit barrier does not wait for.
+    if (lane == 0)
+      atomicAdd(h.loss_sum, loss), atomicAdd(reinterpret_cast<unsigned long long*>(h.correct),
+                                              static_cast<unsigned long long>(hits));
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  cluster_exit_barrier();
 #else
   __trap();  // clusters need sm_90; the launcher takes the unfused path where this image would run
 #endif
@@ -219,21 +319,20 @@ void classifier_head(const Exec& exec, const ClassifierHead& h) {
   auto kernel = h.C <= 16 ? classifier_head_kernel<16> : classifier_head_kernel<kHeadMaxClasses>;
   static const bool runs = cluster_kernels_run(classifier_head_kernel<16>);
   const bool backward = h.dweight != nullptr;
-  const int64_t rows_per_block = (h.B + kClusterBlocks - 1) / kClusterBlocks;
-  const size_t smem = backward ? (size_t(h.C) * h.K + h.C + size_t(rows_per_block) * h.C) * sizeof(float) : 0;
-  // Where the kernel cannot run (no clusters) or a huge batch's dlogits overflow shared memory: the unfused ops.
-  if (!runs || smem > size_t(kHeadMaxSharedBytes) + 16 * 1024) return classifier_head_unfused(exec, h);
+  const size_t smem = HeadSmem(h.B, h.K, h.C, backward).bytes();
+  // Where the kernel cannot run (no clusters) or a large batch's rows overflow shared memory: the unfused ops.
+  if (!runs || smem > max_shared_bytes_per_block()) return classifier_head_unfused(exec, h);
 
-  if (smem > 48 * 1024)  // above the default limit a kernel must opt in (once per size is enough)
+  if (smem > 48 * 1024)  // above the default limit a kernel must opt in
     NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const double B = h.B, K = h.K, C = h.C;
-  // x, W, bias and labels read once; logits written; with the backward dlogits, dW, db and dx written
-  // (x and W are read again from cache). Flops: one B·K·C product forward, two backward.
+  // x, W, bias and labels read once; logits written; with the backward dlogits, dW, db and dx written.
+  // Flops: one B·K·C product forward, two backward.
   double bytes = 4.0 * (B * K + C * K + C + B + B * C);
   if (backward) bytes += 4.0 * (B * C + C * K + C + (h.dx ? B * K : 0));
   const double flops = 2.0 * B * K * C * (backward ? (h.dx ? 3 : 2) : 1) + 7.0 * B * C;
-  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks), dim3(kThreads), smem,
-         h);
+  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks),
+         dim3(kThreads), smem, h);
 }
 
 }  // namespace nt::kernels::cuda
