@@ -72,6 +72,12 @@ class Tensor {
   int32_t* i32() const { return data<int32_t>(); }
   uint8_t* u8() const { return data<uint8_t>(); }
 
+  // Whether the two tensors' bytes overlap (views of one buffer may).
+  bool shares_memory(const Tensor& other) const {
+    const auto a = reinterpret_cast<uintptr_t>(data_), b = reinterpret_cast<uintptr_t>(other.data_);
+    return a && b && a < b + other.bytes() && b < a + bytes();
+  }
+
   Tensor rows(int64_t n) const;                // the first n entries along dimension 0
   Tensor reshaped(const Shape& shape) const;   // same elements, another shape
 

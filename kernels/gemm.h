@@ -41,6 +41,11 @@ struct GemmArgs {
   const T* bias = nullptr;    // (N), for bias and bias_relu
   const T* mask = nullptr;    // (M,N) with ldc, for relu_mask
   T* a_row_sums = nullptr;    // (M) or nullptr
+  // The caller's promise that this GEMM reads nothing the op launched just before it on the stream writes,
+  // and writes nothing that op reads or writes, and that op is not itself overlapping. The CUDA kernel then
+  // runs beside it (Linear's input gradient beside its weight gradient) and waits for it only before
+  // finishing; the result is the same. Ignored on the CPU.
+  bool overlaps_previous = false;
 };
 using GemmDesc = GemmArgs<float>;
 using GemmDescF64 = GemmArgs<double>;  // CPU only: double-precision gradient checks

@@ -92,6 +92,10 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
     dxd.epilogue = kernels::Epilogue::relu_mask;
     dxd.mask = x.data<T>();
   }
+  // dx reads dz, W and x, written before dW's GEMM, and writes a buffer that GEMM neither reads nor writes
+  // (unless dx shares memory with x, dz or the gradients): it may run beside it.
+  dxd.overlaps_previous = !dx->shares_memory(x) && !dx->shares_memory(dy) && !dx->shares_memory(weight_->grad) &&
+                          !(bias_ && dx->shares_memory(bias_param_->grad));
   kernels::gemm(exec, dxd);
 }
 

@@ -86,7 +86,17 @@ struct KernelArgs {
   float* a_row_sums;
   int tiles_m, tiles_n;  // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
   bool store_vec;        // C is 16-byte aligned and ldc % 4 == 0: float4 stores
+  bool overlaps_previous;  // GemmDesc::overlaps_previous (launch.cuh: begin/end_overlapping_kernel)
 };
+
+// The kernel's first and last statements: an ordinary dependent kernel, or one that runs beside its predecessor.
+__device__ __forceinline__ void begin_gemm_kernel(const KernelArgs& p) {
+  if (p.overlaps_previous) begin_overlapping_kernel();
+  else begin_dependent_kernel();
+}
+__device__ __forceinline__ void end_gemm_kernel(const KernelArgs& p) {
+  if (p.overlaps_previous) end_overlapping_kernel();
+}
 
 // ---- tile configurations, slab loaders, microkernel: kernels/cuda/gemm_tile.cuh (shared with conv.cu) ---
 
@@ -311,20 +321,22 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 // grid: (tiles_m · tiles_n); one block per output tile.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_dependent_kernel();
+  begin_gemm_kernel(p);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, 1>];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
+  end_gemm_kernel(p);
 }
 
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
     gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_dependent_kernel();
+  begin_gemm_kernel(p);
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_CLUSTERS
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, S>];
   gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
+  end_gemm_kernel(p);
 #else
   __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
 #endif
@@ -419,6 +431,7 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
   p.tiles_m = div_up(d.M, Cfg::BM);
   p.tiles_n = std::max(div_up(d.N, Cfg::BN), 1);  // N == 0: one tile column still produces the row sums
   p.store_vec = aligned16(d.C) && d.ldc % 4 == 0;
+  p.overlaps_previous = d.overlaps_previous;
   const bool vec = aligned16(d.A) && d.lda % 4 == 0 && aligned16(d.B) && d.ldb % 4 == 0;
 
   const double M = d.M, N = d.N, K = d.K;

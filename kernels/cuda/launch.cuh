@@ -14,6 +14,8 @@
 // from its arguments: gather_batch's table), so the stream's order is kept exactly;
 // what overlaps is only the next kernel's launch and block scheduling with this kernel's execution, the
 // microseconds that dominate a step of many small kernels. The edges survive CUDA graph capture.
+// The one exception, a kernel declared independent of its predecessor, is below (begin_overlapping_kernel).
+// Consequence used there: when a kernel starts, every kernel before its predecessor has completed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +39,25 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// A kernel that its caller declares independent of its predecessor (GemmDesc::overlaps_previous: it reads
+// nothing the kernel launched just before it writes, and writes nothing that kernel reads or writes) runs
+// beside that predecessor instead: it opens with begin_overlapping_kernel(), which lets its own successor
+// launch at once, and ends with end_overlapping_kernel(), which waits until the predecessor has completed,
+// so every later kernel, whose wait is on this one, still finds both done. Its inputs come from kernels
+// before the predecessor: those had completed when the predecessor passed its own wait, which came before
+// it let this kernel launch. So the predecessor must be an ordinary kernel (begin_dependent_kernel), never
+// an overlapping one.
+__device__ __forceinline__ void begin_overlapping_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void end_overlapping_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
