@@ -9,26 +9,26 @@ void throw_launch_error(const char* kernel, cudaError_t err, dim3 grid, dim3 blo
                           " B shared memory"));
 }
 
-bool programmatic_launch_supported() {
-  // Asked once per thread and device: the launch path runs for every kernel.
+namespace {
+// An attribute of the current device, asked once per thread and device: launchers call these every step.
+template <cudaDeviceAttr Attribute>
+int current_device_attribute() {
   thread_local int device = -1;
-  thread_local bool supported = false;
+  thread_local int value = 0;
   int current = 0;
   NT_CUDA_CHECK(cudaGetDevice(&current));
   if (current != device) {
-    int major = 0;
-    NT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current));
+    NT_CUDA_CHECK(cudaDeviceGetAttribute(&value, Attribute, current));
     device = current;
-    supported = major >= 9;
   }
-  return supported;
+  return value;
 }
+}  // namespace
+
+bool programmatic_launch_supported() { return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9; }
 
 size_t max_shared_bytes_per_block() {
-  int dev = 0, bytes = 0;
-  NT_CUDA_CHECK(cudaGetDevice(&dev));
-  NT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return static_cast<size_t>(bytes);
+  return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>());
 }
 
 bool cluster_kernels_run(const void* kernel) {
