@@ -11,10 +11,13 @@
 //
 // Launch: grid-stride, one thread per output element (forward) or per input element (backward), at most
 // 2048 blocks of 256; consecutive threads take consecutive j (w), so a warp's loads of x (dy, argmax)
-// and stores of y (dx) are contiguous rows. Indices are int64 over the tensor, int32 within a plane.
+// and stores of y (dx) are contiguous rows. Indices are 32-bit (tensors of fewer than 2^31 - 2^19
+// elements, checked) and decoded with multiply-shift divisions: the 64-bit divisions of a plain decode cost more than
+// the memory traffic of these kernels (Nsight Compute: math-pipe throttle in the backward).
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/pool.h"
 
@@ -26,21 +29,21 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 2048;  // enough to fill an H100/H200 (132 SMs x 2048 threads); the rest strides
 
 struct Dims {
-  int H, W, P, Q, K, S;  // input plane, output plane, window, stride
+  int H, W, P, Q, K, S;                 // input plane, output plane, window, stride
+  FastDivmod by_W, by_H, by_Q, by_P, by_S;
 };
 
 // x: (N, C, H, W); y, argmax: (N, C, P, Q); outputs = N·C·P·Q. One output element per thread per stride.
 __global__ void __launch_bounds__(kThreads) maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                                     int32_t* __restrict__ argmax, int64_t outputs,
+                                                                     int32_t* __restrict__ argmax, int outputs,
                                                                      Dims d) {
   begin_dependent_kernel();
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < outputs; o += stride) {
-    const int j = static_cast<int>(o % d.Q);
-    const int64_t row = o / d.Q;                     // plane * P + i
-    const int i = static_cast<int>(row % d.P);
-    const int64_t plane = row / d.P;                 // n * C + c
-    const float* xp = x + plane * d.H * d.W;         // (H, W)
+  const int stride = gridDim.x * blockDim.x;
+  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += stride) {
+    int row, j, plane, i;
+    d.by_Q.divmod(o, row, j);                        // row = plane * P + i
+    d.by_P.divmod(row, plane, i);                    // plane = n * C + c
+    const float* xp = x + static_cast<size_t>(plane) * d.H * d.W;  // (H, W)
     const int h0 = i * d.S, w0 = j * d.S;
     float best = -INFINITY;
     int32_t arg = h0 * d.W + w0;
@@ -61,19 +64,19 @@ __global__ void __launch_bounds__(kThreads) maxpool2d_forward_kernel(const float
 // dy, argmax: (N, C, P, Q); dx: (N, C, H, W); inputs = N·C·H·W. One input element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
     maxpool2d_backward_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
-                              float* __restrict__ dx, int64_t inputs, Dims d) {
+                              float* __restrict__ dx, int inputs, Dims d) {
   begin_dependent_kernel();
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < inputs; e += stride) {
-    const int w = static_cast<int>(e % d.W);
-    const int64_t row = e / d.W;                     // plane * H + h
-    const int h = static_cast<int>(row % d.H);
-    const int64_t plane = row / d.H;                 // n * C + c
-    const float* dyp = dy + plane * d.P * d.Q;       // (P, Q)
-    const int32_t* ap = argmax + plane * d.P * d.Q;  // (P, Q)
+  const int stride = gridDim.x * blockDim.x;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < inputs; e += stride) {
+    int row, w, plane, h;
+    d.by_W.divmod(e, row, w);                        // row = plane * H + h
+    d.by_H.divmod(row, plane, h);                    // plane = n * C + c
+    const size_t plane_off = static_cast<size_t>(plane) * d.P * d.Q;
+    const float* dyp = dy + plane_off;               // (P, Q)
+    const int32_t* ap = argmax + plane_off;          // (P, Q)
     // The windows containing (h, w): rows i in [i_lo, i_hi], columns j in [j_lo, j_hi] (maybe empty).
-    const int i_lo = h < d.K ? 0 : (h - d.K) / d.S + 1, i_hi = min(h / d.S, d.P - 1);
-    const int j_lo = w < d.K ? 0 : (w - d.K) / d.S + 1, j_hi = min(w / d.S, d.Q - 1);
+    const int i_lo = h < d.K ? 0 : d.by_S.div(h - d.K) + 1, i_hi = min(d.by_S.div(h), d.P - 1);
+    const int j_lo = w < d.K ? 0 : d.by_S.div(w - d.K) + 1, j_hi = min(d.by_S.div(w), d.Q - 1);
     const int32_t idx = h * d.W + w;
     float sum = 0.f;
     for (int i = i_lo; i <= i_hi; ++i)
@@ -87,7 +90,12 @@ dim3 grid_for(int64_t items) {
   return dim3(static_cast<unsigned>(std::clamp<int64_t>(div_up<int64_t>(items, kThreads), 1, kMaxBlocks)));
 }
 
-Dims dims_of(const Pool2dShape& s) { return {s.h, s.w, s.p(), s.q(), s.window, s.stride}; }
+Dims dims_of(const Pool2dShape& s) {
+  constexpr int64_t kMax = (int64_t(1) << 31) - kMaxBlocks * kThreads;  // the grid stride must not overflow
+  NT_CHECK(int64_t(s.n) * s.c * s.h * s.w < kMax, "maxpool2d: tensors of 2^31 elements or more are not supported");
+  return {s.h, s.w, s.p(), s.q(), s.window, s.stride,
+          FastDivmod(s.w), FastDivmod(s.h), FastDivmod(s.q()), FastDivmod(s.p()), FastDivmod(s.stride)};
+}
 
 }  // namespace
 
@@ -98,7 +106,7 @@ void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, f
   const double bytes = double(s.n) * s.c * s.h * s.w * 4 + double(outputs) * 8;
   const profile::OpCost cost{bytes, double(outputs) * s.window * s.window};
   launch(exec, "maxpool2d_forward", cost, maxpool2d_forward_kernel, grid_for(outputs), dim3(kThreads), 0, x, y,
-         argmax, outputs, dims_of(s));
+         argmax, static_cast<int>(outputs), dims_of(s));
 }
 
 void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
@@ -108,7 +116,7 @@ void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy,
   const double bytes = double(inputs) * 4 + double(inputs) * spans * spans * 8;
   const profile::OpCost cost{bytes, double(inputs) * spans * spans};
   launch(exec, "maxpool2d_backward", cost, maxpool2d_backward_kernel, grid_for(inputs), dim3(kThreads), 0, dy,
-         argmax, dx, inputs, dims_of(s));
+         argmax, dx, static_cast<int>(inputs), dims_of(s));
 }
 
 }  // namespace nt::kernels::cuda
