@@ -24,15 +24,19 @@ profile::TimerChoice parse_profile_timer(const std::string& text) {
 }
 
 ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold,
-                               profile::TimerChoice timer, bool graphs)
+                               profile::TimerChoice timer, bool graphs, int sample_every)
     : ctx_(ctx), out_prefix_(std::move(out_prefix)) {
   if (!enabled) return;
   profile::ProfilerOptions o;
+  // Sampled, auto means events: CUPTI costs every launch about the same whether it records it or not
+  // (docs/profiler.md, Sampling), so only the events timer gets cheaper when most steps are not timed.
+  if (sample_every > 1 && timer == profile::TimerChoice::automatic) timer = profile::TimerChoice::events;
   o.timing = profile::timing_for(timer, ctx.on_cuda());
   o.cupti_fallback = profile::cupti_fallback_for(timer);
   if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();
   o.graphs = graphs;
+  o.sample_every = sample_every;
   profiler_ = std::make_unique<profile::KernelProfiler>(std::move(o));
 }
 

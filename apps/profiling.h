@@ -35,8 +35,10 @@ class ProfileSession {
   // for runs under Nsight Compute, which serializes every launch and would stall each hold until its timeout.
   // timer: --profile-timer. An explicit cupti that cannot load throws nt::Error here.
   // graphs: time the kernels of replayed CUDA graphs (CUPTI only; --profile-graphs), else run eagerly.
+  // sample_every: time one step in N (--profile-every; profile/kernel_profiler.h, Sampling).
   ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true,
-                 profile::TimerChoice timer = profile::TimerChoice::automatic, bool graphs = false);
+                 profile::TimerChoice timer = profile::TimerChoice::automatic, bool graphs = false,
+                 int sample_every = 1);
   ~ProfileSession();  // detaches the profiler if finish() was not reached
   ProfileSession(const ProfileSession&) = delete;
   ProfileSession& operator=(const ProfileSession&) = delete;

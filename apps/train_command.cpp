@@ -46,6 +46,7 @@ struct TrainCommand {
   std::string profile_out;  // also write PREFIX.csv, .json, .trace.json (implies profile)
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
   bool profile_graphs = false;         // CUPTI: profile the replayed graphs instead of eager launches
+  int profile_every = 1;               // time one step in N (implies profile)
 };
 
 void validate_train(const TrainCommand& t) {
@@ -75,6 +76,10 @@ void validate_train(const TrainCommand& t) {
   }
   validate_profile_out(t.profile_out);
   parse_profile_timer(t.profile_timer);
+  if (t.profile_every < 1 || t.profile_every > 1'000'000)
+    throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
+  if (t.profile_every > 1 && t.profile_graphs)
+    throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
 
 // What a checkpoint records about the run that wrote it (safetensors "__metadata__").
@@ -198,8 +203,9 @@ int run_train(const TrainCommand& t) {
   }
   Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
   // Profiled epochs run eagerly unless --profile-graphs asks CUPTI to time the replayed graphs (docs/profiler.md).
-  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs, t.profile_out,
-                           /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs);
+  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1,
+                           t.profile_out, /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs,
+                           t.profile_every);
 
   for (int epoch = 1; epoch <= t.epochs; ++epoch) {
     current_epoch = epoch;
@@ -260,6 +266,10 @@ Command register_train(CLI::App& app) {
   train_cmd->add_flag("--profile", train->profile, "Time every kernel and print the table at the end");
   train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
   train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
+  train_cmd->add_option("--profile-every", train->profile_every,
+                        "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
+                        "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
+      ->capture_default_str();
   train_cmd->add_flag("--profile-graphs", train->profile_graphs,
                       "Profile the replayed CUDA graphs (CUPTI) instead of eager launches (implies --profile)");
 

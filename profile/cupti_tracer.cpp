@@ -368,6 +368,17 @@ CuptiTracer::~CuptiTracer() {
   state_->open = false;
 }
 
+void CuptiTracer::set_recording(bool on) {
+  if (on == recording_) return;
+  for (auto kind : kKinds) {
+    const CUptiResult r = on ? api_->enable(kind) : api_->disable(kind);
+    if (r != CUPTI_SUCCESS)
+      throw InternalError(cat(on ? "cuptiActivityEnable" : "cuptiActivityDisable", "(CUPTI_ACTIVITY_KIND_",
+                              kind_name(kind), "): ", api_->describe(r)));
+  }
+  recording_ = on;
+}
+
 uint64_t CuptiTracer::now_ns() const {
   uint64_t t = 0;
   const CUptiResult r = api_->timestamp(&t);
@@ -404,6 +415,7 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
 CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : api_(std::move(api)), state_(state) {}
 CuptiTracer::~CuptiTracer() = default;
 uint64_t CuptiTracer::now_ns() const { return 0; }
+void CuptiTracer::set_recording(bool) {}
 void CuptiTracer::collect(bool, std::vector<CuptiKernelRecord>&) {}
 int64_t CuptiTracer::dropped_records() const { return 0; }
 int64_t CuptiTracer::kernel_records() const { return 0; }

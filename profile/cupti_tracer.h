@@ -111,6 +111,11 @@ class CuptiTracer {
 
   uint64_t now_ns() const;          // cuptiGetTimestamp: the clock of the kernel records
 
+  // Kernels launched while recording is off get no record (cuptiActivityDisable), and their launches none of
+  // CUPTI's per-launch cost; records of kernels launched before are still delivered. On after open().
+  void set_recording(bool on);
+  bool recording() const { return recording_; }
+
   // cuptiActivityFlushAll(forced ? FLUSH_FORCED : 0), then appends to `into` every record delivered since the
   // last call (no allocation while `into` has the capacity). Call it after synchronizing the streams: an
   // unforced flush delivers only buffers whose records are all complete.
@@ -125,6 +130,7 @@ class CuptiTracer {
   CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state);
   std::shared_ptr<const CuptiApi> api_;
   State* state_;
+  bool recording_ = true;
 };
 
 }  // namespace nt::profile

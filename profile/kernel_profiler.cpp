@@ -114,6 +114,10 @@ KernelProfiler::KernelProfiler(ProfilerOptions options)
     NT_CHECK(options_.pool_pairs > 0, "profiler: pool_pairs must be positive, got ", options_.pool_pairs);
     gpu_ = std::make_unique<Gpu>();
   }
+  NT_CHECK(options_.sample_every >= 1, "profiler: sample_every must be at least 1, got ", options_.sample_every);
+  NT_CHECK(options_.sample_every == 1 || !options_.graphs,
+           "profiler: sampling times steps, and a replayed graph is a whole epoch: not both");
+  data_.sample_every = options_.sample_every;
   if (timing_ == Timing::cupti) {
     const CuptiLibrary& lib = cupti_library(options_.cupti_library);
     if (!lib.loaded) fall_back(lib.error);
@@ -204,8 +208,38 @@ Launch KernelProfiler::describe(const char* kernel) {
   return l;
 }
 
+KernelProfiler::Take KernelProfiler::take_for_step(int64_t step) const {
+  const int n = options_.sample_every;
+  if (n == 1 || step % n == n - 1) return Take::counted;
+  return step % n == n - 2 && timing_ == Timing::cupti ? Take::lead_in : Take::skipped;
+}
+
+KernelProfiler::Take KernelProfiler::take_now() const {
+  if (options_.sample_every == 1) return Take::counted;
+  if (in_step_) return step_take_;
+#if NT_WITH_CUDA
+  // Between steps CUPTI records whatever the next step needs: such a launch must be matched, not counted.
+  if (gpu_ && gpu_->cupti && gpu_->cupti->recording()) return Take::lead_in;
+#endif
+  return Take::skipped;
+}
+
+void KernelProfiler::set_recording(bool on) {
+#if NT_WITH_CUDA
+  if (gpu_ && gpu_->cupti) gpu_->cupti->set_recording(on);
+#else
+  (void)on;
+#endif
+}
+
 void KernelProfiler::begin(const char* kernel, void* stream) {
   NT_CHECK(started_ && !stopped_, "profiler: a launch observed outside start() ... stop()");
+  if (!deferred_error_.empty()) throw InternalError(deferred_error_);
+  const Take take = capturing_ >= 0 ? Take::counted : take_now();
+  if (take == Take::skipped) {
+    skipping_launch_ = true;
+    return;
+  }
   if (!gpu_) {
     open_.push_back({describe(kernel), -1, Clock::now()});
     return;
@@ -222,6 +256,7 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
     g.note_stream(s);
     g.dirty = true;
     open_.push_back({describe(kernel), -1});
+    open_.back().counted = take == Take::counted;
     return;
   }
   if (!g.reference_recorded) {
@@ -245,6 +280,10 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
 
 void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
   (void)kernel;
+  if (skipping_launch_) {
+    skipping_launch_ = false;
+    return;
+  }
   if (capturing_ >= 0) {
     auto& captured = sequences_[static_cast<size_t>(capturing_)].launches;
     if (!captured.empty()) captured.back().cost = cost;
@@ -328,13 +367,30 @@ void KernelProfiler::replayed(int sequence, void* stream) {
 
 void KernelProfiler::step_opened() noexcept {
   in_step_ = true;
+  step_take_ = take_for_step(steps_opened_++);
+  data_.steps = steps_opened_;
+  data_.sampled_steps += step_take_ == Take::counted;
+  if (options_.sample_every > 1) {
+    try {  // recording already follows this step unless a launch came between two steps
+      set_recording(step_take_ != Take::skipped);
+    } catch (const std::exception& e) {
+      deferred_error_ = e.what();  // thrown at the next launch: this is called from a scope's constructor
+    }
+  }
 #if NT_WITH_CUDA
-  if (gpu_ && holds() && started_ && !stopped_) gpu_->hold_pending = true;
+  if (gpu_ && holds() && started_ && !stopped_ && step_take_ == Take::counted) gpu_->hold_pending = true;
 #endif
 }
 
 void KernelProfiler::step_closed() noexcept {
   in_step_ = false;
+  if (options_.sample_every > 1) {
+    try {  // set for the next step now, so that launches between the two are recorded as it will be
+      set_recording(take_for_step(steps_opened_) != Take::skipped);
+    } catch (const std::exception& e) {
+      deferred_error_ = e.what();
+    }
+  }
   open_gate();
 #if NT_WITH_CUDA
   if (gpu_) gpu_->hold_pending = false;
@@ -412,6 +468,7 @@ void KernelProfiler::flush_cupti() {
   for (Open& o : open_) {
     if (!o.ended) continue;  // never launched
     const CuptiLaunchTime& t = m.launches[j++];
+    if (!o.counted) continue;  // a lead-in launch: its end clipped the next one's start
     if (!t.found) {
       ++data_.launches_without_record;
       continue;

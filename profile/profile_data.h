@@ -61,12 +61,15 @@ class ProfileData {
 
   // Set by the profiler: the wall clock of the profiled window, where it ran, how often it synchronized, what
   // timed the kernels ("host", "cuda events", "cupti"), and how many launches the timer gave no time for
-  // (CUPTI delivered no record: they are in no row, and the report says so).
+  // (CUPTI delivered no record: they are in no row, and the report says so). Sampling: one step in
+  // sample_every was timed, sampled_steps of the steps opened in the window.
   double wall_us = 0;
   std::string device;
   int64_t synchronizations = 0;
   std::string timer;
   int64_t launches_without_record = 0;
+  int sample_every = 1;
+  int64_t steps = 0, sampled_steps = 0;
 
  private:
   struct Key {

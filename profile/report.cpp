@@ -169,12 +169,23 @@ std::string format_table(const ProfileData& d) {
 std::string format_totals(const ProfileData& d) {
   const double kernel_ms = d.kernel_us() / 1e3, wall_ms = d.wall_us / 1e3;
   const auto launches = std::to_string(d.launch_count());
-  return "kernel time " + fmt("%.3f", kernel_ms) + " ms in " + launches + " launches | wall clock " +
-         fmt("%.3f", wall_ms) + " ms | kernels busy " + fmt("%.1f", pct(kernel_ms, wall_ms)) + "% of it, gaps " +
-         fmt("%.3f", std::max(wall_ms - kernel_ms, 0.0)) + " ms (launch overhead, host work, idle device)\n" +
-         "profiler: " + std::to_string(d.synchronizations) + " synchronization" + (d.synchronizations == 1 ? "" : "s") +
-         " for " + launches + " launches" + (d.device.empty() ? "" : ", device " + d.device) +
-         (d.timer.empty() ? "" : ", timer " + d.timer) + "\n" +
+  std::string out;
+  if (d.sample_every > 1 && d.sampled_steps > 0) {
+    // The wall clock covers every step and the kernel time only the sampled ones: scale the sample up.
+    const double all_ms = kernel_ms * static_cast<double>(d.steps) / static_cast<double>(d.sampled_steps);
+    out = "sampled: 1 step in " + std::to_string(d.sample_every) + ", " + std::to_string(d.sampled_steps) + " of " +
+          std::to_string(d.steps) + " steps timed (launches outside steps are not)\n" + "kernel time " +
+          fmt("%.3f", kernel_ms) + " ms in " + launches + " launches, about " + fmt("%.3f", all_ms) +
+          " ms over all steps | wall clock " + fmt("%.3f", wall_ms) + " ms | kernels busy about " +
+          fmt("%.1f", pct(all_ms, wall_ms)) + "% of it\n";
+  } else {
+    out = "kernel time " + fmt("%.3f", kernel_ms) + " ms in " + launches + " launches | wall clock " +
+          fmt("%.3f", wall_ms) + " ms | kernels busy " + fmt("%.1f", pct(kernel_ms, wall_ms)) + "% of it, gaps " +
+          fmt("%.3f", std::max(wall_ms - kernel_ms, 0.0)) + " ms (launch overhead, host work, idle device)\n";
+  }
+  return out + "profiler: " + std::to_string(d.synchronizations) + " synchronization" +
+         (d.synchronizations == 1 ? "" : "s") + " for " + launches + " launches" +
+         (d.device.empty() ? "" : ", device " + d.device) + (d.timer.empty() ? "" : ", timer " + d.timer) + "\n" +
          (d.launches_without_record > 0 ? "warning: " + std::to_string(d.launches_without_record) +
                                               " launches without a CUPTI record (in no row of the table)\n"
                                         : "");
@@ -199,6 +210,9 @@ std::string to_json(const ProfileData& d) {
                     ",\n  \"synchronizations\": " + std::to_string(d.synchronizations) +
                     ",\n  \"timer\": " + json_str(d.timer) +
                     ",\n  \"launches_without_record\": " + std::to_string(d.launches_without_record) +
+                    ",\n  \"sample_every\": " + std::to_string(d.sample_every) +
+                    ",\n  \"steps\": " + std::to_string(d.steps) +
+                    ",\n  \"sampled_steps\": " + std::to_string(d.sampled_steps) +
                     ",\n  \"kernels\": [";
   const auto rows = d.rows();
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -249,6 +249,39 @@ TEST_CASE("a profiled CPU training step and evaluation: every launch is in the t
   }
 }
 
+TEST_CASE("sampling times one step in N, and the report says so", "[cpu][profile]") {
+  test::Rig rig(small_train(), {});
+  profile::ProfilerOptions options;
+  options.sample_every = 4;
+  profile::KernelProfiler profiler(options);  // host timers
+  CountingObserver counter;
+  counter.next = &profiler;
+  rig.ctx.set_observer(&counter);
+  profiler.start();
+  for (int64_t s = 0; s < 8; ++s) rig.trainer.enqueue_train_step(s);  // steps 3 and 7 are timed
+  profiler.stop();
+  rig.ctx.set_observer(nullptr);
+  const auto& d = profiler.data();
+  CHECK(d.steps == 8);
+  CHECK(d.sampled_steps == 2);
+  CHECK(d.sample_every == 4);
+  REQUIRE(counter.launches % 8 == 0);
+  CHECK(d.launch_count() == counter.launches / 4);  // every step launches the same kernels
+  for (const auto& [key, calls] : counter.calls) {
+    INFO(std::get<0>(key) << " | " << std::get<1>(key) << " | " << std::get<2>(key));
+    CHECK(profiled_calls(d).at(key) * 4 == calls);
+  }
+  const std::string totals = profile::format_totals(d);
+  CHECK(totals.find("sampled: 1 step in 4, 2 of 8 steps timed") != std::string::npos);
+  CHECK(profile::to_json(d).find("\"sample_every\": 4") != std::string::npos);
+  CHECK_THROWS_WITH(profile::KernelProfiler([] {
+                      profile::ProfilerOptions o;
+                      o.sample_every = 0;
+                      return o;
+                    }()),
+                    Catch::Contains("sample_every must be at least 1"));
+}
+
 TEST_CASE("with no observer attached nothing is recorded", "[cpu][profile]") {
   test::Rig rig(small_train(), {});
   profile::KernelProfiler profiler(profile::ProfilerOptions{});  // host timers
@@ -511,4 +544,22 @@ TEST_CASE("the profile timer flag: bad values are one line naming it, and events
   INFO(r.out);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("timer host") != std::string::npos);  // the CPU is timed by the host clock
+}
+
+TEST_CASE("the profile sampling flag: out of range or with --profile-graphs is one line naming it, else a sampled "
+          "table", "[cpu][profile][cli]") {
+  for (const char* flags : {"--profile-every 0", "--profile-every 2000000", "--profile-every 4 --profile-graphs"}) {
+    INFO(flags);
+    const auto r = test::run_command(test::cli_path() + " train --device cpu " + flags + " --data " + test::mnist_dir());
+    INFO(r.out);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find("--profile-every") != std::string::npos);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
+  }
+  const auto r = test::run_command(test::cli_path() + " train --device cpu --epochs 1 --batch 64 --train-limit 640 " +
+                                   "--profile-every 5 --log-level warn --data " + test::mnist_dir());
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  // 10 training steps and 157 evaluation batches of 64 (the last partial): steps 5, 10, ... are timed.
+  CHECK(r.out.find("sampled: 1 step in 5, 33 of 167 steps timed") != std::string::npos);
 }

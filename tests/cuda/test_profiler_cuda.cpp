@@ -169,6 +169,43 @@ TEST_CASE("CUPTI timer: a full batch flushes mid-step without losing a launch, a
   }
 }
 
+// Sampling one step in 4 of 12 training steps and 2 evaluation batches (14 steps): the 4th, 8th and 12th
+// training steps are timed, no evaluation batch is. With CUPTI the step before each is recorded as well (its
+// last kernel's end clips the sampled step's first kernel) and recording is off in between.
+void check_sampled(const ProfiledRun& run) {
+  const auto& d = run.data;
+  CHECK(d.launches_without_record == 0);
+  CHECK(d.steps == 14);
+  CHECK(d.sampled_steps == 3);
+  for (const auto& [key, calls] : run.counter.calls) {
+    INFO(std::get<0>(key) << " | " << std::get<1>(key) << " | " << std::get<2>(key));
+    const auto profiled = profiled_calls(d);
+    if (std::get<1>(key) == "eval") {
+      CHECK(profiled.count(key) == 0);
+    } else {
+      CHECK(profiled.at(key) * 4 == calls);
+    }
+  }
+  for (const auto& r : d.rows()) {
+    INFO(r.kernel << " | " << r.phase << " | " << r.layer);
+    CHECK(r.min_us > 0);
+    CHECK(r.max_us < 1'000);
+  }
+}
+
+TEST_CASE("sampling one step in N: CUPTI and events time exactly the sampled steps' launches",
+          "[cuda][profile][cupti]") {
+  REQUIRE(profile::cupti_library().loaded);
+  for (const bool cupti : {true, false}) {
+    INFO((cupti ? "cupti" : "events"));
+    profile::ProfilerOptions o = cupti ? cupti_options(4096) : events_options(4096);
+    o.sample_every = 4;
+    const ProfiledRun run = profile_steps(12, o);
+    REQUIRE(run.timing == (cupti ? profile::Timing::cupti : profile::Timing::cuda_events));
+    check_sampled(run);
+  }
+}
+
 TEST_CASE("CUPTI timer: a replayed CUDA graph is timed kernel by kernel at every replay", "[cuda][profile][cupti]") {
   REQUIRE(profile::cupti_library().loaded);
   test::RigOptions o;
