@@ -28,10 +28,7 @@ ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefi
     : ctx_(ctx), out_prefix_(std::move(out_prefix)) {
   if (!enabled) return;
   profile::ProfilerOptions o;
-  // Sampled, auto means events: CUPTI costs every launch about the same whether it records it or not
-  // (docs/profiler.md, Sampling), so only the events timer gets cheaper when most steps are not timed.
-  if (sample_every > 1 && timer == profile::TimerChoice::automatic) timer = profile::TimerChoice::events;
-  o.timing = profile::timing_for(timer, ctx.on_cuda());
+  o.timing = profile::timing_for(timer, ctx.on_cuda(), sample_every);
   o.cupti_fallback = profile::cupti_fallback_for(timer);
   if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();

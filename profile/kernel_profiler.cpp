@@ -32,8 +32,9 @@ std::optional<TimerChoice> parse_timer_choice(std::string_view text) {
   return std::nullopt;
 }
 
-Timing timing_for(TimerChoice choice, bool on_cuda) {
+Timing timing_for(TimerChoice choice, bool on_cuda, int sample_every) {
   if (!on_cuda) return Timing::host;
+  if (choice == TimerChoice::automatic) return sample_every > 1 ? Timing::cuda_events : Timing::cupti;
   return choice == TimerChoice::events ? Timing::cuda_events : Timing::cupti;
 }
 
@@ -367,8 +368,7 @@ void KernelProfiler::replayed(int sequence, void* stream) {
 
 void KernelProfiler::step_opened() noexcept {
   in_step_ = true;
-  step_take_ = take_for_step(steps_opened_++);
-  data_.steps = steps_opened_;
+  step_take_ = take_for_step(data_.steps++);
   data_.sampled_steps += step_take_ == Take::counted;
   if (options_.sample_every > 1) {
     try {  // recording already follows this step unless a launch came between two steps
@@ -386,7 +386,7 @@ void KernelProfiler::step_closed() noexcept {
   in_step_ = false;
   if (options_.sample_every > 1) {
     try {  // set for the next step now, so that launches between the two are recorded as it will be
-      set_recording(take_for_step(steps_opened_) != Take::skipped);
+      set_recording(take_for_step(data_.steps) != Take::skipped);
     } catch (const std::exception& e) {
       deferred_error_ = e.what();
     }

@@ -75,8 +75,9 @@ const char* timing_name(Timing t);  // "host", "cuda events", "cupti"
 enum class TimerChoice { automatic, cupti, events };
 std::optional<TimerChoice> parse_timer_choice(std::string_view text);  // "auto", "cupti", "events"; else nullopt
 // The timing for a choice on a backend (the CPU is always timed by the host clock) and whether falling back
-// from cupti to events is allowed (only for auto).
-Timing timing_for(TimerChoice choice, bool on_cuda);
+// from cupti to events is allowed (only for auto). Sampled (sample_every > 1), auto means events: CUPTI costs
+// every launch about the same whether it records it or not, so only events get cheaper between samples.
+Timing timing_for(TimerChoice choice, bool on_cuda, int sample_every = 1);
 inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoice::cupti; }
 
 struct ProfilerOptions {
@@ -161,7 +162,6 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   Clock::time_point origin_{}, window_start_{};
   bool in_step_ = false;
   int64_t flushes_ = 0;
-  int64_t steps_opened_ = 0;       // outermost steps since start()
   Take step_take_ = Take::counted;  // of the open step
   bool skipping_launch_ = false;    // between begin() and end() of a launch that is not timed
   std::string deferred_error_;      // a failure inside step_opened/closed (noexcept), thrown at the next launch

@@ -375,20 +375,15 @@ bool direct_forward(const Conv2dShape& s) {
   return taps <= kDirectTaps && taps * s.k <= kDirectMaxWeights;
 }
 
-// grid: ceil(N·P·Q / kDirectThreads); smem: w (K, C·R·S) then the tap table {c·H·W + r·W + s, r, s}.
+// grid: ceil(N·P·Q / kDirectThreads); smem: w (K, C·R·S) then the tap table (ForwardPass::k_info of each tap).
 // Taps: C·R·S exactly (no guard in the loops), or kDirectTaps with a guard for any smaller count.
 template <int Taps>
 __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(ConvArgs a) {
   static_assert(Taps <= kDirectTaps);
   __shared__ float sw[kDirectMaxWeights];
-  __shared__ int3 taps[kDirectTaps];
+  __shared__ ForwardPass::KInfo taps[kDirectTaps];
   const int ntaps = a.K;  // the GEMM's depth: C·R·S
-  for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) {
-    int c, rs, r, sx;
-    a.by_rs.divmod(t, c, rs);
-    a.by_s.divmod(rs, r, sx);
-    taps[t] = make_int3(c * a.hw + r * a.w + sx, r, sx);
-  }
+  for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
   begin_dependent_kernel();  // the weights (and x) may come from the kernels before
   for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads) sw[i] = __ldg(&a.a_src[i]);
   __syncthreads();
@@ -400,8 +395,7 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
   for (int t = 0; t < Taps; ++t) {
     x[t] = 0.f;
     if (Taps != kDirectTaps || t < ntaps) {
-      const int3 tap = taps[t];
-      if (inside(col.y + tap.y, a.h) && inside(col.z + tap.z, a.w)) x[t] = __ldg(&a.b_src[col.x + tap.x]);
+      x[t] = ForwardPass::load_b(a, taps[t], col);
     }
   }
   for (int m = 0; m < a.M; ++m) {
@@ -444,12 +438,8 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 // (backward_data at batch 256) Narrow was faster (87.9 against 102.9 us).
 Plan choose_plan(int M, int N, int K) {
   if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
-  if (N > ConvSmall::BN && tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN) >= kTargetBlocks)
-    return {K >= 2 * ConvNarrowGrouped::BK &&
-                    tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN) < kGroupedSplitBlocks
-                ? Tile::narrow_grouped
-                : Tile::narrow,
-            1};
+  if (const int64_t narrow = tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN); N > ConvSmall::BN && narrow >= kTargetBlocks)
+    return {K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow, 1};
   Plan plan{K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small, 1};
   const int64_t tiles = tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
   const int depth = slab_depth(plan.tile);

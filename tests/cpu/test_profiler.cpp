@@ -414,6 +414,8 @@ TEST_CASE("the profile timer flag: its values and what they mean on each backend
   CHECK(profile::timing_for(TimerChoice::automatic, true) == Timing::cupti);
   CHECK(profile::timing_for(TimerChoice::cupti, true) == Timing::cupti);
   CHECK(profile::timing_for(TimerChoice::events, true) == Timing::cuda_events);
+  CHECK(profile::timing_for(TimerChoice::automatic, true, 32) == Timing::cuda_events);  // sampled: CUPTI saves nothing
+  CHECK(profile::timing_for(TimerChoice::cupti, true, 32) == Timing::cupti);
   for (auto c : {TimerChoice::automatic, TimerChoice::cupti, TimerChoice::events})
     CHECK(profile::timing_for(c, false) == Timing::host);  // the CPU: host clocks whatever was asked
   CHECK(profile::cupti_fallback_for(TimerChoice::automatic));
