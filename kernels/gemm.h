@@ -21,6 +21,8 @@
 // C = epilogue(0)).
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/exec.h"
 
 namespace nt::kernels {
@@ -46,6 +48,10 @@ struct GemmArgs {
   // runs beside it (Linear's input gradient beside its weight gradient) and waits for it only before
   // finishing; the result is the same. Ignored on the CPU.
   bool overlaps_previous = false;
+  // Optional scratch of gemm_workspace_floats(M, N, K) floats (or more). Given one, the CUDA GEMM may split a
+  // long K over many blocks where few output tiles would leave SMs idle, a second kernel adding the partials
+  // in a fixed order; without one it never does. Not read before written; the CPU ignores it.
+  T* workspace = nullptr;
 };
 using GemmDesc = GemmArgs<float>;
 using GemmDescF64 = GemmArgs<double>;  // CPU only: double-precision gradient checks
@@ -56,8 +62,22 @@ namespace cpu {
 void gemm(const Exec& exec, const GemmDesc& d);
 void gemm(const Exec& exec, const GemmDescF64& d);  // plain loops in f64 (kernels/cpu/gemm_f64.cpp)
 }  // namespace cpu
-namespace cuda { void gemm(const Exec& exec, const GemmDesc& d); }
+namespace cuda {
+void gemm(const Exec& exec, const GemmDesc& d);
+// Floats of GemmDesc::workspace for (M', N, K) with every M' <= M (a layer plans with its full batch and may
+// run a smaller one); 0 where no such GEMM would use it.
+size_t gemm_workspace_floats(int M, int N, int K);
+}  // namespace cuda
 inline void gemm(const Exec& exec, const GemmDesc& d) { NT_DISPATCH(exec, gemm, d); }
+inline size_t gemm_workspace_floats(Backend backend, int M, int N, int K) {
+#if NT_WITH_CUDA
+  if (backend == Backend::cuda) return cuda::gemm_workspace_floats(M, N, K);
+#else
+  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
+#endif
+  (void)M, (void)N, (void)K;
+  return 0;  // the CPU GEMM needs none
+}
 inline void gemm(const Exec& exec, const GemmDescF64& d) { NT_CPU_ONLY(exec, gemm, d); }
 
 }  // namespace nt::kernels

@@ -12,5 +12,9 @@ enum GemmTile : int { large = 0, medium = 1, small = 2, small_grouped = 3 };
 
 // split_k: 1, or 2/4/8 (a thread-block cluster, sm_90) with either small tile.
 void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
+// split_k (2..256) blocks of a small tile through d.workspace, which holds
+// gemm_workspace_variant_floats(M, N, split_k) floats; then the reduction kernel.
+void gemm_workspace_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k);
+size_t gemm_workspace_variant_floats(int M, int N, int split_k);
 
 }  // namespace nt::kernels::cuda::lab

@@ -1,6 +1,7 @@
 #include "layers/linear.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/activation.h"
 #include "kernels/classifier_head.h"
@@ -42,6 +43,12 @@ void Linear::bind_params(std::span<Param*> params) {
   bias_param_ = bias_ ? params[1] : nullptr;
 }
 
+void Linear::plan(ArenaPlan& plan, const PlanInfo& info, const Shape&) {
+  if (info.dtype != DType::f32) return;
+  const size_t floats = kernels::gemm_workspace_floats(info.backend, static_cast<int>(info.batch), out_, in_);
+  if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+}
+
 void Linear::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
   if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y);
   forward_typed<float>(exec, x, y);
@@ -62,6 +69,7 @@ void Linear::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   d.C = y.data<T>(), d.ldc = out_;                                // y: (rows, out)
   d.epilogue = bias_ ? (relu_ ? kernels::Epilogue::bias_relu : kernels::Epilogue::bias) : kernels::Epilogue::none;
   d.bias = bias_ ? bias_param_->value.data<T>() : nullptr;
+  if constexpr (std::is_same_v<T, float>) d.workspace = workspace_.defined() ? workspace_.f32() : nullptr;
   kernels::gemm(exec, d);
   if (relu_ && !bias_) kernels::relu_forward(exec, y.data<T>(), y.data<T>(), static_cast<size_t>(y.numel()));
 }

@@ -1,7 +1,8 @@
 // Linear: y = x·Wᵀ + b, optionally followed by a fused ReLU. PyTorch's nn.Linear layout and init.
 //
 //   x: (rows, in)   W: (out, in)   b: (out)   y: (rows, out)
-// forward   one GEMM, epilogue bias or bias+ReLU
+// forward   one GEMM, epilogue bias or bias+ReLU (with a planned workspace where a long K over few rows
+//           splits further than a cluster: the cnn's 3136->128 layer)
 // backward  dz = dy (through the ReLU unless the next layer already masked it)
 //           dW = dzᵀ·x with db = Σ_rows dz from the same pass   (both written =)
 //           dx = dz·W, times (x > 0) when the previous layer ended in a ReLU   (written =)
@@ -23,6 +24,7 @@ class Linear final : public Layer {
   Shape output_shape(const Shape& input) const override;
   std::vector<ParamSpec> param_specs() const override;
   void bind_params(std::span<Param*> params) override;
+  void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
   void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor* dx) override;
@@ -47,6 +49,7 @@ class Linear final : public Layer {
   bool relu_, bias_;
   Param* weight_ = nullptr;
   Param* bias_param_ = nullptr;
+  Tensor workspace_;  // the forward GEMM's split-K partials (kernels/gemm.h); undefined when none is needed
 };
 
 }  // namespace nt::layers

@@ -40,12 +40,16 @@
 //          (Nsight Compute: 4% occupancy, stalled on shared-memory and fixed-latency dependencies).
 //   The first whose tile count reaches the SM count wins; below that the small grouped tile, or the small
 //   one where K fits one of its slabs; when that gives fewer blocks than SMs, K is split over S ∈ {2, 4, 8}
-//   blocks of a thread-block cluster (sm_90).
+//   blocks of a thread-block cluster (sm_90). Where even 8 splits leave SMs idle and K is long (the cnn's
+//   3136→128 layer: 8 tiles at batch 64) and the caller passed a workspace, K is split over up to 256 blocks
+//   of the small grouped tile through that workspace instead, one 64-deep slab or more each, and a second
+//   kernel adds the partials (gemm_tile::sum_split_partials) and applies the epilogue.
 //
 // Determinism. Every output's K-sum runs in one fixed order: k ascending inside a block; with split-K
 // each block of a cluster sums one contiguous K range and block `rank` then adds the S partial tiles
 // from the cluster's distributed shared memory in rank order 0..S-1 before the epilogue: no atomics,
-// no workspace, one launch. The split factor depends only on (M, N, K) and the device's SM count, so
+// no workspace, one launch. Split through a workspace, block z writes its raw partial to
+// workspace[z][M·N + M] (the tile, then the row sums) and the reduction sums them in a fixed tree. The split factor depends only on (M, N, K) and the device's SM count, so
 // a given problem on a given GPU always gives the same bits. a_row_sums is computed by the blocks of
 // tile column 0, k ascending from the shared-memory slabs (zero-filled past K), and written once.
 //
@@ -87,6 +91,8 @@ struct KernelArgs {
   int tiles_m, tiles_n;  // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
   bool store_vec;        // C is 16-byte aligned and ldc % 4 == 0: float4 stores
   bool overlaps_previous;  // GemmDesc::overlaps_previous (launch.cuh: begin/end_overlapping_kernel)
+  float* partial;          // split through the workspace: S partials of partial_stride = M·N + M floats
+  int partial_stride;
 };
 
 // The kernel's first and last statements: an ordinary dependent kernel, or one that runs beside its predecessor.
@@ -115,6 +121,10 @@ using SmallGroupedTile = TileConfig<32, 32, 64, 4, 4, 2, 4>;  // the small tile 
 
 constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
 constexpr int kMinSplitK = 128;  // below this K a split-K cluster costs more than it saves (choose_plan)
+// Template split factor of gemm_block meaning "split over gridDim.z blocks through the workspace".
+constexpr int kWorkspaceSplit = 0;
+constexpr int kMaxWorkspaceSplit = 256;
+constexpr int kMinWorkspaceSplitK = 16 * SmallGroupedTile::BK;  // twice the cluster's splits of one slab or more
 
 
 // ---- epilogue --------------------------------------------------------------------------------------
@@ -185,8 +195,8 @@ __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int r
 
 // ---- the block's work ------------------------------------------------------------------------------
 
-// Shared memory after the K loop: with split-K (S > 1) the block's partial tile and its row sums, then
-// the k-groups' parked tiles; the pipeline's stages before that.
+// Shared memory after the K loop: with cluster split-K (S > 1) the block's partial tile and its row sums,
+// then the k-groups' parked tiles; the pipeline's stages before that.
 template <class Cfg, int S>
 constexpr int kGroupParkOffset = S > 1 ? Cfg::BM * Cfg::BN + Cfg::BM : 0;
 template <class Cfg, int S>
@@ -204,8 +214,9 @@ __device__ __forceinline__ void tile_of_block(const KernelArgs& p, int& tile_m, 
   tile_n = (pid % per_group) / group_rows;
 }
 
-// C tile (or, with S > 1, this block's partial of it over K-range `split`) for the tile (tile_m, tile_n).
-// smem: Cfg::kPipelineFloats floats (and BM·BN + BM with S > 1), 16-byte aligned.
+// C tile (or, with S != 1, this block's partial of it over K-range `split`) for the tile (tile_m, tile_n).
+// S: 1 (no split), 2..8 (the blocks of a cluster), kWorkspaceSplit (gridDim.z blocks, partials to
+// p.partial). smem: Cfg::kPipelineFloats floats (and BM·BN + BM with S > 1), 16-byte aligned.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epilogue epilogue, int split) {
   using LoadA = SlabLoader<Cfg::BM, Cfg::BK, Cfg::kThreads, !TransA, Vec>;  // op(A) as (M, K)
@@ -223,8 +234,9 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   // This block's K range in steps of one k-group's rows (kGroupK; a whole slab when KG == 1):
   // [step_begin, step_end), all of K when S == 1. Slabs start at step_begin and are zero-filled past
   // k_end, so a slab reaching into the next split's range adds nothing from it.
+  const int splits = S == kWorkspaceSplit ? static_cast<int>(gridDim.z) : S;
   const int steps_total = (p.K + Cfg::kGroupK - 1) / Cfg::kGroupK;
-  const int steps_per_split = (steps_total + S - 1) / S;
+  const int steps_per_split = (steps_total + splits - 1) / splits;
   const int step_begin = min(split * steps_per_split, steps_total);
   const int n_steps = min(step_begin + steps_per_split, steps_total) - step_begin;
   const int n_slabs = (n_steps + Cfg::KG - 1) / Cfg::KG;
@@ -279,6 +291,22 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   if constexpr (S == 1) {
     if (group == 0) store_micro_tile<Cfg>(acc, m0 + a_off, n0 + b_off, p, epilogue);
     if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) p.a_row_sums[m0 + threadIdx.x] = row_sum;
+  } else if constexpr (S == kWorkspaceSplit) {
+    float* part = p.partial + static_cast<size_t>(split) * p.partial_stride;  // (M, N) row-major, then M row sums
+    if (group == 0) {
+#pragma unroll
+      for (int i = 0; i < Cfg::TM; ++i) {
+        const int m = m0 + a_off + row_step<Cfg>(i);
+        if (m >= p.M) continue;
+#pragma unroll
+        for (int j = 0; j < Cfg::TN; ++j) {
+          const int n = n0 + b_off + col_step<Cfg>(j);
+          if (n < p.N) part[static_cast<size_t>(m) * p.N + n] = acc[i][j];
+        }
+      }
+    }
+    if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M)
+      part[static_cast<size_t>(p.M) * p.N + m0 + threadIdx.x] = row_sum;
   } else {
 #if NT_CLUSTERS
     // Park the block's partial tile and row sums at the start of shared memory.
@@ -342,6 +370,34 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
 #endif
 }
 
+// grid: (tiles_m · tiles_n, 1, S); block z writes its partial over K-range z to the workspace.
+template <class Cfg, bool TransA, bool TransB, bool Vec>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    gemm_workspace_split_kernel(KernelArgs p, Epilogue epilogue) {
+  begin_gemm_kernel(p);
+  __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, kWorkspaceSplit>];
+  gemm_block<Cfg, TransA, TransB, Vec, kWorkspaceSplit>(p, smem, epilogue, static_cast<int>(blockIdx.z));
+  end_gemm_kernel(p);
+}
+
+// The workspace split's second kernel: output e of (M·N, then M row sums) = the S partials added in a fixed
+// tree (gemm_tile::sum_split_partials), then the epilogue. total: M·N, + M with row sums;
+// grid split_reduce_grid(total).
+template <Epilogue E>
+__global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows)
+    gemm_split_reduce_kernel(KernelArgs p, int splits, int total) {
+  begin_dependent_kernel();  // the partials come from the kernel before
+  float sum;
+  if (!gemm_tile::sum_split_partials(p.partial, p.partial_stride, splits, total, sum)) return;
+  const int e = blockIdx.x * 32 + threadIdx.x, mn = p.M * p.N;
+  if (e >= mn) {
+    p.a_row_sums[e - mn] = sum;
+    return;
+  }
+  const int m = e / p.N, n = e % p.N;
+  p.C[static_cast<size_t>(m) * p.ldc + n] = finish<E>(sum, m, n, p);
+}
+
 // ---- launchers -------------------------------------------------------------------------------------
 
 enum class TileKind { large, medium, small, small_grouped };
@@ -349,6 +405,7 @@ enum class TileKind { large, medium, small, small_grouped };
 struct Plan {
   TileKind tile = TileKind::large;
   int split_k = 1;
+  bool through_workspace = false;  // split_k blocks write partials to the caller's workspace (any split_k >= 2)
 };
 
 int tiles_for(int M, int N, int bm, int bn) { return div_up(M, bm) * std::max(div_up(N, bn), 1); }
@@ -368,8 +425,9 @@ int sm_count() {
 
 // The rule: the largest tile that still gives at least one block per SM; if even the small tile gives
 // fewer, split K over a cluster so that tiles·S approaches two blocks per SM, keeping at least two
-// slabs (2·BK) of K per block. Depends only on (M, N, K) and the SM count: deterministic per device.
-Plan choose_plan(int M, int N, int K, int sms, bool can_split) {
+// slabs (2·BK) of K per block; where that still leaves SMs idle and K is long, split through the workspace
+// (if any). Depends only on (M, N, K), the SM count and whether there is a workspace: deterministic per device.
+Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspace) {
   if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
   // Measured on the H100 (bench_gemm's variant table, graph replays of the mlp's GEMMs at batch 64): the
@@ -383,6 +441,14 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split) {
   // split 4 4.04 us, split 8 4.60), while at K = 64 (the weight gradients at batch 64) the cluster
   // reduction costs more than it saves (dW2: 2.49 us unsplit, 3.67 split in two).
   if (!can_split || K < kMinSplitK) return plan;
+  // A long K over few tiles (the cnn's 3136->128 layer at batch 64: 8 tiles, 64 blocks as an 8-way cluster
+  // split, 23 us inside the step): split over one wave of three blocks per SM through the workspace, each
+  // block keeping at least one 64-deep slab.
+  if (has_workspace && tiles * kMaxSplitK < sms && K >= kMinWorkspaceSplitK) {
+    plan.split_k = std::clamp(div_up(3 * sms, tiles), 2, std::min(kMaxWorkspaceSplit, K / SmallGroupedTile::BK));
+    plan.through_workspace = true;
+    return plan;
+  }
   while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
          K / (plan.split_k * 2) >= 2 * SmallGroupedTile::kGroupK)
     plan.split_k *= 2;
@@ -394,8 +460,9 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 using KernelFn = void (*)(KernelArgs, Epilogue);
 
 template <class Cfg, bool TransA, bool TransB, bool Vec>
-KernelFn pick_split(int split_k) {
+KernelFn pick_split(int split_k, bool through_workspace) {
   if constexpr (std::is_same_v<Cfg, SmallTile> || std::is_same_v<Cfg, SmallGroupedTile>) {
+    if (through_workspace) return gemm_workspace_split_kernel<Cfg, TransA, TransB, Vec>;
     switch (split_k) {
       case 2: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
       case 4: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
@@ -403,27 +470,39 @@ KernelFn pick_split(int split_k) {
       default: break;
     }
   }
-  NT_CHECK(split_k == 1, "gemm: split-K ", split_k, " is not instantiated for this tile");
+  NT_CHECK(split_k == 1 && !through_workspace, "gemm: split-K ", split_k, " is not instantiated for this tile");
   return gemm_kernel<Cfg, TransA, TransB, Vec>;
 }
 
 template <class Cfg>
-KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, int split_k) {
+KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   const int variant = (trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0);
+  const int s = plan.split_k;
+  const bool ws = plan.through_workspace;
   switch (variant) {
-    case 0: return pick_split<Cfg, false, false, false>(split_k);
-    case 1: return pick_split<Cfg, false, false, true>(split_k);
-    case 2: return pick_split<Cfg, false, true, false>(split_k);
-    case 3: return pick_split<Cfg, false, true, true>(split_k);
-    case 4: return pick_split<Cfg, true, false, false>(split_k);
-    case 5: return pick_split<Cfg, true, false, true>(split_k);
-    case 6: return pick_split<Cfg, true, true, false>(split_k);
-    default: return pick_split<Cfg, true, true, true>(split_k);
+    case 0: return pick_split<Cfg, false, false, false>(s, ws);
+    case 1: return pick_split<Cfg, false, false, true>(s, ws);
+    case 2: return pick_split<Cfg, false, true, false>(s, ws);
+    case 3: return pick_split<Cfg, false, true, true>(s, ws);
+    case 4: return pick_split<Cfg, true, false, false>(s, ws);
+    case 5: return pick_split<Cfg, true, false, true>(s, ws);
+    case 6: return pick_split<Cfg, true, true, false>(s, ws);
+    default: return pick_split<Cfg, true, true, true>(s, ws);
+  }
+}
+
+using ReduceFn = void (*)(KernelArgs, int, int);
+ReduceFn pick_reduce(Epilogue e) {
+  switch (e) {
+    case Epilogue::bias: return gemm_split_reduce_kernel<Epilogue::bias>;
+    case Epilogue::bias_relu: return gemm_split_reduce_kernel<Epilogue::bias_relu>;
+    case Epilogue::relu_mask: return gemm_split_reduce_kernel<Epilogue::relu_mask>;
+    default: return gemm_split_reduce_kernel<Epilogue::none>;
   }
 }
 
 template <class Cfg>
-void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
+void launch_gemm(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   KernelArgs p{};
   p.M = d.M, p.N = d.N, p.K = d.K;
   p.A = d.A, p.lda = d.lda, p.B = d.B, p.ldb = d.ldb, p.C = d.C, p.ldc = d.ldc;
@@ -432,6 +511,8 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
   p.tiles_n = std::max(div_up(d.N, Cfg::BN), 1);  // N == 0: one tile column still produces the row sums
   p.store_vec = aligned16(d.C) && d.ldc % 4 == 0;
   p.overlaps_previous = d.overlaps_previous;
+  p.partial = plan.through_workspace ? d.workspace : nullptr;
+  p.partial_stride = d.M * d.N + d.M;
   const bool vec = aligned16(d.A) && d.lda % 4 == 0 && aligned16(d.B) && d.ldb % 4 == 0;
 
   const double M = d.M, N = d.N, K = d.K;
@@ -442,9 +523,14 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, int split_k) {
   const profile::OpCost cost{bytes, 2.0 * M * N * K};
 
   const dim3 grid(static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n), 1,
-                  static_cast<unsigned>(split_k));
-  launch(exec, gemm_kernel_name(d.epilogue), cost, pick_kernel<Cfg>(d.trans_a, d.trans_b, vec, split_k), grid,
+                  static_cast<unsigned>(plan.split_k));
+  launch(exec, gemm_kernel_name(d.epilogue), cost, pick_kernel<Cfg>(d.trans_a, d.trans_b, vec, plan), grid,
          dim3(Cfg::kThreads), 0, p, d.epilogue);
+  if (!plan.through_workspace) return;
+  const int total = d.M * d.N + (d.a_row_sums ? d.M : 0);
+  const profile::OpCost reduce_cost{4.0 * total * (plan.split_k + 1), double(total) * plan.split_k};
+  launch(exec, "gemm_split_reduce", reduce_cost, pick_reduce(d.epilogue), gemm_tile::split_reduce_grid(total),
+         gemm_tile::split_reduce_block(plan.split_k), 0, p, plan.split_k, total);
 }
 
 void check_invariants(const GemmDesc& d) {
@@ -461,19 +547,33 @@ void check_invariants(const GemmDesc& d) {
 
 void run_plan(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   if (d.M == 0 || (d.N == 0 && !d.a_row_sums)) return;  // nothing to write
+  NT_CHECK(!plan.through_workspace || d.workspace, "gemm: a workspace split without a workspace");
   switch (plan.tile) {
-    case TileKind::large: launch_gemm<LargeTile>(exec, d, plan.split_k); break;
-    case TileKind::medium: launch_gemm<MediumTile>(exec, d, plan.split_k); break;
-    case TileKind::small: launch_gemm<SmallTile>(exec, d, plan.split_k); break;
-    case TileKind::small_grouped: launch_gemm<SmallGroupedTile>(exec, d, plan.split_k); break;
+    case TileKind::large: launch_gemm<LargeTile>(exec, d, plan); break;
+    case TileKind::medium: launch_gemm<MediumTile>(exec, d, plan); break;
+    case TileKind::small: launch_gemm<SmallTile>(exec, d, plan); break;
+    case TileKind::small_grouped: launch_gemm<SmallGroupedTile>(exec, d, plan); break;
   }
+}
+
+size_t workspace_floats(const Plan& plan, int M, int N) {
+  return plan.through_workspace ? size_t(plan.split_k) * (size_t(M) * N + M) : 0;
 }
 
 }  // namespace
 
 void gemm(const Exec& exec, const GemmDesc& d) {
   check_invariants(d);
-  run_plan(exec, d, choose_plan(d.M, d.N, d.K, sm_count(), clusters_available()));
+  run_plan(exec, d, choose_plan(d.M, d.N, d.K, sm_count(), clusters_available(), d.workspace != nullptr));
+}
+
+size_t gemm_workspace_floats(int M, int N, int K) {
+  NT_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
+  const int sms = sm_count();
+  const bool can_split = clusters_available();
+  size_t most = 0;  // the most over every M' <= M: a layer plans with its full batch and may run a smaller one
+  for (int m = 1; m <= M; ++m) most = std::max(most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N));
+  return most;
 }
 
 // Kernel-lab entry (kernels/gemm_lab.h): the same op with the configuration forced.
@@ -483,6 +583,17 @@ void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
   NT_CHECK(tile >= 0 && tile <= 3, "gemm lab: tile ", tile, " out of range");
   NT_CHECK(split_k == 1 || (tile >= 2 && clusters_available()), "gemm lab: split-K needs a small tile and sm_90");
   run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k});
+}
+
+void gemm_workspace_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
+  check_invariants(d);
+  NT_CHECK(tile >= 0 && tile <= 3, "gemm lab: tile ", tile, " out of range");
+  NT_CHECK(split_k >= 2 && split_k <= kMaxWorkspaceSplit, "gemm lab: workspace split ", split_k, " out of 2..256");
+  run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k, true});
+}
+
+size_t gemm_workspace_variant_floats(int M, int N, int split_k) {
+  return workspace_floats(Plan{TileKind::small_grouped, split_k, true}, M, N);
 }
 }  // namespace lab
 

@@ -177,4 +177,33 @@ __device__ __forceinline__ int col_step(int j) {
   return (j / 4) * Cfg::kLaneCols * 4 + j % 4;
 }
 
+// ---- split-K through a workspace -----------------------------------------------------------------------
+
+// Split-K over more blocks than a cluster holds: block z of the GEMM writes its raw partial result to
+// partial[z·stride + e] for every output e of [0, total), and a reduction kernel adds them. Block (32,
+// kSplitReduceRows or fewer) of that kernel owns 32 consecutive outputs; thread (e, g) sums partials g,
+// g + G, g + 2G, ... in order, then row 0 adds the G sums in g order: a fixed tree, no atomics, the same bits
+// run to run. Returns true in the thread holding output e's sum (row 0, e < total), with the sum in `sum`.
+constexpr int kSplitReduceRows = 32;
+
+__device__ __forceinline__ bool sum_split_partials(const float* partial, size_t stride, int splits, int total,
+                                                   float& sum) {
+  __shared__ float sums[kSplitReduceRows][33];
+  const int e = blockIdx.x * 32 + threadIdx.x, g = threadIdx.y, rows = blockDim.y;
+  float v = 0.f;
+  if (e < total)
+    for (int z = g; z < splits; z += rows) v += partial[static_cast<size_t>(z) * stride + e];
+  sums[g][threadIdx.x] = v;
+  __syncthreads();
+  if (g != 0 || e >= total) return false;
+  sum = sums[0][threadIdx.x];
+  for (int i = 1; i < rows; ++i) sum += sums[i][threadIdx.x];
+  return true;
+}
+
+inline dim3 split_reduce_grid(int total) { return dim3(static_cast<unsigned>((total + 31) / 32)); }
+inline dim3 split_reduce_block(int splits) {
+  return dim3(32, static_cast<unsigned>(splits < kSplitReduceRows ? splits : kSplitReduceRows));
+}
+
 }  // namespace nt::kernels::cuda::gemm_tile

@@ -3,6 +3,9 @@
 // poisoned with NaN first, so an element the kernel forgets fails, and the columns between N and ldc
 // must still hold the poison afterwards, so a stray write fails too.
 //
+// Every run passes a workspace of gemm_workspace_floats(M, N, K) floats, poisoned, as Linear does, so the
+// launcher's own choice of a split through it is what runs (a forced variant gets what it needs).
+//
 // Tolerance: fp32_dot(K) (8·sqrt(K)·eps of the result's largest magnitude): the GPU sums each output's
 // K products in fp32 in its own fixed order (one FMA chain, or S chains added in rank order with
 // split-K), the reference in double, so the difference is the GPU's fp32 rounding alone; a wrong index
@@ -39,6 +42,12 @@ const GemmFn kAuto = [](const Exec& exec, const GemmDesc& d) { nt::kernels::gemm
 GemmFn forced(int tile, int split_k) {
   return [=](const Exec& exec, const GemmDesc& d) { nt::kernels::cuda::lab::gemm_variant(exec, d, tile, split_k); };
 }
+// split_k blocks through the workspace; run_gemm sizes it from workspace_split.
+GemmFn forced_workspace(int tile, int split_k) {
+  return [=](const Exec& exec, const GemmDesc& d) {
+    nt::kernels::cuda::lab::gemm_workspace_variant(exec, d, tile, split_k);
+  };
+}
 
 constexpr Epilogue kEpilogues[] = {Epilogue::none, Epilogue::bias, Epilogue::bias_relu, Epilogue::relu_mask};
 constexpr int kSizes[] = {1, 7, 10, 33, 64, 65, 128, 160, 320, 784, 1000};
@@ -52,6 +61,7 @@ struct Problem {
   bool row_sums = true;
   int pad_a = 0, pad_b = 0, pad_c = 0;           // leading dimension = minimum + pad
   int off_a = 0, off_b = 0, off_c = 0;           // floats added to the device pointers (1 → misaligned)
+  int workspace_split = 0;                       // a forced workspace split's factor (0: the launcher's plan)
 
   int rows_a() const { return trans_a ? K : M; }  // A as stored
   int lda() const { return (trans_a ? M : K) + pad_a; }
@@ -62,7 +72,7 @@ struct Problem {
     std::ostringstream s;
     s << "M=" << M << " N=" << N << " K=" << K << " trans_a=" << trans_a << " trans_b=" << trans_b << " "
       << name_of(epilogue) << " row_sums=" << row_sums << " lda=" << lda() << " ldb=" << ldb() << " ldc=" << ldc()
-      << " offsets=" << off_a << "," << off_b << "," << off_c;
+      << " offsets=" << off_a << "," << off_b << "," << off_c << " workspace_split=" << workspace_split;
     return s.str();
   }
 };
@@ -148,6 +158,10 @@ Outputs run_gemm(const Exec& exec, const Problem& p, const Inputs& in, const Gem
   Placed mask(exec, in.mask, p.off_c);  // shares C's leading dimension (and its alignment)
   Placed C(exec, nt::test::poisoned(static_cast<size_t>(p.M) * p.ldc()), p.off_c);
   Placed sums(exec, nt::test::poisoned(static_cast<size_t>(p.M)), 0);
+  const size_t workspace_floats = p.workspace_split
+                                      ? nt::kernels::cuda::lab::gemm_workspace_variant_floats(p.M, p.N, p.workspace_split)
+                                      : nt::kernels::cuda::gemm_workspace_floats(p.M, p.N, p.K);
+  Placed workspace(exec, nt::test::poisoned(workspace_floats), 0);
 
   GemmDesc d;
   d.M = p.M, d.N = p.N, d.K = p.K;
@@ -159,6 +173,7 @@ Outputs run_gemm(const Exec& exec, const Problem& p, const Inputs& in, const Gem
   d.bias = bias.ptr();
   d.mask = mask.ptr();
   d.a_row_sums = p.row_sums ? sums.ptr() : nullptr;
+  d.workspace = workspace_floats > 0 ? workspace.ptr() : nullptr;
   gemm(exec, d);
   nt::kernels::synchronize(exec);
   return {C.download(), sums.download()};
@@ -221,11 +236,13 @@ struct Shape {
 };
 
 // The MNIST MLP's GEMMs at batch 64 (784-320-160-10): forward, weight gradients (trans_a: dYᵀ·X), input
-// gradients; then edges: single elements, sizes around the tile multiples, long K, thin matrices.
+// gradients; the cnn's 3136->128 forward (split through the workspace); then edges: single elements, sizes
+// around the tile multiples, long K (with few tiles: the workspace split, odd K), thin matrices.
 constexpr Shape kTable[] = {
     {64, 320, 784}, {64, 160, 320}, {64, 10, 160},  {320, 784, 64}, {160, 320, 64},  {10, 160, 64},
-    {64, 320, 160}, {64, 160, 10},  {1, 1, 1},      {7, 10, 33},    {33, 65, 7},     {65, 128, 1000},
-    {1000, 33, 65}, {128, 128, 128}, {784, 1000, 10}, {1, 1000, 784}, {1000, 1, 7}, {160, 7, 320},
+    {64, 320, 160}, {64, 160, 10},  {64, 128, 3136}, {1, 1, 1},      {7, 10, 33},    {33, 65, 7},
+    {65, 128, 1000}, {37, 75, 2051}, {1, 10, 4099},  {1000, 33, 65}, {128, 128, 128}, {784, 1000, 10},
+    {1, 1000, 784}, {1000, 1, 7},   {160, 7, 320},
 };
 
 }  // namespace
@@ -289,6 +306,32 @@ TEST_CASE("every tile configuration and split-K factor matches the reference", "
         p.pad_c = round_up4_gap(p.N);
         p.epilogue = Epilogue::relu_mask;
         check_problem(cuda.exec, p, forced(v.tile, v.split_k));
+      }
+}
+
+TEST_CASE("the split through a workspace matches the reference for every factor, empty splits included",
+          "[cuda][gemm]") {
+  // 259 = 4 slabs of 64 and a partial one: split 256 leaves most blocks an empty K range (they write zeros);
+  // 3136 at 49 and 5 splits: one slab each, and ragged ranges; both small tiles, every epilogue and layout.
+  CudaExec cuda;
+  struct Variant {
+    Shape shape;
+    int split;
+  };
+  for (const Variant& v : {Variant{{131, 199, 259}, 2}, Variant{{131, 199, 259}, 256}, Variant{{64, 128, 3136}, 49},
+                           Variant{{33, 7, 3136}, 5}, Variant{{1, 10, 4099}, 64}})
+    for (int tile : {2, 3})
+      for (int t = 0; t < 4; ++t) {
+        INFO("tile " << tile << " split " << v.split);
+        Problem p;
+        p.M = v.shape.M, p.N = v.shape.N, p.K = v.shape.K;
+        p.trans_a = t & 1, p.trans_b = t & 2;
+        p.workspace_split = v.split;
+        check_all_epilogues(cuda.exec, p, forced_workspace(tile, v.split));
+        p.row_sums = false;  // the reduction must then leave the row sums alone
+        p.pad_a = 1, p.pad_b = 3, p.pad_c = 2;
+        p.epilogue = Epilogue::bias_relu;
+        check_problem(cuda.exec, p, forced_workspace(tile, v.split));
       }
 }
 
@@ -375,6 +418,7 @@ TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
       {{320, 784, 64}, kAuto, "MLP weight gradient"},
       {{2000, 1500, 1000}, kAuto, "large tile"},
       {{1000, 1000, 784}, kAuto, "medium tile"},
+      {{64, 128, 3136}, kAuto, "cnn forward (split through the workspace)"},
   };
   for (const Case& c : cases)
     for (int t = 0; t < 4; ++t) {
@@ -398,7 +442,7 @@ TEST_CASE("cuda gemm runs inside a captured CUDA graph and replays the same bits
   CudaExec cuda;
   Exec capture_exec = cuda.exec;
   capture_exec.debug_sync = false;  // synchronizing is what a capture forbids
-  for (const Shape& s : {Shape{64, 320, 784}, Shape{320, 784, 64}}) {
+  for (const Shape& s : {Shape{64, 320, 784}, Shape{320, 784, 64}, Shape{64, 128, 3136}}) {
     Problem p;
     p.M = s.M, p.N = s.N, p.K = s.K;
     p.trans_a = s.M == 320, p.trans_b = s.M == 64;
@@ -407,7 +451,7 @@ TEST_CASE("cuda gemm runs inside a captured CUDA graph and replays the same bits
     const Outputs eager = run_gemm(cuda.exec, p, in, kAuto);
     const GemmFn captured = [&](const Exec&, const GemmDesc& d) {
       auto graph = nt::kernels::Graph::capture(capture_exec, [&] { nt::kernels::gemm(capture_exec, d); });
-      REQUIRE(graph.node_count() == 1);
+      REQUIRE(graph.node_count() == (d.workspace ? 2 : 1));  // a split through the workspace adds its reduction
       graph.launch(capture_exec);
     };
     const Outputs replayed = run_gemm(cuda.exec, p, in, captured);
