@@ -30,8 +30,9 @@
 //   kGroupedSplitBlocks tiles), else Small, grouped where Kg holds at least two of the grouped slabs. When
 //   Small gives fewer than kTargetBlocks tiles, Kg is split over S <= kMaxSplit blocks, each keeping >= 64 of
 //   Kg, so that tiles·S reaches kTargetBlocks (grouped: kGroupedSplitBlocks, one wave of three blocks per SM).
-//   The plan depends on (M, N, Kg) only, not on the device: the same bits on every GPU. A forward with few taps
-//   (C·R·S <= 32) is no GEMM at all: see conv_direct_forward_kernel.
+//   The plan depends on (M, N, Kg) only, not on the device: the same bits on every GPU. A forward and a
+//   backward_weight with few taps (C·R·S <= 32) are no GEMM at all: see conv_direct_forward_kernel and
+//   conv_direct_backward_weight_kernel.
 //
 // Split-K and determinism: with S > 1, block z of the grid sums Kg slabs [z·L, (z+1)·L) (L = ceil(slabs/S)),
 // k ascending, and writes its raw partial tile to workspace[z][m][n] (all S blocks write, an empty range
@@ -53,6 +54,7 @@
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/warp_reduce.cuh"
 
 namespace nt::kernels::cuda {
 
@@ -75,7 +77,6 @@ constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three 256-thread bl
 constexpr int kMaxSplit = 256;
 constexpr int kMinSplitDepth = 64;     // >= 64 products per output per split block
 constexpr int kInvalid = -(1 << 30);   // an image coordinate that fails every range check, even doubled
-constexpr int kReduceRows = 32;        // reduce kernel: up to 32 partial streams per output
 
 // Everything a kernel needs, by value.
 struct ConvArgs {
@@ -333,23 +334,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   }
 }
 
-// Split-K reduction: block (32, G) handles 32 consecutive outputs e of the flattened (M·N [+ M]) result.
-// Thread (e, g) sums partials g, g+G, ... (ascending); row g = 0 then adds the G sums g ascending.
+// Split-K reduction (gemm_tile::sum_split_partials): one thread per output of the flattened (M·N [+ M])
+// result, the S partials added in a fixed tree, then the epilogue.
 template <class Pass>
-__global__ void __launch_bounds__(32 * kReduceRows) conv_split_reduce_kernel(ConvArgs a, int total) {
+__global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows) conv_split_reduce_kernel(ConvArgs a, int total) {
   begin_dependent_kernel();
-  __shared__ float sums[kReduceRows][33];
-  const int e = blockIdx.x * 32 + threadIdx.x, g = threadIdx.y, rows = blockDim.y;
-  float v = 0.f;
-  if (e < total) {
-    for (int z = g; z < a.split; z += rows) v += a.partial[static_cast<size_t>(z) * a.partial_stride + e];
-  }
-  sums[g][threadIdx.x] = v;
-  __syncthreads();
-  if (g != 0 || e >= total) return;
-  float sum = sums[0][threadIdx.x];
-  for (int i = 1; i < rows; ++i) sum += sums[i][threadIdx.x];
-  const int mn = a.M * a.N;
+  float sum;
+  if (!gemm_tile::sum_split_partials(a.partial, a.partial_stride, a.split, total, sum)) return;
+  const int e = blockIdx.x * 32 + threadIdx.x, mn = a.M * a.N;
   if (e >= mn) {  // backward_weight's bias rows
     a.out_rows[e - mn] = sum;
     return;
@@ -370,7 +362,8 @@ constexpr int kDirectTaps = 32;
 constexpr int kDirectThreads = 128;
 constexpr int kDirectMaxWeights = 8192;  // K·C·R·S floats in shared memory (32 KB)
 
-bool direct_forward(const Conv2dShape& s) {
+// Few taps and a small filter bank: the forward and backward_weight run the direct kernels.
+bool direct_taps(const Conv2dShape& s) {
   const int64_t taps = int64_t(s.c) * s.r * s.s;
   return taps <= kDirectTaps && taps * s.k <= kDirectMaxWeights;
 }
@@ -406,6 +399,81 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
       if (Taps != kDirectTaps || t < ntaps) acc = fmaf(wm[t], x[t], acc);
     ForwardPass::store(a, m, pixel, col, acc);
   }
+}
+
+// ---- direct backward_weight for few taps ---------------------------------------------------------------------
+
+// The same first layer's weight gradient as a GEMM is M = K channels by N = C·R·S taps (9) over Kg = N·P·Q
+// pixels: the 32×32 tile wastes 23 of its 32 columns and every slab decodes pixels it then splits 256 ways
+// (13.1 us + 2.4 us of reduction at batch 64 on the H100). Here a thread owns kDirectPixelsPerThread pixels,
+// loads each one's taps as the direct forward does and the dy of Channels output channels, and accumulates
+// the products (and dy itself: dbias) in registers; the block adds its threads' sums (warp butterflies, then
+// the warps in order) into one partial per block column, which conv_split_reduce_kernel adds as split-K
+// partials. A fixed grid and fixed orders: deterministic. grid: (ceil(N·P·Q / pixels per block),
+// ceil(K / Channels)). a: the forward GEMM's args (M = K, N = N·P·Q, K = C·R·S) with a_src = dy, b_src = x,
+// partial_stride = K·C·R·S + K (backward_weight's split layout: dw (K, C·R·S), then dbias (K)).
+constexpr int kDirectPixelsPerThread = 4;
+constexpr int kDirectPixelsPerBlock = kDirectThreads * kDirectPixelsPerThread;
+
+template <int Taps, int Channels>
+__global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_kernel(ConvArgs a) {
+  static_assert(Taps <= kDirectTaps);
+  constexpr int kSums = Taps + 1;  // per channel: the taps' products, then dy alone (dbias)
+  constexpr int kWarps = kDirectThreads / 32;
+  __shared__ ForwardPass::KInfo taps[kDirectTaps];
+  __shared__ float warp_sums[kWarps][Channels * kSums];
+  const int ntaps = a.K;
+  for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
+  begin_dependent_kernel();  // dy comes from the kernels before
+  __syncthreads();
+
+  const int m0 = blockIdx.y * Channels;
+  float acc[Channels][kSums];
+#pragma unroll
+  for (int c = 0; c < Channels; ++c)
+#pragma unroll
+    for (int t = 0; t < kSums; ++t) acc[c][t] = 0.f;
+
+  const int first = blockIdx.x * kDirectPixelsPerBlock + threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kDirectPixelsPerThread; ++i) {
+    const int pixel = first + i * kDirectThreads;
+    if (pixel >= a.N) break;
+    const int4 col = ForwardPass::column(a, pixel);  // {x offset of tap (0,0,0), h0, w0, dy offset of channel 0}
+    float x[Taps];
+#pragma unroll
+    for (int t = 0; t < Taps; ++t) x[t] = Taps != kDirectTaps || t < ntaps ? ForwardPass::load_b(a, taps[t], col) : 0.f;
+#pragma unroll
+    for (int c = 0; c < Channels; ++c) {
+      const int m = m0 + c;
+      const float g = m < a.M ? __ldg(&a.a_src[col.w + m * a.pq]) : 0.f;  // dy[img, m, pq]
+#pragma unroll
+      for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(g, x[t], acc[c][t]);
+      acc[c][Taps] += g;
+    }
+  }
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int c = 0; c < Channels; ++c)
+#pragma unroll
+    for (int t = 0; t < kSums; ++t) {
+      const float v = warp_sum(acc[c][t]);
+      if (lane == 0) warp_sums[warp][c * kSums + t] = v;
+    }
+  __syncthreads();
+  float* part = a.partial + static_cast<size_t>(blockIdx.x) * a.partial_stride;
+  for (int v = threadIdx.x; v < Channels * kSums; v += kDirectThreads) {
+    const int c = v / kSums, t = v % kSums, m = m0 + c;
+    if (m >= a.M || (t < Taps && t >= ntaps)) continue;
+    float sum = warp_sums[0][v];
+    for (int w = 1; w < kWarps; ++w) sum += warp_sums[w][v];
+    part[t < Taps ? m * ntaps + t : a.M * ntaps + m] = sum;
+  }
+}
+
+int direct_weight_blocks(const Conv2dShape& s) {
+  return static_cast<int>((int64_t(s.n) * s.p() * s.q() + kDirectPixelsPerBlock - 1) / kDirectPixelsPerBlock);
 }
 
 // ---- launchers -----------------------------------------------------------------------------------------------
@@ -469,8 +537,11 @@ size_t split_floats(const PassGemm& g, int extra_rows) {
 }
 
 size_t workspace_for(const Conv2dShape& s) {
-  return std::max({split_floats(forward_gemm(s), 0), split_floats(backward_data_gemm(s), 0),
-                   split_floats(backward_weight_gemm(s), s.k)});
+  const PassGemm bw = backward_weight_gemm(s);
+  const size_t weight = direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M)
+                                       : split_floats(bw, s.k);
+  return std::max({direct_taps(s) ? 0 : split_floats(forward_gemm(s), 0), split_floats(backward_data_gemm(s), 0),
+                   weight});
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -501,6 +572,16 @@ void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost
   launch(exec, name, cost, conv_gemm_kernel<Cfg, Pass>, grid, dim3(Cfg::kThreads), 0, a);
 }
 
+// Adds the a.split partials of a.partial (stride a.partial_stride) into the pass's outputs: the M·N of C,
+// then `rows` bias rows (0 or M).
+template <class Pass>
+void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvArgs& a, int rows) {
+  const int total = a.M * a.N + rows;
+  const profile::OpCost reduce_cost{4.0 * total * (a.split + 1), double(total) * a.split};
+  launch(exec, reduce_name, reduce_cost, conv_split_reduce_kernel<Pass>, gemm_tile::split_reduce_grid(total),
+         gemm_tile::split_reduce_block(a.split), 0, a, total);
+}
+
 // Runs one pass: the GEMM kernel, then (split > 1) the reduction. rows: the bias rows written (0 or M).
 template <class Pass>
 void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
@@ -521,11 +602,7 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
     case Tile::small_grouped: launch_tile<ConvSmallGrouped, Pass>(exec, name, cost, a); break;
   }
   if (plan.split == 1) return;
-  const int total = a.partial_stride;
-  const int g = std::min(plan.split, kReduceRows);
-  const profile::OpCost reduce_cost{4.0 * total * (plan.split + 1), double(total) * plan.split};
-  launch(exec, reduce_name, reduce_cost, conv_split_reduce_kernel<Pass>,
-         dim3(static_cast<unsigned>((total + 31) / 32)), dim3(32, static_cast<unsigned>(g)), 0, a, total);
+  launch_split_reduce<Pass>(exec, reduce_name, a, rows);
 }
 
 double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
@@ -553,7 +630,7 @@ void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, cons
   if (g.M == 0 || g.N == 0) return;  // y is empty
   ConvArgs a = make_args(s, g);
   a.a_src = w, a.b_src = x, a.bias = bias, a.out = y;
-  if (direct_forward(s)) {
+  if (direct_taps(s)) {
     // 1x3x3 (a gray image's first layer) gets a kernel without the tap guards: a third of the instructions.
     const auto kernel = a.K == 9 ? conv_direct_forward_kernel<9> : conv_direct_forward_kernel<kDirectTaps>;
     launch(exec, "conv2d_forward", profile::OpCost{conv_bytes(s), conv_flops(s)}, kernel,
@@ -582,6 +659,21 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
   if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
   ConvArgs a = make_args(s, g);
   a.a_src = dy, a.b_src = x, a.out = dw, a.out_rows = dbias;
+  if (direct_taps(s) && g.K > 0) {
+    NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
+    ConvArgs d = make_args(s, forward_gemm(s));
+    d.a_src = dy, d.b_src = x, d.partial = workspace, d.partial_stride = g.M * g.N + g.M;
+    // 1x3x3 gets 8 channels per thread without tap guards; up to 32 taps, 2 channels (64 accumulators).
+    const bool nine = d.K == 9;
+    const int channels = nine ? 8 : 2;
+    const auto kernel = nine ? conv_direct_backward_weight_kernel<9, 8> : conv_direct_backward_weight_kernel<kDirectTaps, 2>;
+    const dim3 grid(static_cast<unsigned>(direct_weight_blocks(s)), static_cast<unsigned>((g.M + channels - 1) / channels));
+    launch(exec, "conv2d_backward_weight", profile::OpCost{conv_bytes(s), conv_flops(s)}, kernel, grid,
+           dim3(kDirectThreads), 0, d);
+    a.split = static_cast<int>(grid.x), a.partial = workspace, a.partial_stride = d.partial_stride;
+    launch_split_reduce<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", a, dbias ? g.M : 0);
+    return;
+  }
   run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a,
                                dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
 }

@@ -83,6 +83,8 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
       Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},      // non-square kernel, stride 3
       Conv2dShape{2, 64, 5, 5, 8, 3, 3, 1, 1},     // few tiles, long K: split-K in all passes
       Conv2dShape{1, 3, 70, 90, 40, 3, 3, 1, 1},   // many pixel tiles, M > 32
+      Conv2dShape{5, 1, 11, 13, 5, 3, 3, 2, 1},    // 1x3x3, K = 5: the direct kernels, a partial channel group
+      Conv2dShape{3, 1, 9, 9, 12, 5, 5, 1, 2},     // 1x5x5: 25 taps, the direct kernels with tap guards
       Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1},  // cnn conv1, batch 64
       Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, // cnn conv2, batch 64
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // a partial last batch
@@ -110,30 +112,32 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
 TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[cuda][conv]") {
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
-  const auto full = Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1};
-  const size_t ws = kernels::conv2d_workspace_floats(kernels::Backend::cuda, full);
-  REQUIRE(ws > 0);  // backward_weight splits K = 12544 over blocks at this shape
-  const float guard = 12345.f;
-  for (int n : {1, 3, 17, 63}) {
-    INFO("n=" << n);
-    Conv2dShape s = full;
-    s.n = n;
-    REQUIRE(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s) <= ws);
-    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
-    std::vector<float> ws_host(ws + 4096, guard);
-    DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_ws(gpu, ws_host);
-    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
-    DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
-    kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
-    kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
-    kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), d_db.get(), d_ws.get());
-    const auto after = d_ws.download();
-    CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
+  // conv2: backward_weight splits K = 12544 over blocks; conv1: the direct backward_weight's per-block partials
+  for (const auto& full : {Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1}}) {
+    const size_t ws = kernels::conv2d_workspace_floats(kernels::Backend::cuda, full);
+    REQUIRE(ws > 0);
+    const float guard = 12345.f;
+    for (int n : {1, 3, 17, 63}) {
+      INFO("c=" << full.c << " n=" << n);
+      Conv2dShape s = full;
+      s.n = n;
+      REQUIRE(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s) <= ws);
+      const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
+      std::vector<float> ws_host(ws + 4096, guard);
+      DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_ws(gpu, ws_host);
+      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
+      DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
+      kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
+      kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
+      kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), d_db.get(), d_ws.get());
+      const auto after = d_ws.download();
+      CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
 
-    std::vector<float> dw(s.w_size()), db(size_t(s.k));
-    kernels::conv2d_backward_weight(Exec{}, s, x.data(), dy.data(), dw.data(), db.data(), nullptr);
-    NT_REQUIRE_CLOSE(d_dw.download(), dw, fp32_dot(s.n * s.p() * s.q()));
-    NT_REQUIRE_CLOSE(d_db.download(), db, fp32_dot(s.n * s.p() * s.q()));
+      std::vector<float> dw(s.w_size()), db(size_t(s.k));
+      kernels::conv2d_backward_weight(Exec{}, s, x.data(), dy.data(), dw.data(), db.data(), nullptr);
+      NT_REQUIRE_CLOSE(d_dw.download(), dw, fp32_dot(s.n * s.p() * s.q()));
+      NT_REQUIRE_CLOSE(d_db.download(), db, fp32_dot(s.n * s.p() * s.q()));
+    }
   }
 }
 
