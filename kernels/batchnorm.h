@@ -24,6 +24,17 @@
 // (forward_train and backward); may be null when that is 0. It never grows when n shrinks, so the size
 // for the largest batch serves every smaller one. Deterministic: fixed reduction order, no
 // floating-point atomics; no allocation, no synchronization (CUDA-graph capturable).
+//
+// Fused max-pool (batchnorm_pool_*): BatchNorm2d in NCHW, its ReLU when hyper.relu, then MaxPool2d(window,
+// stride = window) (kernels/pool.h), as one op that never writes the full-resolution output:
+//   x (n, c, h, w) with s.hw = h·w; y and argmax (n, c, P, Q), P = floor(h / window), Q = floor(w / window)
+//   forward_train / forward_eval  y, argmax = maxpool2d_forward(batchnorm(x)): the statistics over all of x
+//                  (and the running statistics) as above, argmax the chosen element's h·W + w with maxpool's rule
+//   backward       dy (n, c, P, Q) is the gradient of the pooled output; the BatchNorm's own dy' is dy at each
+//                  window's argmax and 0 elsewhere, through the ReLU as y > 0 (the pooled y is the value at the
+//                  argmax); y (pooled) is read only with relu. dx, dgamma, dbeta as backward.
+// workspace: batchnorm_pool_workspace_floats(backend, s, pool) (the CPU runs the two ops through a
+// full-resolution scratch; the GPU needs only batchnorm_workspace_floats).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +54,19 @@ struct BatchNormHyper {
   double momentum = 0.1;
   bool relu = false;
 };
+struct BatchNormPool {
+  int h = 0, w = 0;  // the input's plane (s.hw == h·w)
+  int window = 2;    // and stride
+  int p() const { return h / window; }
+  int q() const { return w / window; }
+};
+
+inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& pool) {
+  NT_CHECK(s.layout == Layout::nchw, "batchnorm_pool: NCHW only");
+  NT_CHECK(pool.window >= 1 && pool.h >= pool.window && pool.w >= pool.window, "batchnorm_pool: window ", pool.window,
+           " does not fit the ", pool.h, "x", pool.w, " plane");
+  NT_CHECK(s.hw == int64_t(pool.h) * pool.w, "batchnorm_pool: hw = ", s.hw, " is not ", pool.h, "x", pool.w);
+}
 
 namespace cpu {
 size_t batchnorm_workspace_floats(const BatchNormShape& s);
@@ -65,6 +89,31 @@ void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const Bat
 void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
                         const double* y, const double* dy, const double* gamma, const double* save_mean,
                         const double* save_invstd, double* dx, double* dgamma, double* dbeta, double* workspace);
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool);
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                  float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace);
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                 const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var, float* y, int32_t* argmax,
+                                 float* workspace);
+void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const float* x, const float* y, const float* dy,
+                             const int32_t* argmax, const float* gamma, const float* save_mean,
+                             const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace);
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                  const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
+                                  double* y, int32_t* argmax, double* save_mean, double* save_invstd, double* running_mean,
+                                  double* running_var, int64_t* num_batches_tracked, double* workspace);
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                 const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
+                                 const double* running_mean, const double* running_var, double* y, int32_t* argmax,
+                                 double* workspace);
+void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const double* x, const double* y, const double* dy,
+                             const int32_t* argmax, const double* gamma, const double* save_mean,
+                             const double* save_invstd, double* dx, double* dgamma, double* dbeta, double* workspace);
 }  // namespace cpu
 
 namespace cuda {
@@ -78,6 +127,19 @@ void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const Bat
 void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                         const float* y, const float* dy, const float* gamma, const float* save_mean,
                         const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace);
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool);
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                  float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace);
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                 const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var, float* y, int32_t* argmax,
+                                 float* workspace);
+void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const float* x, const float* y, const float* dy,
+                             const int32_t* argmax, const float* gamma, const float* save_mean,
+                             const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace);
 }  // namespace cuda
 
 // Workspace elements one forward_train or backward call needs on `backend` (0 on the CPU).
@@ -127,6 +189,62 @@ inline void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const 
                                double* workspace) {
   NT_CPU_ONLY(exec, batchnorm_backward, s, h, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
               workspace);
+}
+
+inline size_t batchnorm_pool_workspace_floats(Backend backend, const BatchNormShape& s, const BatchNormPool& pool) {
+#if NT_WITH_CUDA
+  if (backend == Backend::cuda) return cuda::batchnorm_pool_workspace_floats(s, pool);
+#else
+  if (backend == Backend::cuda) throw Error("this build of nanotrain has no CUDA backend");
+#endif
+  return cpu::batchnorm_pool_workspace_floats(s, pool);
+}
+
+inline void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                         const BatchNormHyper& h, const float* x, const float* gamma,
+                                         const float* beta, float* y, int32_t* argmax, float* save_mean,
+                                         float* save_invstd, float* running_mean, float* running_var,
+                                         int64_t* num_batches_tracked, float* workspace) {
+  NT_DISPATCH(exec, batchnorm_pool_forward_train, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd,
+              running_mean, running_var, num_batches_tracked, workspace);
+}
+inline void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                        const BatchNormHyper& h, const float* x, const float* gamma,
+                                        const float* beta, const float* running_mean, const float* running_var,
+                                        float* y, int32_t* argmax, float* workspace) {
+  NT_DISPATCH(exec, batchnorm_pool_forward_eval, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax,
+              workspace);
+}
+inline void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                    const BatchNormHyper& h, const float* x, const float* y, const float* dy,
+                                    const int32_t* argmax, const float* gamma, const float* save_mean,
+                                    const float* save_invstd, float* dx, float* dgamma, float* dbeta,
+                                    float* workspace) {
+  NT_DISPATCH(exec, batchnorm_pool_backward, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma,
+              dbeta, workspace);
+}
+inline void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                         const BatchNormHyper& h, const double* x, const double* gamma,
+                                         const double* beta, double* y, int32_t* argmax, double* save_mean,
+                                         double* save_invstd, double* running_mean, double* running_var,
+                                         int64_t* num_batches_tracked, double* workspace) {
+  NT_CPU_ONLY(exec, batchnorm_pool_forward_train, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd,
+              running_mean, running_var, num_batches_tracked, workspace);
+}
+inline void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                        const BatchNormHyper& h, const double* x, const double* gamma,
+                                        const double* beta, const double* running_mean, const double* running_var,
+                                        double* y, int32_t* argmax, double* workspace) {
+  NT_CPU_ONLY(exec, batchnorm_pool_forward_eval, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax,
+              workspace);
+}
+inline void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                    const BatchNormHyper& h, const double* x, const double* y, const double* dy,
+                                    const int32_t* argmax, const double* gamma, const double* save_mean,
+                                    const double* save_invstd, double* dx, double* dgamma, double* dbeta,
+                                    double* workspace) {
+  NT_CPU_ONLY(exec, batchnorm_pool_backward, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma,
+              dbeta, workspace);
 }
 
 }  // namespace nt::kernels

@@ -7,15 +7,17 @@ constexpr double kEps = 1e-5;      // PyTorch's defaults
 constexpr double kMomentum = 0.1;
 }  // namespace
 
-BatchNorm::BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine)
-    : channels_(channels), spatial_(spatial), layout_(layout), relu_(relu), affine_(affine) {
+BatchNorm::BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine, int pool)
+    : channels_(channels), spatial_(spatial), layout_(layout), relu_(relu), affine_(affine), pool_(pool) {
   if (channels <= 0) throw Error(cat("batchnorm: channels must be positive, got ", channels));
+  if (pool < 0 || (pool > 0 && !(spatial && layout == kernels::Layout::nchw)))
+    throw Error(cat("batchnorm: a fused max-pool needs BatchNorm2d in NCHW and a positive window, got ", pool));
 }
 
 std::string BatchNorm::describe() const {
   return cat(spatial_ ? "batchnorm2d " : "batchnorm1d ", channels_,
              spatial_ && layout_ == kernels::Layout::nhwc ? " nhwc" : "", affine_ ? "" : " (no affine)",
-             relu_ ? " +relu" : "");
+             relu_ ? " +relu" : "", pool_ ? cat(" +maxpool ", pool_) : "");
 }
 
 Shape BatchNorm::output_shape(const Shape& input) const {
@@ -27,7 +29,11 @@ Shape BatchNorm::output_shape(const Shape& input) const {
                     spatial_ ? (nhwc ? cat("(H, W, ", channels_, ")") : cat("(", channels_, ", H, W)"))
                              : cat("(", channels_, ")"),
                     ", got ", input.str()));
-  return input;
+  if (!pool_) return input;
+  if (input[1] < pool_ || input[2] < pool_)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input (C, H, W) with H, W >= ", pool_,
+                    ", got ", input.str()));
+  return Shape{input[0], input[1] / pool_, input[2] / pool_};
 }
 
 std::vector<ParamSpec> BatchNorm::param_specs() const {
@@ -69,12 +75,18 @@ kernels::BatchNormShape BatchNorm::shape_for(int64_t rows, const Shape& sample) 
   return s;
 }
 
+kernels::BatchNormPool BatchNorm::pool_for(const Shape& sample) const {
+  return {static_cast<int>(sample[1]), static_cast<int>(sample[2]), pool_};
+}
+
 void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   require_trainable(s.n * s.hw, input.prepend(info.batch));
   plan.request(&save_mean_, Shape{channels_}, info.dtype);
   plan.request(&save_invstd_, Shape{channels_}, info.dtype);
-  const size_t floats = kernels::batchnorm_workspace_floats(info.backend, s);
+  if (pool_) plan.request(&argmax_, output_shape(input).prepend(info.batch), DType::i32);
+  const size_t floats = pool_ ? kernels::batchnorm_pool_workspace_floats(info.backend, s, pool_for(input))
+                              : kernels::batchnorm_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
 }
 
@@ -95,14 +107,26 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
   const kernels::BatchNormHyper hyper{kEps, kMomentum, relu_};
   const T* gamma = affine_ ? gamma_->value.data<T>() : nullptr;
   const T* beta = affine_ ? beta_->value.data<T>() : nullptr;
+  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
+  if (pool_) {
+    const auto pool = pool_for(x.shape().drop_front());
+    if (mode == Mode::eval)
+      return kernels::batchnorm_pool_forward_eval(exec, s, pool, hyper, x.data<T>(), gamma, beta,
+                                                  running_mean_.data<T>(), running_var_.data<T>(), y.data<T>(),
+                                                  argmax_.i32(), workspace);
+    require_trainable(s.n * s.hw, x.shape());
+    return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
+                                                 argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
+                                                 running_mean_.data<T>(), running_var_.data<T>(),
+                                                 num_batches_tracked_.data<int64_t>(), workspace);
+  }
   if (mode == Mode::eval)
     return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
                                            running_var_.data<T>(), y.data<T>());
   require_trainable(s.n * s.hw, x.shape());
   kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
                                    save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
-                                   num_batches_tracked_.data<int64_t>(),
-                                   workspace_.defined() ? workspace_.data<T>() : nullptr);
+                                   num_batches_tracked_.data<int64_t>(), workspace);
 }
 
 template <class T>
@@ -112,6 +136,12 @@ void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const
   // Through the fused ReLU here, unless the next layer's GEMM already masked dy.
   const bool relu = relu_ && !dy_is_preactivation_;
   const kernels::BatchNormHyper hyper{kEps, kMomentum, relu};
+  if (pool_)
+    return kernels::batchnorm_pool_backward(
+        exec, s, pool_for(x.shape().drop_front()), hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),
+        argmax_.i32(), affine_ ? gamma_->value.data<T>() : nullptr, save_mean_.data<T>(), save_invstd_.data<T>(),
+        dx ? dx->data<T>() : nullptr, affine_ ? gamma_->grad.data<T>() : nullptr,
+        affine_ ? beta_->grad.data<T>() : nullptr, workspace_.defined() ? workspace_.data<T>() : nullptr);
   kernels::batchnorm_backward(exec, s, hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),
                               affine_ ? gamma_->value.data<T>() : nullptr, save_mean_.data<T>(),
                               save_invstd_.data<T>(), dx ? dx->data<T>() : nullptr, affine_ ? gamma_->grad.data<T>() : nullptr,

@@ -10,6 +10,9 @@
 // eval      the same from the running statistics.
 // backward  dx, dgamma, dbeta of the training forward (written =), through the fused ReLU unless the next
 //           layer already masked dy.
+// pool      with a fused MaxPool2d(pool, stride pool) after it (BatchNorm2d, NCHW): the output is the pooled
+//           (rows, C, H/pool, W/pool) and the full-resolution one is never written (kernels/batchnorm.h,
+//           batchnorm_pool_*); the module count includes the pool, as it does the ReLU.
 // Parameters "weight" (gamma, 1) and "bias" (beta, 0); buffers "running_mean" (0), "running_var" (1),
 // "num_batches_tracked" (0, i64): PyTorch's names, so checkpoints load into nn.BatchNorm*d.
 #pragma once
@@ -21,7 +24,7 @@ namespace nt::layers {
 
 class BatchNorm final : public Layer {
  public:
-  BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine = true);
+  BatchNorm(int64_t channels, bool spatial, kernels::Layout layout, bool relu, bool affine = true, int pool = 0);
 
   std::string describe() const override;
   Shape output_shape(const Shape& input) const override;
@@ -37,6 +40,7 @@ class BatchNorm final : public Layer {
 
  private:
   kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
+  kernels::BatchNormPool pool_for(const Shape& sample) const;  // sample: the input (C, H, W)
   void require_trainable(int64_t values_per_channel, const Shape& input) const;  // as PyTorch: more than one
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
@@ -47,10 +51,12 @@ class BatchNorm final : public Layer {
   bool spatial_;            // BatchNorm2d
   kernels::Layout layout_;
   bool relu_, affine_;
+  int pool_;                // fused max-pool window (and stride); 0: none
   Param* gamma_ = nullptr;
   Param* beta_ = nullptr;
   Tensor running_mean_, running_var_, num_batches_tracked_;
   Tensor save_mean_, save_invstd_, workspace_;
+  Tensor argmax_;           // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
 };
 
 }  // namespace nt::layers

@@ -101,8 +101,20 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
       if (shape.rank() != 1 && shape.rank() != 3)
         throw Error(cat("--model: item ", i, " 'bn' gets input ", shape.str(), " (needs (C) or (C, H, W))"));
       const bool fuse_relu = next_is("relu");
-      layer = std::make_unique<BatchNorm>(shape[0], shape.rank() == 3, kernels::Layout::nchw, fuse_relu);
       if (fuse_relu) ++i;
+      // A max-pool whose stride is its window (the cnn's) runs inside the BatchNorm2d: the full-resolution
+      // output is never written, and its backward is the BatchNorm's reading the pooled gradient.
+      int pool = 0;
+      if (shape.rank() == 3 && i + 1 < items.size()) {
+        const auto next = split(items[i + 1], ':');
+        if (next.size() >= 2 && next.size() <= 3 && next[0] == "maxpool") {
+          const int window = static_cast<int>(positive_int(next[1], items[i + 1]));
+          const bool fits = window <= shape[1] && window <= shape[2];
+          if (fits && (next.size() == 2 || positive_int(next[2], items[i + 1]) == window)) pool = window;
+        }
+      }
+      if (pool) ++i;
+      layer = std::make_unique<BatchNorm>(shape[0], shape.rank() == 3, kernels::Layout::nchw, fuse_relu, true, pool);
     } else if (kind == "maxpool" && (fields.size() == 2 || fields.size() == 3)) {
       needs_rank(3, " (maxpool needs (C, H, W))");
       const int window = static_cast<int>(positive_int(fields[1], items[i]));

@@ -13,6 +13,10 @@
 //                  dx = gamma·invstd·(dy' - Σdy'/count - (x - mean)·invstd · Σdy'·xhat / count).
 // Everything is written with `=`. ReLU: y = (v < 0 ? 0 : v), a NaN stays NaN; dy' = (y > 0 ? dy : 0).
 // No workspace (batchnorm_workspace_floats is 0): per-channel sums live in locals.
+// Fused max-pool (batchnorm_pool_*): the two ops in sequence through a full-resolution scratch in the
+// workspace, the reference the GPU's fused kernels are checked against: forward = maxpool2d_forward of the
+// BatchNorm's output; backward = the pooled gradient masked by (y > 0) with relu, scattered to the argmax by
+// maxpool2d_backward, then the BatchNorm backward without its ReLU.
 //
 // Threads: the tasks are channel groups (one channel in NCHW, whose planes are contiguous; kGroup
 // adjacent channels in NHWC, so that a task reads whole cache lines of each row). A channel is summed by
@@ -25,6 +29,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/cpu/op_scope.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/pool.h"
 
 namespace nt::kernels::cpu {
 
@@ -185,9 +190,100 @@ void backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyp
   });
 }
 
+Pool2dShape pool_shape(const BatchNormShape& s, const BatchNormPool& pool) {
+  return {static_cast<int>(s.n), static_cast<int>(s.c), pool.h, pool.w, pool.window, pool.window};
+}
+
+template <class T>
+void pool_forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const T* x, const T* gamma, const T* beta, T* y, int32_t* argmax,
+                             T* save_mean, T* save_invstd, T* running_mean, T* running_var,
+                             int64_t* num_batches_tracked, T* workspace) {
+  check_batchnorm_pool(s, pool);
+  NT_CHECK(workspace != nullptr || s.n * s.hw * s.c == 0, "batchnorm_pool_forward_train needs its workspace");
+  forward_train_impl(exec, s, h, x, gamma, beta, workspace, save_mean, save_invstd, running_mean, running_var,
+                     num_batches_tracked);
+  cpu::maxpool2d_forward(exec, pool_shape(s, pool), workspace, y, argmax);
+}
+
+template <class T>
+void pool_forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                            const BatchNormHyper& h, const T* x, const T* gamma, const T* beta, const T* running_mean,
+                            const T* running_var, T* y, int32_t* argmax, T* workspace) {
+  check_batchnorm_pool(s, pool);
+  NT_CHECK(workspace != nullptr || s.n * s.hw * s.c == 0, "batchnorm_pool_forward_eval needs its workspace");
+  forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, workspace);
+  cpu::maxpool2d_forward(exec, pool_shape(s, pool), workspace, y, argmax);
+}
+
+template <class T>
+void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool, const BatchNormHyper& h,
+                        const T* x, const T* y, const T* dy, const int32_t* argmax, const T* gamma, const T* save_mean,
+                        const T* save_invstd, T* dx, T* dgamma, T* dbeta, T* workspace) {
+  check_batchnorm_pool(s, pool);
+  const int64_t full = s.n * s.c * s.hw, pooled = s.n * s.c * pool.p() * pool.q();
+  if (full == 0) return;
+  NT_CHECK(workspace != nullptr, "batchnorm_pool_backward needs its workspace");
+  NT_CHECK(!h.relu || y != nullptr, "batchnorm_pool_backward with relu needs the pooled forward output y");
+  T* grad = workspace;             // (n, c, h, w): the BatchNorm's dy'
+  T* masked = workspace + full;    // (n, c, P, Q): dy through the ReLU
+  for (int64_t e = 0; e < pooled; ++e) masked[e] = h.relu && !(y[e] > 0) ? T(0) : dy[e];
+  cpu::maxpool2d_backward(exec, pool_shape(s, pool), masked, argmax, grad);
+  BatchNormHyper plain = h;
+  plain.relu = false;
+  backward_impl(exec, s, plain, x, static_cast<const T*>(nullptr), grad, gamma, save_mean, save_invstd, dx, dgamma,
+                dbeta);
+}
+
 }  // namespace
 
 size_t batchnorm_workspace_floats(const BatchNormShape&) { return 0; }
+
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool) {
+  check_batchnorm_pool(s, pool);
+  return static_cast<size_t>(s.n * s.c * (s.hw + int64_t(pool.p()) * pool.q()));
+}
+
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                  float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace) {
+  pool_forward_train_impl(exec, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd, running_mean,
+                          running_var, num_batches_tracked, workspace);
+}
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                  const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
+                                  double* y, int32_t* argmax, double* save_mean, double* save_invstd,
+                                  double* running_mean, double* running_var, int64_t* num_batches_tracked,
+                                  double* workspace) {
+  pool_forward_train_impl(exec, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd, running_mean,
+                          running_var, num_batches_tracked, workspace);
+}
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                 const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var, float* y, int32_t* argmax,
+                                 float* workspace) {
+  pool_forward_eval_impl(exec, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax, workspace);
+}
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                                 const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
+                                 const double* running_mean, const double* running_var, double* y, int32_t* argmax,
+                                 double* workspace) {
+  pool_forward_eval_impl(exec, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax, workspace);
+}
+void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const float* x, const float* y, const float* dy,
+                             const int32_t* argmax, const float* gamma, const float* save_mean,
+                             const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace) {
+  pool_backward_impl(exec, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma, dbeta, workspace);
+}
+void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
+                             const BatchNormHyper& h, const double* x, const double* y, const double* dy,
+                             const int32_t* argmax, const double* gamma, const double* save_mean,
+                             const double* save_invstd, double* dx, double* dgamma, double* dbeta,
+                             double* workspace) {
+  pool_backward_impl(exec, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma, dbeta, workspace);
+}
 
 void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                              const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,

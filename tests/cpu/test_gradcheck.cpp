@@ -239,6 +239,22 @@ TEST_CASE("BatchNorm2d (NCHW) gradients match finite differences in training mod
   }
 }
 
+TEST_CASE("BatchNorm2d with a fused max-pool: gradients match finite differences (odd sizes, windows 2 and 3)",
+          "[cpu][grad][batchnorm]") {
+  // 7x5 planes leave a row and a column (window 2) or more (window 3) outside every window: their dx comes
+  // from the normalization alone.
+  for (bool relu : {false, true})
+    for (int window : {2, 3}) {
+      INFO("relu " << relu << " window " << window);
+      std::vector<std::unique_ptr<Layer>> layers;
+      add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);   // (2,7,5) -> (3,7,5)
+      add<layers::BatchNorm>(layers, 3, true, kernels::Layout::nchw, relu, true, window);  // -> (3, 7/w, 5/w)
+      add<layers::Flatten>(layers);
+      add<layers::Linear>(layers, 3 * (7 / window) * (5 / window), 3, false);
+      Problem(model_of(std::move(layers), Shape{2, 7, 5}), 3).check_all_parameters();
+    }
+}
+
 TEST_CASE("BatchNorm2d (NHWC) gradients match finite differences in training mode", "[cpu][grad][batchnorm]") {
   for (bool relu : {false, true}) {
     INFO("relu " << relu);

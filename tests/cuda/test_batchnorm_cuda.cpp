@@ -154,30 +154,38 @@ Results run_cuda(const Exec& gpu, const BatchNormShape& s, const BatchNormHyper&
   return r;
 }
 
-void compare_with_cpu(const BatchNormShape& s, const Inputs& in, const Results& cpu,
-                      const Results& gpu) {
+// The training forward's statistics: save_*, running_*, num_batches_tracked.
+void compare_statistics(const Inputs& in, const Results& cpu, const Results& gpu) {
   const double x_unit = max_abs(in.x);
-  const double count = double(s.n * s.hw);
   NT_REQUIRE_CLOSE(gpu.mean, cpu.mean, (Tolerance{16 * kEps * x_unit, 16 * kEps, "mean: fp32 sums, a few eps of max|x|"}));
   NT_REQUIRE_CLOSE(gpu.invstd, cpu.invstd, (Tolerance{0, 2e-5, "invstd: fp32 M2 (per-thread sums + Chan tree)"}));
   NT_REQUIRE_CLOSE(gpu.rm, cpu.rm, (Tolerance{16 * kEps * x_unit, 16 * kEps, "running_mean: as the mean"}));
   NT_REQUIRE_CLOSE(gpu.rv, cpu.rv, (Tolerance{0, 2e-5, "running_var: as invstd"}));
   REQUIRE(gpu.batches == 6);
+}
 
-  double scale = 0;  // max |gamma·invstd|
+double output_scale(const BatchNormShape& s, const Inputs& in, const Results& cpu) {  // max |gamma·invstd|
+  double scale = 0;
   for (int64_t c = 0; c < s.c; ++c)
     scale = std::max(scale, (in.gamma.empty() ? 1.0 : std::abs(double(in.gamma[c]))) * cpu.invstd[c]);
-  const Tolerance y_tol{scale * 16 * kEps * x_unit + 1e-6, 3e-5, "y: the mean's error times the scale, xhat times 2e-5"};
-  NT_REQUIRE_CLOSE(gpu.y, cpu.y, y_tol);
-  NT_REQUIRE_CLOSE(gpu.y_eval, cpu.y_eval,
-                   (Tolerance{scale * 4 * kEps * x_unit + 1e-6, 16 * kEps, "eval: fp32 fma of given statistics"}));
+  return scale;
+}
+Tolerance train_y_tolerance(double scale, double x_unit) {
+  return {scale * 16 * kEps * x_unit + 1e-6, 3e-5, "y: the mean's error times the scale, xhat times 2e-5"};
+}
+Tolerance eval_y_tolerance(double scale, double x_unit) {
+  return {scale * 4 * kEps * x_unit + 1e-6, 16 * kEps, "eval: fp32 fma of given statistics"};
+}
 
+// dx, dgamma, dbeta from the same statistics; dy_unit: max |dy|.
+void compare_gradients(const BatchNormShape& s, const Inputs& in, double dy_unit, const Results& cpu,
+                       const Results& gpu) {
+  const double scale = output_scale(s, in, cpu), count = double(s.n * s.hw);
   double xhat = 1;
   for (int64_t n = 0; n < s.n; ++n)
     for (int64_t c = 0; c < s.c; ++c)
       for (int64_t i = 0; i < s.hw; ++i)
         xhat = std::max(xhat, std::abs(double(in.x[index_of(s, n, c, i)] - cpu.mean[c]) * cpu.invstd[c]));
-  const double dy_unit = max_abs(in.dy);
   NT_REQUIRE_CLOSE(gpu.dx, cpu.dx,
                    (Tolerance{64 * kEps * scale * dy_unit * xhat, 64 * kEps, "dx: fp32 against k1*max|dy|*max|xhat|"}));
   if (!in.gamma.empty()) {
@@ -186,6 +194,14 @@ void compare_with_cpu(const BatchNormShape& s, const Inputs& in, const Results& 
     NT_REQUIRE_CLOSE(gpu.dgamma, cpu.dgamma, sums);
     NT_REQUIRE_CLOSE(gpu.dbeta, cpu.dbeta, sums);
   }
+}
+
+void compare_with_cpu(const BatchNormShape& s, const Inputs& in, const Results& cpu, const Results& gpu) {
+  compare_statistics(in, cpu, gpu);
+  const double scale = output_scale(s, in, cpu), x_unit = max_abs(in.x);
+  NT_REQUIRE_CLOSE(gpu.y, cpu.y, train_y_tolerance(scale, x_unit));
+  NT_REQUIRE_CLOSE(gpu.y_eval, cpu.y_eval, eval_y_tolerance(scale, x_unit));
+  compare_gradients(s, in, max_abs(in.dy), cpu, gpu);
 }
 
 struct ShapeCase {
@@ -214,6 +230,155 @@ TEST_CASE("batchnorm on CUDA matches the CPU twin", "[cuda][batchnorm]") {
             const Results gpu = run_cuda(cuda.exec, s, h, in, cpu, offset);
             compare_with_cpu(s, in, cpu, gpu);
           }
+}
+
+// ---- fused max-pool ----------------------------------------------------------------------------------------
+// The GPU's fused kernels against the CPU twin (the two ops through a full-resolution scratch). A near-tie in
+// a window may make the backends choose different elements whose values agree within y's tolerance: the
+// pooled values are compared, and every GPU argmax must name an element whose CPU value is its window's
+// maximum within that tolerance. The backward then gets the CPU's argmax, pooled y and statistics on both
+// backends, so both differentiate the same point.
+
+struct PoolResults {
+  Results r;  // y, y_eval: pooled; dx: full resolution
+  std::vector<int32_t> argmax, argmax_eval;
+};
+
+struct PoolCase {
+  int64_t n, c;
+  int h, w, window;
+};
+
+PoolResults run_cpu_pool(const BatchNormShape& s, const kernels::BatchNormPool& pool, const BatchNormHyper& h,
+                         const Inputs& in, const std::vector<float>& dy) {
+  const size_t pooled = static_cast<size_t>(s.n * s.c) * pool.p() * pool.q(), C = static_cast<size_t>(s.c);
+  PoolResults o;
+  Results& r = o.r;
+  r.y.resize(pooled), r.y_eval.resize(pooled), r.dx.resize(in.x.size());
+  r.mean.resize(C), r.invstd.resize(C), r.dgamma.resize(C), r.dbeta.resize(C);
+  r.rm = in.rm, r.rv = in.rv, r.batches = 5;
+  o.argmax.resize(pooled), o.argmax_eval.resize(pooled);
+  std::vector<float> ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, s, pool));
+  const Exec cpu{};
+  kernels::batchnorm_pool_forward_train(cpu, s, pool, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
+                                        r.y.data(), o.argmax.data(), r.mean.data(), r.invstd.data(), r.rm.data(),
+                                        r.rv.data(), &r.batches, ws.data());
+  kernels::batchnorm_pool_forward_eval(cpu, s, pool, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
+                                       r.rm.data(), r.rv.data(), r.y_eval.data(), o.argmax_eval.data(), ws.data());
+  kernels::batchnorm_pool_backward(cpu, s, pool, h, in.x.data(), r.y.data(), dy.data(), o.argmax.data(),
+                                   ptr_or_null(in.gamma), r.mean.data(), r.invstd.data(), r.dx.data(),
+                                   r.dgamma.data(), r.dbeta.data(), ws.data());
+  return o;
+}
+
+PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernels::BatchNormPool& pool,
+                          const BatchNormHyper& h, const Inputs& in, const std::vector<float>& dy_pooled,
+                          const PoolResults& bwd_from, size_t offset) {
+  const size_t count = in.x.size(), pooled = dy_pooled.size(), C = static_cast<size_t>(s.c);
+  const bool affine = !in.gamma.empty();
+  DeviceBuffer<float> x(gpu, padded(in.x, offset)), dy(gpu, padded(dy_pooled, offset));
+  DeviceBuffer<float> y(gpu, padded(poisoned(pooled), offset)), y_eval(gpu, padded(poisoned(pooled), offset));
+  DeviceBuffer<float> dx(gpu, padded(poisoned(count), offset)), y_cpu(gpu, padded(bwd_from.r.y, offset));
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)), argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
+  DeviceBuffer<int32_t> argmax_cpu(gpu, bwd_from.argmax);
+  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)), beta(gpu, affine ? in.beta : std::vector<float>(1));
+  DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
+  DeviceBuffer<float> mean_cpu(gpu, bwd_from.r.mean), invstd_cpu(gpu, bwd_from.r.invstd);
+  DeviceBuffer<float> rm_cpu(gpu, bwd_from.r.rm), rv_cpu(gpu, bwd_from.r.rv);
+  DeviceBuffer<float> dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
+  DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{5});
+  const size_t ws_floats = std::max<size_t>(kernels::batchnorm_pool_workspace_floats(Backend::cuda, s, pool), 1);
+  DeviceBuffer<float> ws(gpu, poisoned(ws_floats)), ws2(gpu, poisoned(ws_floats));
+  const float* g = affine ? gamma.get() : nullptr;
+  const float* b = affine ? beta.get() : nullptr;
+
+  kernels::batchnorm_pool_forward_train(gpu, s, pool, h, x.get() + offset, g, b, y.get() + offset, argmax.get(),
+                                        mean.get(), invstd.get(), rm.get(), rv.get(), batches.get(), ws.get());
+  kernels::batchnorm_pool_forward_eval(gpu, s, pool, h, x.get() + offset, g, b, rm_cpu.get(), rv_cpu.get(),
+                                       y_eval.get() + offset, argmax_eval.get(), ws.get());
+  kernels::batchnorm_pool_backward(gpu, s, pool, h, x.get() + offset, y_cpu.get() + offset, dy.get() + offset,
+                                   argmax_cpu.get(), g, mean_cpu.get(), invstd_cpu.get(), dx.get() + offset,
+                                   dgamma.get(), dbeta.get(), ws2.get());
+  PoolResults o;
+  Results& r = o.r;
+  const auto y_all = y.download(), y_eval_all = y_eval.download(), dx_all = dx.download();
+  REQUIRE(std::isnan(y_all.back()));  // nothing written past the end
+  REQUIRE(std::isnan(y_eval_all.back()));
+  REQUIRE(std::isnan(dx_all.back()));
+  r.y = unpadded(y_all, offset, pooled), r.y_eval = unpadded(y_eval_all, offset, pooled);
+  r.dx = unpadded(dx_all, offset, count);
+  r.mean = mean.download(), r.invstd = invstd.download(), r.rm = rm.download(), r.rv = rv.download();
+  r.dgamma = dgamma.download(), r.dbeta = dbeta.download();
+  r.batches = batches.download()[0];
+  o.argmax = argmax.download(), o.argmax_eval = argmax_eval.download();
+  REQUIRE(o.argmax.back() == -7);
+  REQUIRE(o.argmax_eval.back() == -7);
+  o.argmax.pop_back(), o.argmax_eval.pop_back();
+  return o;
+}
+
+// Every GPU argmax names an element of its window whose value in `full` (the CPU's full-resolution output)
+// is the window's maximum within tol. Returns the number of windows where it does not.
+int bad_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, const std::vector<float>& full,
+                const std::vector<int32_t>& argmax, double tol) {
+  const int P = pool.p(), Q = pool.q(), K = pool.window;
+  int bad = 0;
+  for (int64_t plane = 0; plane < s.n * s.c; ++plane)
+    for (int i = 0; i < P; ++i)
+      for (int j = 0; j < Q; ++j) {
+        const float* fp = full.data() + plane * s.hw;
+        float best = -INFINITY;
+        for (int a = 0; a < K; ++a)
+          for (int b = 0; b < K; ++b) best = std::max(best, fp[(i * K + a) * pool.w + j * K + b]);
+        const int32_t at = argmax[static_cast<size_t>((plane * P + i) * Q + j)];
+        const int h = at / pool.w, w = at % pool.w;
+        const bool inside = at >= 0 && h / K == i && w / K == j && h < P * K && w < Q * K;
+        bad += !inside || !(double(fp[at]) >= double(best) - tol);
+      }
+  return bad;
+}
+
+TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda][batchnorm]") {
+  // Odd planes (rows and columns outside every window; 7x10 with 8-byte pairs), windows 2, 3 and 4, a 2x2 plane,
+  // the vector path of the backward (w % 4 == 0), and the cnn's two shapes.
+  CudaExec cuda;
+  const PoolCase cases[] = {{3, 5, 7, 9, 2}, {3, 4, 7, 10, 2}, {2, 3, 7, 5, 3}, {4, 6, 8, 8, 2}, {2, 2, 2, 2, 2},
+                            {5, 4, 9, 12, 4}, {64, 32, 28, 28, 2}, {64, 64, 14, 14, 2}};
+  for (const PoolCase& k : cases)
+    for (bool relu : {false, true})
+      for (bool affine : {true, false})
+        for (size_t offset : {size_t(0), size_t(1)}) {
+          const BatchNormShape s{k.n, k.c, int64_t(k.h) * k.w, Layout::nchw};
+          const kernels::BatchNormPool pool{k.h, k.w, k.window};
+          BatchNormHyper h;
+          h.relu = relu;
+          INFO("n=" << s.n << " c=" << s.c << " " << k.h << "x" << k.w << " window " << k.window
+                    << (relu ? " relu" : "") << (affine ? "" : " no affine") << " offset " << offset);
+          const Inputs in = make_inputs(s, affine);
+          const auto dy = random_floats(static_cast<size_t>(s.n * s.c) * pool.p() * pool.q());
+          const PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);
+          const PoolResults gpu = run_cuda_pool(cuda.exec, s, pool, h, in, dy, cpu, offset);
+
+          compare_statistics(in, cpu.r, gpu.r);
+          const double scale = output_scale(s, in, cpu.r), x_unit = max_abs(in.x);
+          const Tolerance y_tol = train_y_tolerance(scale, x_unit), eval_tol = eval_y_tolerance(scale, x_unit);
+          NT_REQUIRE_CLOSE(gpu.r.y, cpu.r.y, y_tol);
+          NT_REQUIRE_CLOSE(gpu.r.y_eval, cpu.r.y_eval, eval_tol);
+          // The CPU's full-resolution outputs, from the unfused op with the same statistics.
+          std::vector<float> full(in.x.size()), full_eval(in.x.size());
+          Results unfused_stats = cpu.r;
+          unfused_stats.rm = in.rm, unfused_stats.rv = in.rv;
+          int64_t batches = 5;
+          kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
+                                           full.data(), unfused_stats.mean.data(), unfused_stats.invstd.data(),
+                                           unfused_stats.rm.data(), unfused_stats.rv.data(), &batches, nullptr);
+          kernels::batchnorm_forward_eval(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
+                                          cpu.r.rm.data(), cpu.r.rv.data(), full_eval.data());
+          const double y_abs = y_tol.abs_tol + y_tol.rel_tol * max_abs(full), eval_abs = eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval);
+          CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * y_abs) == 0);
+          CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval, 2 * eval_abs) == 0);
+          compare_gradients(s, in, max_abs(dy), cpu.r, gpu.r);
+        }
 }
 
 TEST_CASE("batchnorm on CUDA at the benchmark shape matches the CPU twin", "[cuda][batchnorm]") {

@@ -157,7 +157,11 @@ TEST_CASE("dropout draws the same masks on GPU and CPU, step after step", "[cuda
   test::RigOptions o;
   o.model = "conv:8:3,bn,relu,maxpool:2,flatten,dropout:0.5,linear:64,relu,dropout:0.2,linear:10";
   o.sgd = {0.05f, 0.f, 0.f};
-  WARN("dropout model: largest relative loss difference over 20 steps " << compare_backends(o, 20, 1e-4));
+  // Free-running, as compare_backends is: each step's rounding difference and any max-pool tie broken the
+  // other way compound (2.9e-4 at step 16 on the H100 once BatchNorm and max-pool were fused, over the 1e-4
+  // this bound was before). The masks themselves are checked bit for bit by "dropout on CUDA draws the CPU
+  // twin's masks bit for bit"; this test checks that the model draws them at the same counters.
+  WARN("dropout model: largest relative loss difference over 20 steps " << compare_backends(o, 20, 2e-3));
 }
 
 TEST_CASE("two GPU cnn runs with the same seed give bit-identical weights, with and without graphs",
