@@ -401,6 +401,32 @@ __device__ BwdParams finalize_backward(const Geometry& g, const BackwardArgs& b,
   return r;
 }
 
+// What warp 0 computes (finalize(), run by its 32 lanes; lane 0's result), handed to every thread of the
+// block while the other warps wait at the barrier. Every thread of the block calls it.
+template <class Params, class Finalize>
+__device__ __forceinline__ Params from_warp0(const Finalize& finalize) {
+  __shared__ Params shared;
+  if (threadIdx.x < kWarpSize) {
+    const Params r = finalize();
+    if (threadIdx.x == 0) shared = r;
+  }
+  __syncthreads();
+  return shared;
+}
+
+// Channel c's parameters in a block of chunk p: kTrain, finalized by warp 0 (blocks p == 0 also store
+// save_*/running_*); else from the running statistics.
+template <bool kTrain>
+__device__ __forceinline__ FwdParams block_forward_params(const Geometry& g, const ForwardArgs& a, int64_t c, int p) {
+  if constexpr (kTrain) return from_warp0<FwdParams>([&] { return finalize_forward(g, a, c, p == 0); });
+  else return eval_params(a, c);
+}
+
+// The same for the backward (blocks p == 0 store dgamma/dbeta); g: the reduction's partial layout.
+__device__ __forceinline__ BwdParams block_backward_params(const Geometry& g, const BackwardArgs& b, int64_t c, int p) {
+  return from_warp0<BwdParams>([&] { return finalize_backward(g, b, c, p == 0); });
+}
+
 template <bool kRelu>
 __device__ __forceinline__ float normalize(float x, const FwdParams& f) {
   const float v = fmaf(x - f.center, f.scale, f.offset);
@@ -531,18 +557,7 @@ __global__ void __launch_bounds__(kThreads) nchw_forward_apply_kernel(const Geom
   begin_dependent_kernel();
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
-  FwdParams f;
-  if constexpr (kTrain) {
-    __shared__ FwdParams shared;
-    if (threadIdx.x < kWarpSize) {
-      const FwdParams r = finalize_forward(g, a, c, p == 0);
-      if (threadIdx.x == 0) shared = r;
-    }
-    __syncthreads();
-    f = shared;
-  } else {
-    f = eval_params(a, c);
-  }
+  const FwdParams f = block_forward_params<kTrain>(g, a, c, p);
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
   for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
     Pack<V> v[kUnroll] = {};
@@ -608,6 +623,18 @@ __device__ __forceinline__ Pack<V> grad_in(const BackwardArgs& b, int64_t unit, 
   return d;
 }
 
+// The block's (S1, S2) of channel c over chunk p, summed over its threads, into the partials [2][P][C]
+// (parts: the partial layout). Every thread of the block calls it.
+__device__ __forceinline__ void store_backward_partial(const Geometry& parts, const BackwardArgs& b, int64_t c, int p,
+                                                       float2 acc) {
+  const float2 s = block_sum2(acc);
+  if (threadIdx.x == 0) {
+    const int64_t pc = int64_t(parts.chunks) * parts.C, k = int64_t(p) * parts.C + c;
+    b.ws[k] = s.x;
+    b.ws[pc + k] = s.y;
+  }
+}
+
 // grid (C, P): block (c, p) writes (S1, S2) of channel c over chunk p.
 template <int V, bool kRelu>
 __global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Geometry g, const BackwardArgs b) {
@@ -635,12 +662,7 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Ge
           acc.y = fmaf(ds[u].v[k], xs[u].v[k] - mean, acc.y);
         }
   });
-  const float2 s = block_sum2(acc);
-  if (threadIdx.x == 0) {
-    const int64_t pc = int64_t(g.chunks) * g.C, k = int64_t(p) * g.C + c;
-    b.ws[k] = s.x;
-    b.ws[pc + k] = s.y;
-  }
+  store_backward_partial(g, b, c, p, acc);
 }
 
 template <int V, bool kRelu>
@@ -718,13 +740,7 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_apply_kernel(const Geo
   begin_dependent_kernel();
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
-  __shared__ BwdParams shared;
-  if (threadIdx.x < kWarpSize) {
-    const BwdParams r = finalize_backward(g, b, c, p == 0);
-    if (threadIdx.x == 0) shared = r;
-  }
-  __syncthreads();
-  const BwdParams f = shared;
+  const BwdParams f = block_backward_params(g, b, c, p);
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
   for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
     Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
@@ -857,18 +873,7 @@ __global__ void __launch_bounds__(kThreads) nchw_pool_forward_kernel(const Geome
   int64_t j = begin + threadIdx.x;
   if (j < end) fetch(j);
 
-  FwdParams f;
-  if constexpr (kTrain) {
-    __shared__ FwdParams shared;
-    if (threadIdx.x < kWarpSize) {
-      const FwdParams r = finalize_forward(g, a, c, p == 0);
-      if (threadIdx.x == 0) shared = r;
-    }
-    __syncthreads();
-    f = shared;
-  } else {
-    f = eval_params(a, c);
-  }
+  const FwdParams f = block_forward_params<kTrain>(g, a, c, p);
 
   for (; j < end; j += kThreads) {
     float best = -INFINITY;
@@ -910,12 +915,7 @@ __global__ void __launch_bounds__(kThreads) nchw_pool_backward_reduce_kernel(con
     acc.x += d;
     acc.y = fmaf(d, x - mean, acc.y);
   }
-  const float2 s = block_sum2(acc);
-  if (threadIdx.x == 0) {
-    const int64_t pc = int64_t(pg.chunks) * pg.parts.C, k = int64_t(p) * pg.parts.C + c;
-    b.ws[k] = s.x;
-    b.ws[pc + k] = s.y;
-  }
+  store_backward_partial(pg.parts, b, c, p, acc);
 }
 
 // grid (C, cell chunks): block (c, p) writes dx over channel c's cells [p·L, (p+1)·L); warp 0 finalizes the
@@ -958,13 +958,7 @@ __global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
   int64_t j = begin + threadIdx.x;
   if (j < end) fetch(j);
 
-  __shared__ BwdParams shared;
-  if (threadIdx.x < kWarpSize) {
-    const BwdParams r = finalize_backward(pg.parts, b, c, p == 0);
-    if (threadIdx.x == 0) shared = r;
-  }
-  __syncthreads();
-  const BwdParams f = shared;
+  const BwdParams f = block_backward_params(pg.parts, b, c, p);
 
   for (; j < end; j += kThreads) {
     if constexpr (kPairs) {
@@ -1049,6 +1043,17 @@ void with_relu_window(bool relu, int window, bool pairs, const F& f) {
 }
 
 bool aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+
+// The pooled forward (kTrain) or evaluation launch, window rows as 8-byte pairs where w is even and x aligned.
+template <bool kTrain>
+void launch_pool_forward(const Exec& exec, const char* name, const profile::OpCost& cost, const Geometry& g,
+                         const PoolGeometry& pg, const ForwardArgs& a, bool relu, int32_t* argmax) {
+  with_relu_window(relu, pg.window, pg.w % 2 == 0 && aligned8(a.x), [&](auto r, auto window, auto pairs) {
+    launch(exec, name, cost,
+           nchw_pool_forward_kernel<kTrain, decltype(r)::value, decltype(window)::value, decltype(pairs)::value>,
+           pool_grid(pg), dim3(kThreads), 0, g, pg, a, argmax);
+  });
+}
 
 }  // namespace
 
@@ -1206,11 +1211,7 @@ void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, con
   else
     launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<1>, grid_of(g, Layout::nchw), dim3(kThreads), 0,
            g, x, workspace);
-  with_relu_window(h.relu, pool.window, pool.w % 2 == 0 && aligned8(x), [&](auto relu, auto window, auto pairs) {
-    launch(exec, "batchnorm_pool_forward_nchw", apply_cost,
-           nchw_pool_forward_kernel<true, decltype(relu)::value, decltype(window)::value, decltype(pairs)::value>,
-           pool_grid(pg), dim3(kThreads), 0, g, pg, a, argmax);
-  });
+  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, g, pg, a, h.relu, argmax);
 }
 
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
@@ -1225,11 +1226,7 @@ void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, cons
                       nullptr, nullptr, running_mean, running_var, static_cast<float>(h.eps), 0.f, 0.f, 0.f};
   const double elems = double(s.n * s.hw) * double(s.c), pooled = double(pg.extent) * double(s.c);
   const profile::OpCost cost{elems * 4 + pooled * 8, elems * 4};
-  with_relu_window(h.relu, pool.window, pool.w % 2 == 0 && aligned8(x), [&](auto relu, auto window, auto pairs) {
-    launch(exec, "batchnorm_pool_eval_nchw", cost,
-           nchw_pool_forward_kernel<false, decltype(relu)::value, decltype(window)::value, decltype(pairs)::value>,
-           pool_grid(pg), dim3(kThreads), 0, g, pg, a, argmax);
-  });
+  launch_pool_forward<false>(exec, "batchnorm_pool_eval_nchw", cost, g, pg, a, h.relu, argmax);
 }
 
 void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,

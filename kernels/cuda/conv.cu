@@ -320,16 +320,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     if (row_sums && m0 + threadIdx.x < a.M) a.out_rows[m0 + threadIdx.x] = row_sum;
   } else {
     float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // (M, N) row-major, then M rows
-#pragma unroll
-    for (int i = 0; i < Cfg::TM; ++i) {
-      const int m = m0 + a_off + row_step<Cfg>(i);
-      if (m >= a.M) continue;
-#pragma unroll
-      for (int j = 0; j < Cfg::TN; ++j) {
-        const int n = n0 + b_off + col_step<Cfg>(j);
-        if (n < a.N) part[static_cast<size_t>(m) * a.N + n] = acc[i][j];
-      }
-    }
+    gemm_tile::store_partial<Cfg>(acc, part, a.M, a.N, m0 + a_off, n0 + b_off);
     if (row_sums && m0 + threadIdx.x < a.M) part[static_cast<size_t>(a.M) * a.N + m0 + threadIdx.x] = row_sum;
   }
 }

@@ -293,18 +293,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
     if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) p.a_row_sums[m0 + threadIdx.x] = row_sum;
   } else if constexpr (S == kWorkspaceSplit) {
     float* part = p.partial + static_cast<size_t>(split) * p.partial_stride;  // (M, N) row-major, then M row sums
-    if (group == 0) {
-#pragma unroll
-      for (int i = 0; i < Cfg::TM; ++i) {
-        const int m = m0 + a_off + row_step<Cfg>(i);
-        if (m >= p.M) continue;
-#pragma unroll
-        for (int j = 0; j < Cfg::TN; ++j) {
-          const int n = n0 + b_off + col_step<Cfg>(j);
-          if (n < p.N) part[static_cast<size_t>(m) * p.N + n] = acc[i][j];
-        }
-      }
-    }
+    if (group == 0) gemm_tile::store_partial<Cfg>(acc, part, p.M, p.N, m0 + a_off, n0 + b_off);
     if (row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M)
       part[static_cast<size_t>(p.M) * p.N + m0 + threadIdx.x] = row_sum;
   } else {

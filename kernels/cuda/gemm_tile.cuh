@@ -177,6 +177,23 @@ __device__ __forceinline__ int col_step(int j) {
   return (j / 4) * Cfg::kLaneCols * 4 + j % 4;
 }
 
+// A micro-tile's raw sums into a row-major (M, N) partial of split-K, skipping what lies past M or N. m_base,
+// n_base: the thread's a_off and b_off within the output (tile origin included).
+template <class Cfg>
+__device__ __forceinline__ void store_partial(const float (&acc)[Cfg::TM][Cfg::TN], float* part, int M, int N,
+                                              int m_base, int n_base) {
+#pragma unroll
+  for (int i = 0; i < Cfg::TM; ++i) {
+    const int m = m_base + row_step<Cfg>(i);
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < Cfg::TN; ++j) {
+      const int n = n_base + col_step<Cfg>(j);
+      if (n < N) part[static_cast<size_t>(m) * N + n] = acc[i][j];
+    }
+  }
+}
+
 // ---- split-K through a workspace -----------------------------------------------------------------------
 
 // Split-K over more blocks than a cluster holds: block z of the GEMM writes its raw partial result to
