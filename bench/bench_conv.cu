@@ -1,7 +1,9 @@
 // Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, fp32 FFMA (no TF32).
 //
 //   bench_conv [output-folder]      prints a table; with a folder also writes conv.csv there, which
-//                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings
+//                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings; then the
+//                                   variant table (conv_variants.csv): conv2's passes with each tile and
+//                                   split forced through the kernel lab (kernels/conv_lab.h)
 //
 // Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
 // passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
@@ -23,6 +25,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/conv.h"
+#include "kernels/conv_lab.h"
 #include "kernels/cpu/thread_pool.h"
 #include "bench/bench_timing.h"
 #include "kernels/runtime.h"
@@ -145,12 +148,64 @@ int main(int argc, char** argv) {
     }
     for (float* ptr : {x, w, dy, y, dx, dw, ws}) NT_CUDA_CHECK(cudaFree(ptr));
   }
+
+  // Variant table: conv2's passes with the candidate tiles and splits forced (graph µs), to tune choose_plan.
+  namespace lab = nt::kernels::cuda::lab;
+  struct Variant {
+    int pass, tile, split;
+  };
+  const Variant variants[] = {
+      {lab::forward, lab::narrow, 1},           {lab::forward, lab::narrow_grouped, 1},
+      {lab::forward, lab::medium, 1},           {lab::forward, lab::tall_grouped, 1},
+      {lab::forward, lab::wide_grouped, 1},     {lab::backward_data, lab::narrow, 1},
+      {lab::backward_data, lab::small_grouped, 1}, {lab::backward_data, lab::narrow_grouped, 1},
+      {lab::backward_data, lab::wide_grouped, 1}, {lab::backward_data, lab::wide_grouped, 2},
+      {lab::backward_data, lab::tall_grouped, 1}, {lab::backward_weight, lab::small_grouped, 22},
+      {lab::backward_weight, lab::tall_grouped, 22}, {lab::backward_weight, lab::tall_grouped, 33},
+      {lab::backward_weight, lab::tall_grouped, 44}, {lab::backward_weight, lab::wide_grouped, 44},
+      {lab::backward_weight, lab::wide_grouped, 80},
+  };
+  const char* tile_names[] = {"medium", "narrow", "narrow_grouped", "small", "small_grouped", "tall_grouped",
+                              "wide_grouped"};
+  const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
+  std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
+  std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",
+              "rel diff");
+  for (const auto& c : {cases[1], cases[3]}) {
+    const Conv2dShape& s = c.shape;
+    const auto hx = random_host(s.x_size(), rng), hw = random_host(s.w_size(), rng), hdy = random_host(s.y_size(), rng);
+    float *x = to_device(hx), *w = to_device(hw), *dy = to_device(hdy);
+    float* out = to_device(std::vector<float>(std::max({s.x_size(), s.y_size(), s.w_size()})));
+    size_t ws_floats = 1;
+    for (const auto& v : variants) ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
+    float* ws = to_device(std::vector<float>(ws_floats));
+    std::vector<float> refs[3] = {std::vector<float>(s.y_size()), std::vector<float>(s.x_size()),
+                                  std::vector<float>(s.w_size())};
+    nt::kernels::conv2d_forward(cpu, s, hx.data(), hw.data(), nullptr, refs[0].data(), nullptr);
+    nt::kernels::conv2d_backward_data(cpu, s, hdy.data(), hw.data(), refs[1].data(), nullptr);
+    nt::kernels::conv2d_backward_weight(cpu, s, hx.data(), hdy.data(), refs[2].data(), nullptr, nullptr);
+    for (const auto& v : variants) {
+      auto call = [&] { lab::conv2d_variant(exec, v.pass, s, x, w, dy, out, ws, v.tile, v.split); };
+      call();
+      nt::kernels::synchronize(exec);
+      const double diff = relative_difference(out, refs[v.pass]);
+      const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
+      std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,
+                  us_graph, diff);
+      char line[256];
+      std::snprintf(line, sizeof line, "%s,%s,%s,%d,%.3f,%.3e\n", c.name, pass_names[v.pass], tile_names[v.tile],
+                    v.split, us_graph, diff);
+      vcsv += line;
+    }
+    for (float* ptr : {x, w, dy, out, ws}) NT_CUDA_CHECK(cudaFree(ptr));
+  }
   nt::kernels::destroy_stream(exec.stream);
 
   if (!out_dir.empty()) {
     const std::string path = out_dir + "/conv.csv";
     std::ofstream(path) << csv;
-    std::printf("\nwrote %s\n", path.c_str());
+    std::ofstream(out_dir + "/conv_variants.csv") << vcsv;
+    std::printf("\nwrote %s and conv_variants.csv\n", path.c_str());
   }
   return 0;
 }

@@ -23,13 +23,15 @@
 //   the per-column decode of the tile's N indices (pixel or (c,r,s)) is done once per block into a small
 //   shared table `columns` (column()); each element is then an add, two unsigned range compares and a load.
 //   Configurations: Medium 64×64 (8×4 per thread, 128 threads, BK 16), Narrow 32×64 (4×4, 128 threads, BK 16),
-//   Small 32×32 (4×4, 64 threads, BK 16), and the grouped twins NarrowGrouped (BK 32, 2 k-groups) and
+//   Small 32×32 (4×4, 64 threads, BK 16), the grouped twins NarrowGrouped (BK 32, 2 k-groups) and
 //   SmallGrouped (BK 64, 4 k-groups), 256 threads each, whose k-group g multiplies k-rows [g·16, g·16+16) of
-//   each slab; the groups' tiles are added in g order after the last slab. Plan (choose_plan): Medium if
-//   M > 32 and it yields >= kTargetBlocks tiles, else Narrow if N > 32 and it does (grouped below
-//   kGroupedSplitBlocks tiles), else Small, grouped where Kg holds at least two of the grouped slabs. When
-//   Small gives fewer than kTargetBlocks tiles, Kg is split over S <= kMaxSplit blocks, each keeping >= 64 of
-//   Kg, so that tiles·S reaches kTargetBlocks (grouped: kGroupedSplitBlocks, one wave of three blocks per SM).
+//   each slab (the groups' tiles are added in g order after the last slab), and TallGrouped 64×32 (8×4 per
+//   thread, BK 48, 3 k-groups, 192 threads); WideGrouped 32×64 (4×8) is for the kernel lab only. Plan
+//   (choose_plan): Medium if M > 32 and it yields >= kTargetBlocks tiles; else Tall if M > 32 and it does;
+//   else Narrow if N > 32 and it does (grouped below kGroupedSplitBlocks tiles); else Tall (M > 32) or Small,
+//   grouped where Kg holds at least two of the grouped slabs. When that gives fewer than kTargetBlocks tiles,
+//   Kg is split over S <= kMaxSplit blocks, each keeping >= 64 of Kg, so that tiles·S reaches kTargetBlocks
+//   (grouped and tall: kGroupedSplitBlocks, one wave of three blocks per SM).
 //   The plan depends on (M, N, Kg) only, not on the device: the same bits on every GPU. A forward and a
 //   backward_weight with few taps (C·R·S <= 32) are no GEMM at all: see conv_direct_forward_kernel and
 //   conv_direct_backward_weight_kernel.
@@ -71,9 +73,11 @@ using ConvNarrow = TileConfig<32, 64, 16, 4, 4, 4>;            // 128 threads, 1
 using ConvSmall = TileConfig<32, 32, 16, 4, 4, 8>;             //  64 threads,  9.2 KB
 using ConvNarrowGrouped = TileConfig<32, 64, 32, 4, 4, 3, 2>;  // 256 threads, 26.6 KB: Narrow's warps x 2 k-groups
 using ConvSmallGrouped = TileConfig<32, 32, 64, 4, 4, 3, 4>;   // 256 threads, 36.9 KB: Small's warps x 4 k-groups
+using ConvTallGrouped = TileConfig<64, 32, 48, 8, 4, 3, 3>;    // 192 threads, 39.9 KB: 8x4 per thread, 3 k-groups
+using ConvWideGrouped = TileConfig<32, 64, 48, 4, 8, 3, 3>;    // 192 threads, 39.9 KB: 4x8 per thread, 3 k-groups
 
 constexpr int64_t kTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H200; fixed, so plans are device-free
-constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three 256-thread blocks per SM (grouped tiles)
+constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three blocks per SM (the grouped tiles, 192-256 threads)
 constexpr int kMaxSplit = 256;
 constexpr int kMinSplitDepth = 64;     // >= 64 products per output per split block
 constexpr int kInvalid = -(1 << 30);   // an image coordinate that fails every range check, even doubled
@@ -469,7 +473,7 @@ int direct_weight_blocks(const Conv2dShape& s) {
 
 // ---- launchers -----------------------------------------------------------------------------------------------
 
-enum class Tile { medium, narrow, narrow_grouped, small, small_grouped };
+enum class Tile { medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped };
 
 struct Plan {
   Tile tile = Tile::small;
@@ -480,6 +484,8 @@ int slab_depth(Tile tile) {
   switch (tile) {
     case Tile::narrow_grouped: return ConvNarrowGrouped::BK;
     case Tile::small_grouped: return ConvSmallGrouped::BK;
+    case Tile::tall_grouped: return ConvTallGrouped::BK;
+    case Tile::wide_grouped: return ConvWideGrouped::BK;
     default: return ConvSmall::BK;
   }
 }
@@ -495,19 +501,28 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 // where its tiles fall short of one wave of three 256-thread blocks per SM: conv2's forward at batch 64 (392
 // tiles) ran 42.7 us inside the cnn's step as Narrow and 27.2 us as NarrowGrouped (H100), while with 784 tiles
 // (backward_data at batch 256) Narrow was faster (87.9 against 102.9 us).
+//
+// Below the medium tile's two blocks per SM, more than 32 rows (output channels) take the tall tile: 64×32
+// with 8×4 per thread, two float4 of A and one of B per 32 FMAs where the 4×4 tiles load two per 16, in 3
+// k-groups. bench_conv's variant table (H100, graph µs, conv2 at batch 64): forward 23.0 as Tall against
+// 26.5 as NarrowGrouped; backward_weight split 44 ways 27.0 against 30.5 as SmallGrouped split 22 (batch
+// 256: 86.2 against 105.1). backward_data (32 rows) stays SmallGrouped: 31.1 against 38.5 for the 4×8 tile.
 Plan choose_plan(int M, int N, int K) {
   if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
+  const bool tall = M > ConvNarrow::BM && K >= 2 * ConvTallGrouped::BK;
+  const int64_t tall_tiles = tiles_for(M, N, ConvTallGrouped::BM, ConvTallGrouped::BN);
+  if (tall && tall_tiles >= kTargetBlocks) return {Tile::tall_grouped, 1};
   if (const int64_t narrow = tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN); N > ConvSmall::BN && narrow >= kTargetBlocks)
     return {K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow, 1};
-  Plan plan{K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small, 1};
-  const int64_t tiles = tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
+  Plan plan{tall ? Tile::tall_grouped : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small, 1};
+  const int64_t tiles = tall ? tall_tiles : tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
   const int depth = slab_depth(plan.tile);
   const int64_t slabs = (int64_t(K) + depth - 1) / depth;
   const int64_t min_slabs = (kMinSplitDepth + depth - 1) / depth;
   if (tiles >= kTargetBlocks) return plan;
   // Split until the blocks fill the GPU once: a second, partial wave would leave most SMs idle while it runs
   // (288 blocks of the grouped tile, three per SM, ran as 2.2 waves on 132 SMs).
-  const int64_t target = plan.tile == Tile::small_grouped ? kGroupedSplitBlocks : kTargetBlocks;
+  const int64_t target = plan.tile == Tile::small ? kTargetBlocks : kGroupedSplitBlocks;
   const int64_t most = std::min<int64_t>(kMaxSplit, std::max<int64_t>(slabs / min_slabs, 1));
   plan.split = static_cast<int>(std::clamp<int64_t>((target + tiles - 1) / tiles, 1, most));
   return plan;
@@ -576,8 +591,8 @@ void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvAr
 // Runs one pass: the GEMM kernel, then (split > 1) the reduction. rows: the bias rows written (0 or M).
 template <class Pass>
 void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
-              double bytes, float* workspace) {
-  const Plan plan = choose_plan(a.M, a.N, a.K);
+              double bytes, float* workspace, const Plan* forced = nullptr) {
+  const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K);
   const int slabs = (a.K + slab_depth(plan.tile) - 1) / slab_depth(plan.tile);
   a.split = plan.split;
   a.slabs_per_split = (slabs + plan.split - 1) / plan.split;
@@ -591,6 +606,8 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
     case Tile::small: launch_tile<ConvSmall, Pass>(exec, name, cost, a); break;
     case Tile::narrow_grouped: launch_tile<ConvNarrowGrouped, Pass>(exec, name, cost, a); break;
     case Tile::small_grouped: launch_tile<ConvSmallGrouped, Pass>(exec, name, cost, a); break;
+    case Tile::tall_grouped: launch_tile<ConvTallGrouped, Pass>(exec, name, cost, a); break;
+    case Tile::wide_grouped: launch_tile<ConvWideGrouped, Pass>(exec, name, cost, a); break;
   }
   if (plan.split == 1) return;
   launch_split_reduce<Pass>(exec, reduce_name, a, rows);
@@ -668,5 +685,37 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
   run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a,
                                dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
 }
+
+// Kernel-lab entry (kernels/conv_lab.h): one pass with the tile and split forced.
+namespace lab {
+size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split) {
+  const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
+  return split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
+}
+
+void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
+                    const float* dy, float* out, float* workspace, int tile, int split) {
+  check_shape(s);
+  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::wide_grouped) && split >= 1,
+           "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
+  const Plan plan{static_cast<Tile>(tile), split};
+  const double flops = conv_flops(s), bytes = conv_bytes(s);
+  if (pass == 0) {
+    ConvArgs a = make_args(s, forward_gemm(s));
+    a.a_src = w, a.b_src = x, a.out = out;
+    run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, flops, bytes, workspace, &plan);
+  } else if (pass == 1) {
+    ConvArgs a = make_args(s, backward_data_gemm(s));
+    a.a_src = w, a.b_src = dy, a.out = out;
+    run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, flops, bytes,
+                               workspace, &plan);
+  } else {
+    ConvArgs a = make_args(s, backward_weight_gemm(s));
+    a.a_src = dy, a.b_src = x, a.out = out;
+    run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, 0, flops, bytes,
+                                 workspace, &plan);
+  }
+}
+}  // namespace lab
 
 }  // namespace nt::kernels::cuda

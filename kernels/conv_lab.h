@@ -1,0 +1,23 @@
+// The conv kernel lab's entry (kernels/cuda/conv.cu), for bench/bench_conv.cu: one pass of the implicit-GEMM
+// convolution with the tile configuration and the split-K factor forced, so every configuration can be timed
+// at the cnn's shapes. Not part of the op API: the engine calls kernels::conv2d_*, which pick the plan.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/conv.h"
+
+namespace nt::kernels::cuda::lab {
+
+enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
+// Block tiles (M × N, micro-tile per thread, k-groups): medium 64×64 (8×4), narrow 32×64 (4×4), narrow_grouped
+// (×2), small 32×32 (4×4), small_grouped (×4), tall_grouped 64×32 (8×4, ×3), wide_grouped 32×64 (4×8, ×3).
+enum ConvTile : int { medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped };
+
+// forward: x, w -> out = y; backward_data: dy, w -> out = dx; backward_weight: x, dy -> out = dw (no bias).
+// workspace: conv2d_variant_workspace_floats(pass, s, split) floats (nullptr when 0).
+void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
+                    const float* dy, float* out, float* workspace, int tile, int split);
+size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split);
+
+}  // namespace nt::kernels::cuda::lab
