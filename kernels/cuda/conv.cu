@@ -585,7 +585,7 @@ void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvAr
   const int total = a.M * a.N + rows;
   const profile::OpCost reduce_cost{4.0 * total * (a.split + 1), double(total) * a.split};
   launch(exec, reduce_name, reduce_cost, conv_split_reduce_kernel<Pass>, gemm_tile::split_reduce_grid(total),
-         gemm_tile::split_reduce_block(a.split), 0, a, total);
+         gemm_tile::split_reduce_block(a.split, total), 0, a, total);
 }
 
 // Runs one pass: the GEMM kernel, then (split > 1) the reduction. rows: the bias rows written (0 or M).

@@ -519,7 +519,7 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   const int total = d.M * d.N + (d.a_row_sums ? d.M : 0);
   const profile::OpCost reduce_cost{4.0 * total * (plan.split_k + 1), double(total) * plan.split_k};
   launch(exec, "gemm_split_reduce", reduce_cost, pick_reduce(d.epilogue), gemm_tile::split_reduce_grid(total),
-         gemm_tile::split_reduce_block(plan.split_k), 0, p, plan.split_k, total);
+         gemm_tile::split_reduce_block(plan.split_k, total), 0, p, plan.split_k, total);
 }
 
 void check_invariants(const GemmDesc& d) {
