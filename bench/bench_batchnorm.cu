@@ -211,15 +211,7 @@ int main(int argc, char** argv) {
       NT_CUDA_CHECK(cudaFree(p));
   }
 
-  if (!out_dir.empty()) {
-    std::ofstream f(out_dir + "/batchnorm.csv");
-    f << csv;
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s/batchnorm.csv\n", out_dir.c_str());
-      return 1;
-    }
-    std::printf("\nwrote %s/batchnorm.csv\n", out_dir.c_str());
-  }
+  if (!out_dir.empty() && !nt::bench::write_result(out_dir, "batchnorm.csv", csv)) return 1;
   nt::kernels::destroy_stream(exec.stream);
   return 0;
 }

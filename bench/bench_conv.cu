@@ -201,11 +201,8 @@ int main(int argc, char** argv) {
   }
   nt::kernels::destroy_stream(exec.stream);
 
-  if (!out_dir.empty()) {
-    const std::string path = out_dir + "/conv.csv";
-    std::ofstream(path) << csv;
-    std::ofstream(out_dir + "/conv_variants.csv") << vcsv;
-    std::printf("\nwrote %s and conv_variants.csv\n", path.c_str());
-  }
+  if (!out_dir.empty() && !(nt::bench::write_result(out_dir, "conv.csv", csv) &&
+                             nt::bench::write_result(out_dir, "conv_variants.csv", vcsv)))
+    return 1;
   return 0;
 }

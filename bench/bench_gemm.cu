@@ -262,17 +262,9 @@ int main(int argc, char** argv) {
     free_operands(o);
   }
 
-  if (!out_dir.empty()) {
-    for (auto [name, text] : {std::pair{"gemm.csv", &csv}, std::pair{"gemm_variants.csv", &csv_variants}}) {
-      std::ofstream f(out_dir + "/" + name);
-      f << *text;
-      if (!f) {
-        std::fprintf(stderr, "cannot write %s/%s\n", out_dir.c_str(), name);
-        return 1;
-      }
-    }
-    std::printf("\nwrote %s/gemm.csv and %s/gemm_variants.csv\n", out_dir.c_str(), out_dir.c_str());
-  }
+  if (!out_dir.empty() && !(nt::bench::write_result(out_dir, "gemm.csv", csv) &&
+                             nt::bench::write_result(out_dir, "gemm_variants.csv", csv_variants)))
+    return 1;
 
   CUBLAS_CHECK(cublasDestroy(handle));
   NT_CUDA_CHECK(cudaFree(workspace));

@@ -5,7 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -48,6 +53,21 @@ inline double time_graph_us(const kernels::Exec& exec, int calls, int reps, cons
     for (int i = 0; i < calls; ++i) call();
   });
   return time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, reps, [&] { graph.launch(exec); }) / calls;
+}
+
+// Writes `text` to DIR/NAME, creating DIR (and its parents) first; says which file failed and returns false.
+inline bool write_result(const std::string& dir, const std::string& name, const std::string& text) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  std::ofstream f(dir + "/" + name);
+  f << text;
+  f.flush();
+  if (error || !f) {
+    std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), name.c_str());
+    return false;
+  }
+  std::printf("wrote %s/%s\n", dir.c_str(), name.c_str());
+  return true;
 }
 
 }  // namespace nt::bench
