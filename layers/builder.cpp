@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "layers/batchnorm.h"
@@ -36,6 +37,17 @@ int64_t positive_int(const std::string& text, const std::string& item) {
   if (ec != std::errc{} || end != text.data() + text.size() || v <= 0)
     throw Error(cat("--model: '", item, "' needs a positive integer, got '", text, "'"));
   return v;
+}
+
+struct PoolItem {
+  int window, stride;
+};
+// "maxpool:W[:stride]" (stride defaults to W); nullopt for any other item.
+std::optional<PoolItem> maxpool_item(const std::string& item) {
+  const auto fields = split(item, ':');
+  if (fields.empty() || fields[0] != "maxpool" || fields.size() < 2 || fields.size() > 3) return std::nullopt;
+  const int window = static_cast<int>(positive_int(fields[1], item));
+  return PoolItem{window, fields.size() == 3 ? static_cast<int>(positive_int(fields[2], item)) : window};
 }
 
 double probability(const std::string& text, const std::string& item) {
@@ -105,20 +117,16 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
       // A max-pool whose stride is its window (the cnn's) runs inside the BatchNorm2d: the full-resolution
       // output is never written, and its backward is the BatchNorm's reading the pooled gradient.
       int pool = 0;
-      if (shape.rank() == 3 && i + 1 < items.size()) {
-        const auto next = split(items[i + 1], ':');
-        if (next.size() >= 2 && next.size() <= 3 && next[0] == "maxpool") {
-          const int window = static_cast<int>(positive_int(next[1], items[i + 1]));
-          const bool fits = window <= shape[1] && window <= shape[2];
-          if (fits && (next.size() == 2 || positive_int(next[2], items[i + 1]) == window)) pool = window;
-        }
+      if (const auto next = i + 1 < items.size() ? maxpool_item(items[i + 1]) : std::nullopt;
+          next && shape.rank() == 3 && next->stride == next->window && next->window <= shape[1] &&
+          next->window <= shape[2]) {
+        pool = next->window;
+        ++i;
       }
-      if (pool) ++i;
       layer = std::make_unique<BatchNorm>(shape[0], shape.rank() == 3, kernels::Layout::nchw, fuse_relu, true, pool);
-    } else if (kind == "maxpool" && (fields.size() == 2 || fields.size() == 3)) {
+    } else if (const auto pool = maxpool_item(items[i])) {
       needs_rank(3, " (maxpool needs (C, H, W))");
-      const int window = static_cast<int>(positive_int(fields[1], items[i]));
-      layer = std::make_unique<MaxPool2d>(window, static_cast<int>(field(2, window)));
+      layer = std::make_unique<MaxPool2d>(pool->window, pool->stride);
     } else if (kind == "flatten" && fields.size() == 1) {
       layer = std::make_unique<Flatten>();
     } else if (kind == "dropout" && fields.size() == 2) {

@@ -1220,13 +1220,13 @@ void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, cons
                                  float*) {
   check_batchnorm_pool(s, pool);
   if (s.c == 0 || s.n * s.hw == 0) return;
-  const Geometry g = make_geometry(s, Layout::nchw, 1);  // only C is read: the parameters come from running_*
   const PoolGeometry pg = make_pool_geometry(s, pool);
   const ForwardArgs a{x,       gamma,   beta,         y,           nullptr,      nullptr, nullptr, nullptr,
                       nullptr, nullptr, running_mean, running_var, static_cast<float>(h.eps), 0.f, 0.f, 0.f};
   const double elems = double(s.n * s.hw) * double(s.c), pooled = double(pg.extent) * double(s.c);
   const profile::OpCost cost{elems * 4 + pooled * 8, elems * 4};
-  launch_pool_forward<false>(exec, "batchnorm_pool_eval_nchw", cost, g, pg, a, h.relu, argmax);
+  // Only the channel count of the geometry is read: the parameters come from running_*.
+  launch_pool_forward<false>(exec, "batchnorm_pool_eval_nchw", cost, pg.parts, pg, a, h.relu, argmax);
 }
 
 void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,

@@ -405,13 +405,6 @@ bool clusters_available() {
   return available;
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  NT_CUDA_CHECK(cudaGetDevice(&dev));
-  NT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 // The rule: the largest tile that still gives at least one block per SM; if even the small tile gives
 // fewer, split K over a cluster so that tiles·S approaches two blocks per SM, keeping at least two
 // slabs (2·BK) of K per block; where that still leaves SMs idle and K is long, split through the workspace
@@ -553,12 +546,12 @@ size_t workspace_floats(const Plan& plan, int M, int N) {
 
 void gemm(const Exec& exec, const GemmDesc& d) {
   check_invariants(d);
-  run_plan(exec, d, choose_plan(d.M, d.N, d.K, sm_count(), clusters_available(), d.workspace != nullptr));
+  run_plan(exec, d, choose_plan(d.M, d.N, d.K, multiprocessor_count(), clusters_available(), d.workspace != nullptr));
 }
 
 size_t gemm_workspace_floats(int M, int N, int K) {
   NT_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
-  const int sms = sm_count();
+  const int sms = multiprocessor_count();
   const bool can_split = clusters_available();
   size_t most = 0;  // the most over every M' <= M: a layer plans with its full batch and may run a smaller one
   for (int m = 1; m <= M; ++m) most = std::max(most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N));

@@ -27,6 +27,8 @@ int current_device_attribute() {
 
 bool programmatic_launch_supported() { return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9; }
 
+int multiprocessor_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
+
 size_t max_shared_bytes_per_block() {
   return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>());
 }

@@ -63,6 +63,7 @@ __device__ __forceinline__ void end_overlapping_kernel() {
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer
 size_t max_shared_bytes_per_block();   // the current device's limit for a kernel that opts in (dynamic smem)
+int multiprocessor_count();            // the current device's SMs
 
 // Thread-block clusters exist from sm_90 on. Device passes for older GPUs compile cluster kernels as stubs
 // (NT_CLUSTERS is 0 there: guard their bodies with it) and launchers ask cluster_kernels_run first.

@@ -531,16 +531,21 @@ TEST_CASE("the report names the timer and counts launches without a CUPTI record
   CHECK(json.find("\"launches_without_record\": 3") != std::string::npos);
 }
 
+namespace {
+// `args` (with the test data) is a usage error: exit 2 and at most one line, which names `flag`.
+void check_flag_refused(const std::string& args, const char* flag) {
+  const auto r = test::run_command(test::cli_path() + " " + args + " --data " + test::mnist_dir());
+  INFO(args << ": " << r.out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.find(flag) != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
+}
+}  // namespace
+
 TEST_CASE("the profile timer flag: bad values are one line naming it, and events and cupti run on the CPU",
           "[cpu][profile][cli][cupti]") {
-  for (const char* command : {"profile", "train"}) {
-    const auto r = test::run_command(test::cli_path() + " " + command + " --device cpu --profile-timer nvtx --data " +
-                                     test::mnist_dir());
-    INFO(r.out);
-    CHECK(r.exit_code == 2);
-    CHECK(r.out.find("--profile-timer") != std::string::npos);
-    CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
-  }
+  for (const char* command : {"profile", "train"})
+    check_flag_refused(std::string(command) + " --device cpu --profile-timer nvtx", "--profile-timer");
   const auto r = test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 2 --warmup 0 " +
                                    "--profile-timer cupti --data " + test::mnist_dir());
   INFO(r.out);
@@ -550,14 +555,8 @@ TEST_CASE("the profile timer flag: bad values are one line naming it, and events
 
 TEST_CASE("the profile sampling flag: out of range or with --profile-graphs is one line naming it, else a sampled "
           "table", "[cpu][profile][cli]") {
-  for (const char* flags : {"--profile-every 0", "--profile-every 2000000", "--profile-every 4 --profile-graphs"}) {
-    INFO(flags);
-    const auto r = test::run_command(test::cli_path() + " train --device cpu " + flags + " --data " + test::mnist_dir());
-    INFO(r.out);
-    CHECK(r.exit_code == 2);
-    CHECK(r.out.find("--profile-every") != std::string::npos);
-    CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
-  }
+  for (const char* flags : {"--profile-every 0", "--profile-every 2000000", "--profile-every 4 --profile-graphs"})
+    check_flag_refused(std::string("train --device cpu ") + flags, "--profile-every");
   const auto r = test::run_command(test::cli_path() + " train --device cpu --epochs 1 --batch 64 --train-limit 640 " +
                                    "--profile-every 5 --log-level warn --data " + test::mnist_dir());
   INFO(r.out);
