@@ -2,6 +2,7 @@
 """Compare the kernel profiler's times with Nsight Compute's, launch by launch.
 
     compare_ncu.py OURS.trace.json NCU.csv [--reference OTHER.trace.json ...] [--min-us 5] [--tolerance-pct 10]
+                   [--calibration SPIN.csv SPIN_NCU.csv]
 
 OURS.trace.json: written by `nanotrain profile --profile-out OURS` (one complete event per launch, in
 launch order; its otherData names the timer, cupti or cuda events). NCU.csv: `ncu --csv --metrics
@@ -13,9 +14,17 @@ and cudaProfilerStop, in the same order. ncu holds CUPTI itself, so its run must
 averaged per (kernel, phase, layer) row of our table. --reference adds the columns of another of our runs
 (e.g. the events timer next to cupti), shown but not judged.
 
-Prints: kernel | phase | layer | calls | ncu avg us | ours avg us | difference % | verdict [| reference avg
-us | difference %] | ncu function. Exits 1 when a row whose own average is >= --min-us differs by more than
---tolerance-pct, 2 when the launch lists do not line up. Python 3 standard library only.
+--calibration: what each timer reads for kernels of known length (spin kernels of 0 to 20 us: SPIN.csv from
+`bench_launch --out`, SPIN_NCU.csv from ncu over `bench_launch --ncu`). ncu's gpu__time_duration of a kernel
+run alone reads a fixed amount more than the kernel's length, the same for every length; its median over
+the spin kernels, less what our timer reads over them, is ncu's fixed cost relative to our timer. The table
+then adds the column "ncu - fixed" and judges our times against it (docs/profiler.md, "Fidelity"); the raw
+difference stays in the table.
+
+Prints: kernel | phase | layer | calls | ncu avg us | ours avg us | difference % | verdict [| ncu - fixed |
+difference % | verdict] [| reference avg us | difference %] | ncu function. Exits 1 when a row whose own
+average is >= --min-us differs by more than --tolerance-pct (from ncu - fixed with --calibration), 2 when
+the launch lists do not line up. Python 3 standard library only.
 """
 import argparse
 import csv
@@ -84,6 +93,33 @@ def lists_line_up(name, ours, theirs, path):
     return False
 
 
+def ncu_fixed_us(spin_csv, spin_ncu_csv, timer):
+    """ncu's fixed cost per kernel beyond what our `timer` reads: the median over the spin kernels of
+    (ncu avg - ours avg). Prints the calibration table."""
+    with open(spin_csv, newline="") as f:
+        spins = list(csv.DictReader(f))
+    theirs = ncu_launches(spin_ncu_csv)
+    if not spins or len(theirs) % len(spins):
+        sys.exit(f"{spin_ncu_csv}: {len(theirs)} launches, not a multiple of the {len(spins)} kernels of {spin_csv}")
+    per = len(theirs) // len(spins)  # bench_launch --ncu: `per` launches of each kernel, in the CSV's order
+    column = {"cupti": "cupti_us", "cuda events": "events_us"}.get(timer, "cupti_us")
+    print("Calibration: kernels of known length (bench_launch; one block spinning on %globaltimer), us per launch")
+    print(f"{'kernel':<10} | {'true':>6} | {'ncu':>6} | {'cupti':>6} | {'events':>6} | {'ncu - cupti':>11} | "
+          f"{'ncu - events':>12} | {'ncu - true':>10}")
+    gaps = []
+    for k, spin in enumerate(spins):
+        ncu = sum(us for _, us in theirs[k * per:(k + 1) * per]) / per
+        true, cupti, events = float(spin["true_us"]), float(spin["cupti_us"]), float(spin["events_us"])
+        gaps.append(ncu - float(spin[column]))
+        print(f"{spin['kernel']:<10} | {true:6.2f} | {ncu:6.2f} | {cupti:6.2f} | {events:6.2f} | {ncu - cupti:11.2f} | "
+              f"{ncu - events:12.2f} | {ncu - true:10.2f}")
+    gaps.sort()
+    fixed = (gaps[(len(gaps) - 1) // 2] + gaps[len(gaps) // 2]) / 2
+    print(f"ncu's fixed cost beyond {timer}: {fixed:.2f} us per kernel (median of {len(gaps)}; spread "
+          f"{gaps[0]:.2f} to {gaps[-1]:.2f})\n")
+    return fixed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ours")
@@ -91,6 +127,8 @@ def main():
     ap.add_argument("--reference", action="append", default=[], help="another of our traces, shown, not judged")
     ap.add_argument("--min-us", type=float, default=5.0, help="rows averaging less are shown, not judged")
     ap.add_argument("--tolerance-pct", type=float, default=10.0)
+    ap.add_argument("--calibration", nargs=2, metavar=("SPIN.csv", "SPIN_NCU.csv"),
+                    help="judge against ncu less its fixed cost, measured on kernels of known length")
     a = ap.parse_args()
 
     theirs = ncu_launches(a.ncu)
@@ -101,6 +139,7 @@ def main():
             for (name, launches), path in zip(runs, paths)]
     if not all(lists_line_up(name, launches, theirs, path) for (name, launches), path in zip(runs, paths)):
         return 2
+    fixed = ncu_fixed_us(*a.calibration, runs[0][0].split(" (")[0]) if a.calibration else None
 
     # (kernel, phase, layer) -> [calls, ncu us, ncu function names, us of each run]
     rows = OrderedDict()
@@ -117,23 +156,35 @@ def main():
         return 100.0 * (x - ref) / ref if ref > 0 else float("inf")
 
     header = ["Kernel", "Phase", "Layer", "Calls", "ncu avg us", f"{runs[0][0]} avg us", "Diff %", ""]
+    numeric = {3, 4, 5, 6}
+    if fixed is not None:
+        header += [f"ncu - {fixed:.2f}", "Diff %", ""]
+        numeric |= {8, 9}
     for name, _ in runs[1:]:
+        numeric |= {len(header), len(header) + 1}
         header += [f"{name} avg us", "Diff %"]
     header.append("ncu function")
     table = [header]
-    numeric = {3, 4, 5, 6} | {8 + 2 * r + k for r in range(len(runs) - 1) for k in (0, 1)}
-    failures = 0
+    failures, raw_failures = 0, 0
     total_ncu, totals = 0.0, [0.0] * len(runs)
     for (kernel, phase, layer), (calls, ncu_us, functions, us) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
         ncu_avg = ncu_us / calls
         avgs = [x / calls for x in us]
         judged = avgs[0] >= a.min_us
-        bad = judged and abs(pct(avgs[0], ncu_avg)) > a.tolerance_pct
-        failures += bad
+        raw_bad = judged and abs(pct(avgs[0], ncu_avg)) > a.tolerance_pct
+        raw_failures += raw_bad
         total_ncu += ncu_us
         totals = [t + x for t, x in zip(totals, us)]
         line = [kernel, phase or "-", layer or "-", str(calls), f"{ncu_avg:.2f}", f"{avgs[0]:.2f}",
-                f"{pct(avgs[0], ncu_avg):+.1f}", "FAIL" if bad else ("ok" if judged else "(short)")]
+                f"{pct(avgs[0], ncu_avg):+.1f}", "FAIL" if raw_bad else ("ok" if judged else "(short)")]
+        if fixed is None:
+            failures += raw_bad
+        else:
+            calibrated = ncu_avg - fixed
+            bad = judged and abs(pct(avgs[0], calibrated)) > a.tolerance_pct
+            failures += bad
+            line += [f"{calibrated:.2f}", f"{pct(avgs[0], calibrated):+.1f}",
+                     "FAIL" if bad else ("ok" if judged else "(short)")]
         for avg in avgs[1:]:
             line += [f"{avg:.2f}", f"{pct(avg, ncu_avg):+.1f}"]
         line.append(",".join(sorted(functions)))
@@ -146,7 +197,10 @@ def main():
             print("-+-".join("-" * w for w in widths))
     print(f"\n{len(theirs)} launches; sum of kernel time: ncu {total_ncu / 1e3:.3f} ms, " +
           ", ".join(f"{name} {t / 1e3:.3f} ms ({pct(t, total_ncu):+.1f}%)" for (name, _), t in zip(runs, totals)))
-    print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}%: {failures}")
+    print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}% of ncu: {raw_failures}")
+    if fixed is not None:
+        print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}% of ncu less its fixed "
+              f"{fixed:.2f} us: {failures}")
     return 1 if failures else 0
 
 

@@ -1,0 +1,38 @@
+// Spin kernels of bench_launch (spin_kernels.h): thread 0 reads %globaltimer (ns; about 32 ns resolution on
+// recent GPUs) until kMicros us have passed; the other 31 threads and kMicros == 0 return at once.
+#include <cstdint>
+
+#include "bench/launch/spin_kernels.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::bench {
+
+namespace {
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <int kMicros>
+__global__ void spin_kernel() {
+  if constexpr (kMicros > 0) {
+    if (threadIdx.x != 0) return;
+    const uint64_t t0 = global_ns();
+    while (global_ns() - t0 < uint64_t{kMicros} * 1000) {
+    }
+  }
+}
+
+using Kernel = void (*)();
+constexpr Kernel kKernels[] = {spin_kernel<0>, spin_kernel<2>, spin_kernel<5>, spin_kernel<10>, spin_kernel<20>};
+static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kSpinCount, "one kernel per entry of kSpins");
+
+}  // namespace
+
+void launch_spin(const kernels::Exec& exec, int index) {
+  kernels::cuda::launch(exec, kSpins[index].name, profile::OpCost{}, kKernels[index], dim3(1), dim3(32), 0);
+}
+
+}  // namespace nt::bench
