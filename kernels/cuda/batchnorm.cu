@@ -332,38 +332,46 @@ __device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) { re
 // (p = lane, lane + 32, ...) is the same as one at a time.
 constexpr int kPartialsInFlight = 8;
 
-// One full warp combines channel c's partials; lane 0 gets the parameters and, with `write`, stores
-// save_*, running_* (and bumps num_batches_tracked for channel 0).
-__device__ FwdParams finalize_forward(const Geometry& g, const ForwardArgs& a, int64_t c, bool write) {
-  const int lane = threadIdx.x % kWarpSize;
+// Lane `lane` of `lanes` combines channel c's partials p = lane, lane + lanes, ... in that order, issuing
+// kPartialsInFlight loads before it uses any.
+__device__ Stat chain_forward_partials(const Geometry& g, const float* ws, int64_t c, int lane, int lanes) {
   const int64_t pc = int64_t(g.chunks) * g.C;
   Stat s{0.f, 0.f, 0.f};
-  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * kWarpSize) {
+  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * lanes) {
     Stat part[kPartialsInFlight];
 #pragma unroll
     for (int i = 0; i < kPartialsInFlight; ++i) {
-      const int p = p0 + i * kWarpSize;
+      const int p = p0 + i * lanes;
       const int64_t k = int64_t(p) * g.C + c;
-      part[i] = p < g.chunks ? Stat{a.ws[k], a.ws[pc + k], a.ws[2 * pc + k]} : Stat{0.f, 0.f, 0.f};
+      part[i] = p < g.chunks ? Stat{ws[k], ws[pc + k], ws[2 * pc + k]} : Stat{0.f, 0.f, 0.f};
     }
 #pragma unroll
     for (int i = 0; i < kPartialsInFlight; ++i) s = combine(s, part[i]);  // an empty partial changes nothing
   }
-  s = warp_combine(s);
-  FwdParams r{0.f, 0.f, 0.f};
-  if (lane == 0) {
-    const float invstd = 1.f / sqrtf(s.m2 / a.count + a.eps);
-    r = {s.mean, invstd * (a.gamma ? a.gamma[c] : 1.f), a.beta ? a.beta[c] : 0.f};
-    if (write) {
-      a.save_mean[c] = s.mean;
-      a.save_invstd[c] = invstd;
-      const float m = a.momentum;
-      if (a.running_mean) a.running_mean[c] = (1.f - m) * a.running_mean[c] + m * s.mean;
-      if (a.running_var) a.running_var[c] = (1.f - m) * a.running_var[c] + m * (s.m2 / a.count_m1);
-      if (c == 0 && a.num_batches_tracked) *a.num_batches_tracked += 1;
-    }
+  return s;
+}
+
+// Channel c's parameters from its combined statistics s; with `write`, stores save_*, running_* (and bumps
+// num_batches_tracked for channel 0).
+__device__ FwdParams forward_params(const ForwardArgs& a, const Stat& s, int64_t c, bool write) {
+  const float invstd = 1.f / sqrtf(s.m2 / a.count + a.eps);
+  if (write) {
+    a.save_mean[c] = s.mean;
+    a.save_invstd[c] = invstd;
+    const float m = a.momentum;
+    if (a.running_mean) a.running_mean[c] = (1.f - m) * a.running_mean[c] + m * s.mean;
+    if (a.running_var) a.running_var[c] = (1.f - m) * a.running_var[c] + m * (s.m2 / a.count_m1);
+    if (c == 0 && a.num_batches_tracked) *a.num_batches_tracked += 1;
   }
-  return r;
+  return {s.mean, invstd * (a.gamma ? a.gamma[c] : 1.f), a.beta ? a.beta[c] : 0.f};
+}
+
+// One full warp combines channel c's partials (chained per lane, then warp_combine); lane 0 gets the
+// parameters and, with `write`, stores them (forward_params).
+__device__ FwdParams finalize_forward(const Geometry& g, const ForwardArgs& a, int64_t c, bool write) {
+  const int lane = threadIdx.x % kWarpSize;
+  const Stat s = warp_combine(chain_forward_partials(g, a.ws, c, lane, kWarpSize));
+  return lane == 0 ? forward_params(a, s, c, write) : FwdParams{0.f, 0.f, 0.f};
 }
 
 __device__ __forceinline__ FwdParams eval_params(const ForwardArgs& a, int64_t c) {
@@ -371,34 +379,40 @@ __device__ __forceinline__ FwdParams eval_params(const ForwardArgs& a, int64_t c
   return {a.eval_mean[c], g / sqrtf(a.eval_var[c] + a.eps), a.beta ? a.beta[c] : 0.f};
 }
 
-__device__ BwdParams finalize_backward(const Geometry& g, const BackwardArgs& b, int64_t c, bool write) {
-  const int lane = threadIdx.x % kWarpSize;
+// The backward's (S1, S2) partials of channel c, chained like chain_forward_partials.
+__device__ float2 chain_backward_partials(const Geometry& g, const float* ws, int64_t c, int lane, int lanes) {
   const int64_t pc = int64_t(g.chunks) * g.C;
-  float s1 = 0.f, s2 = 0.f;
-  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * kWarpSize) {
+  float2 s = make_float2(0.f, 0.f);
+  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * lanes) {
     float2 part[kPartialsInFlight];
 #pragma unroll
     for (int i = 0; i < kPartialsInFlight; ++i) {
-      const int p = p0 + i * kWarpSize;
+      const int p = p0 + i * lanes;
       const int64_t k = int64_t(p) * g.C + c;
-      part[i] = p < g.chunks ? make_float2(b.ws[k], b.ws[pc + k]) : make_float2(0.f, 0.f);
+      part[i] = p < g.chunks ? make_float2(ws[k], ws[pc + k]) : make_float2(0.f, 0.f);
     }
 #pragma unroll
-    for (int i = 0; i < kPartialsInFlight; ++i) s1 += part[i].x, s2 += part[i].y;  // + 0 changes nothing
+    for (int i = 0; i < kPartialsInFlight; ++i) s.x += part[i].x, s.y += part[i].y;  // + 0 changes nothing
   }
-  s1 = warp_sum(s1);
-  s2 = warp_sum(s2);
-  BwdParams r{0.f, 0.f, 0.f, 0.f};
-  if (lane == 0) {
-    const float invstd = b.save_invstd[c];
-    const float dgamma = s2 * invstd;
-    if (write) {
-      if (b.dgamma) b.dgamma[c] = dgamma;
-      if (b.dbeta) b.dbeta[c] = s1;
-    }
-    r = {b.save_mean[c], (b.gamma ? b.gamma[c] : 1.f) * invstd, s1 / b.count, invstd * dgamma / b.count};
+  return s;
+}
+
+// Channel c's dx parameters from its sums (S1, S2); with `write`, stores dgamma and dbeta.
+__device__ BwdParams backward_params(const BackwardArgs& b, float2 sums, int64_t c, bool write) {
+  const float invstd = b.save_invstd[c];
+  const float dgamma = sums.y * invstd;
+  if (write) {
+    if (b.dgamma) b.dgamma[c] = dgamma;
+    if (b.dbeta) b.dbeta[c] = sums.x;
   }
-  return r;
+  return {b.save_mean[c], (b.gamma ? b.gamma[c] : 1.f) * invstd, sums.x / b.count, invstd * dgamma / b.count};
+}
+
+__device__ BwdParams finalize_backward(const Geometry& g, const BackwardArgs& b, int64_t c, bool write) {
+  const int lane = threadIdx.x % kWarpSize;
+  const float2 chained = chain_backward_partials(g, b.ws, c, lane, kWarpSize);
+  const float2 sums = make_float2(warp_sum(chained.x), warp_sum(chained.y));
+  return lane == 0 ? backward_params(b, sums, c, write) : BwdParams{0.f, 0.f, 0.f, 0.f};
 }
 
 // What warp 0 computes (finalize(), run by its 32 lanes; lane 0's result), handed to every thread of the
@@ -538,13 +552,52 @@ __global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, 
 
 // ---- forward: finalize and apply ---------------------------------------------------------------------
 
-// grid ceil(C / 8): warp w of block b finalizes channel 8b + w and stores its parameters at params_at.
-__global__ void __launch_bounds__(kThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
+// The finalize kernels (NHWC, and the backward without dx): grid ceil(C / kFinalizeChannels) blocks of
+// kFinalizeThreads; block b serves channels c0 = kFinalizeChannels·b + j, j < kFinalizeChannels. Thread t is
+// channel j = t % kFinalizeChannels, lane r = t / kFinalizeChannels of kFinalizeLanes: it chains partials
+// p = r, r + kFinalizeLanes, ... (a warp's loads cover 4 partial rows × 8 adjacent channels: 4 sectors).
+// Then warp w folds lanes [32·(w / 8), +32) of channel w % 8 by a shuffle-down tree, and thread j < 8 adds
+// the 4 warps' results of channel j in order. Why so many lanes: a combination is a few dozen dependent
+// instructions, and with a warp per channel chaining 1024 partials (32 per lane) the kernel took 9.5 us at
+// 64x128x56x56 on the H100, the SMs idle between dependent instructions; with 128 lanes per channel, 8.0 us
+// (Nsight Compute; the same with the lanes folded in shared memory, 7 levels of a barrier each, or with a
+// 2-ulp division in the combination: what is left is not the chain).
+constexpr int kFinalizeThreads = 1024;
+constexpr int kFinalizeChannels = 8;
+constexpr int kFinalizeLanes = kFinalizeThreads / kFinalizeChannels;
+constexpr int kFinalizeWarpsPerChannel = kFinalizeLanes / kWarpSize;
+static_assert(kFinalizeThreads / kWarpSize == kFinalizeChannels * kFinalizeWarpsPerChannel, "warps tile channels");
+
+// Every thread of the block passes its lane's chained value; thread j < kFinalizeChannels gets channel j's
+// combination (warp_fold: a warp's tree, valid in lane 0; combine: two values in order).
+template <class T, class WarpFold, class Combine>
+__device__ __forceinline__ T fold_finalize_lanes(const T& mine, const WarpFold& warp_fold, const Combine& combine) {
+  __shared__ T lanes[kFinalizeLanes][kFinalizeChannels];
+  __shared__ T warps[kFinalizeWarpsPerChannel][kFinalizeChannels];
+  lanes[threadIdx.x / kFinalizeChannels][threadIdx.x % kFinalizeChannels] = mine;
+  __syncthreads();
+  const int w = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int j = w % kFinalizeChannels, quarter = w / kFinalizeChannels;
+  const T folded = warp_fold(lanes[quarter * kWarpSize + lane][j]);
+  if (lane == 0) warps[quarter][j] = folded;
+  __syncthreads();
+  T out = mine;
+  if (threadIdx.x < kFinalizeChannels) {
+    out = warps[0][threadIdx.x];
+#pragma unroll
+    for (int q = 1; q < kFinalizeWarpsPerChannel; ++q) out = combine(out, warps[q][threadIdx.x]);
+  }
+  return out;
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
   begin_dependent_kernel();
-  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
-  if (c >= g.C) return;  // whole warps leave together
-  const FwdParams f = finalize_forward(g, a, c, true);
-  if (threadIdx.x % kWarpSize == 0) {
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeChannels + threadIdx.x % kFinalizeChannels;
+  const int lane = threadIdx.x / kFinalizeChannels;
+  const Stat chained = c < g.C ? chain_forward_partials(g, a.ws, c, lane, kFinalizeLanes) : Stat{};
+  const Stat s = fold_finalize_lanes(chained, [](const Stat& v) { return warp_combine(v); }, combine);
+  if (threadIdx.x < kFinalizeChannels && c < g.C) {
+    const FwdParams f = forward_params(a, s, c, true);
     float* params = a.ws + params_at(g, 3);
     params[c] = f.center, params[g.C + c] = f.scale, params[2 * g.C + c] = f.offset;
   }
@@ -722,15 +775,21 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
   }
 }
 
-// grid ceil(C / 8): warp per channel; writes dgamma/dbeta and the apply parameters at params_at.
-__global__ void __launch_bounds__(kThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
+// Laid out as finalize_forward_kernel; writes dgamma/dbeta and, with dx, the apply parameters at params_at.
+__global__ void __launch_bounds__(kFinalizeThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
   begin_dependent_kernel();
-  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
-  if (c >= g.C) return;
-  const BwdParams f = finalize_backward(g, b, c, true);
-  if (threadIdx.x % kWarpSize == 0 && b.dx) {
-    float* params = b.ws + params_at(g, 2);
-    params[c] = f.center, params[g.C + c] = f.k1, params[2 * g.C + c] = f.mdy, params[3 * g.C + c] = f.a;
+  const int64_t c = int64_t(blockIdx.x) * kFinalizeChannels + threadIdx.x % kFinalizeChannels;
+  const int lane = threadIdx.x / kFinalizeChannels;
+  const float2 chained = c < g.C ? chain_backward_partials(g, b.ws, c, lane, kFinalizeLanes) : make_float2(0.f, 0.f);
+  const float2 sums = fold_finalize_lanes(
+      chained, [](float2 v) { return make_float2(warp_sum(v.x), warp_sum(v.y)); },
+      [](float2 u, float2 v) { return make_float2(u.x + v.x, u.y + v.y); });
+  if (threadIdx.x < kFinalizeChannels && c < g.C) {
+    const BwdParams f = backward_params(b, sums, c, true);
+    if (b.dx) {
+      float* params = b.ws + params_at(g, 2);
+      params[c] = f.center, params[g.C + c] = f.k1, params[2 * g.C + c] = f.mdy, params[3 * g.C + c] = f.a;
+    }
   }
 }
 
@@ -999,7 +1058,15 @@ dim3 grid_of(const Geometry& g, Layout layout) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(g.chunks));
 }
 
-dim3 finalize_grid(const Geometry& g) { return dim3(static_cast<unsigned>(div_up<int64_t>(g.C, kWarps))); }
+dim3 finalize_grid(const Geometry& g) {
+  return dim3(static_cast<unsigned>(div_up<int64_t>(g.C, kFinalizeChannels)));
+}
+
+// The backward's finalize over the partials laid out as g (writes dgamma/dbeta, and the dx parameters).
+void launch_finalize_backward(const Exec& exec, const profile::OpCost& cost, const Geometry& g, const BackwardArgs& b) {
+  launch(exec, "batchnorm_backward_finalize", cost, finalize_backward_kernel, finalize_grid(g),
+         dim3(kFinalizeThreads), 0, g, b);
+}
 
 // The pooled outputs and the cells are chunked as the full-resolution statistics pass (plan_chunks(s,
 // kMinElemsPerBlockPooled) chunks per channel, or fewer), so every block reads about the same share of x and the backward's partials fit the
@@ -1096,7 +1163,8 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const Ba
     } else {
       launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
              g, x, workspace);
-      launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g), dim3(kThreads), 0,
+      launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g),
+             dim3(kFinalizeThreads), 0,
              g, a);
       launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>,
              grid_of(g, layout), dim3(kThreads), 0, g, a);
@@ -1156,13 +1224,11 @@ void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNo
         launch(exec, "batchnorm_backward_nchw", apply_cost, nchw_backward_apply_kernel<V, kRelu>, grid_of(g, layout),
                dim3(kThreads), 0, g, b);
       else
-        launch(exec, "batchnorm_backward_finalize", finalize_cost, finalize_backward_kernel, finalize_grid(g),
-               dim3(kThreads), 0, g, b);
+        launch_finalize_backward(exec, finalize_cost, g, b);
     } else {
       launch(exec, "batchnorm_backward_reduce_nhwc", reduce_cost, nhwc_backward_reduce_kernel<V, kRelu>,
              grid_of(g, layout), dim3(kThreads), 0, g, b);
-      launch(exec, "batchnorm_backward_finalize", finalize_cost, finalize_backward_kernel, finalize_grid(g),
-             dim3(kThreads), 0, g, b);
+      launch_finalize_backward(exec, finalize_cost, g, b);
       if (dx)
         launch(exec, "batchnorm_backward_nhwc", apply_cost, nhwc_backward_apply_kernel<V, kRelu>, grid_of(g, layout),
                dim3(kThreads), 0, g, b);
@@ -1257,8 +1323,7 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
              nchw_pool_backward_apply_kernel<kRelu, decltype(window)::value, decltype(pairs_choice)::value>,
              cell_grid(pg), dim3(kThreads), 0, pg, b, argmax);
     else
-      launch(exec, "batchnorm_backward_finalize", finalize_cost, finalize_backward_kernel, finalize_grid(pg.parts),
-             dim3(kThreads), 0, pg.parts, b);
+      launch_finalize_backward(exec, finalize_cost, pg.parts, b);
   });
 }
 
