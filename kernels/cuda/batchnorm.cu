@@ -33,8 +33,8 @@
 // Passes (launches):
 //   forward_train NCHW: stats → apply (the apply block's warp 0 first combines its channel's partials,
 //                 and blocks p == 0 write save_*, running_* and num_batches_tracked): 2 launches.
-//   forward_train NHWC: stats → finalize (one warp per channel) → apply: 3 launches (an apply block
-//                 serves up to 1024 channels, too many to combine per block).
+//   forward_train NHWC: stats → finalize (a block per 8 channels, 128 lanes each) → apply: 3 launches (an
+//                 apply block serves up to 1024 channels, too many to combine per block).
 //   forward_eval: one apply launch, per-channel scale computed by each thread.
 //   backward: reduce → apply (NCHW, fused finalize) or reduce → finalize → apply (NHWC); without dx,
 //                 reduce → finalize.
@@ -46,10 +46,11 @@
 //
 // Reduction order (determinism, no atomics): inside a block, thread partials combine by a fixed warp
 // shuffle-down tree, then the warps' results in warp order (NCHW), or by a fixed fold over the row
-// lanes (NHWC); block partials land in the workspace at [field][p][c]; a finalizing warp combines
-// chunk p = lane, lane + 32, ... sequentially per lane, then a shuffle-down tree, and uses lane 0's
-// result. The plan depends only on the shape and on the 16-byte alignment of the pointers, so a given
-// call gives the same bits every time.
+// lanes (NHWC); block partials land in the workspace at [field][p][c]; a finalizing warp (NCHW, in the
+// apply block) combines chunk p = lane, lane + 32, ... sequentially per lane, then a shuffle-down tree, and
+// uses lane 0's result; the NHWC finalize kernel chains p = r, r + 128, ... per lane r of 128, then folds
+// the lanes in a fixed order (finalize_forward_kernel). The plan depends only on the shape and on the
+// 16-byte alignment of the pointers, so a given call gives the same bits every time.
 //
 // Workspace (floats): partials 3·P·C (forward: mean, M2, count) or 2·P·C (backward: S1, S2), then
 // per-channel parameters (3·C forward, 4·C backward) for the NHWC apply; sized for the larger:
