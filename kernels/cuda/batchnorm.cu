@@ -46,11 +46,11 @@
 //
 // Reduction order (determinism, no atomics): inside a block, thread partials combine by a fixed warp
 // shuffle-down tree, then the warps' results in warp order (NCHW), or by a fixed fold over the row
-// lanes (NHWC); block partials land in the workspace at [field][p][c]; a finalizing warp (NCHW, in the
-// apply block) combines chunk p = lane, lane + 32, ... sequentially per lane, then a shuffle-down tree, and
-// uses lane 0's result; the NHWC finalize kernel chains p = r, r + 128, ... per lane r of 128, then folds
-// the lanes in a fixed order (finalize_forward_kernel). The plan depends only on the shape and on the
-// 16-byte alignment of the pointers, so a given call gives the same bits every time.
+// lanes (NHWC); block partials land in the workspace at [field][c][p] (partial_at); a finalizing warp (NCHW,
+// in the apply block) combines chunk p = lane, lane + 32, ... sequentially per lane, then a shuffle-down
+// tree, and uses lane 0's result; the NHWC finalize kernel chains p = r, r + 128, ... per lane r of 128,
+// then folds the lanes in a fixed order (finalize_forward_kernel). The plan depends only on the shape and on
+// the 16-byte alignment of the pointers, so a given call gives the same bits every time.
 //
 // Workspace (floats): partials 3·P·C (forward: mean, M2, count) or 2·P·C (backward: S1, S2), then
 // per-channel parameters (3·C forward, 4·C backward) for the NHWC apply; sized for the larger:
@@ -294,7 +294,7 @@ struct ForwardArgs {
   const float* gamma;  // nullable
   const float* beta;   // nullable
   float* y;
-  float* ws;  // partials [3][P][C], then (NHWC) parameters [3][C]
+  float* ws;  // partials [3][C][P], then (NHWC) parameters [3][C]
   float* save_mean;
   float* save_invstd;
   float* running_mean;  // nullable
@@ -315,7 +315,7 @@ struct BackwardArgs {
   float* dx;      // nullable (then no apply pass)
   float* dgamma;  // nullable
   float* dbeta;   // nullable
-  float* ws;      // partials [2][P][C], then (NHWC) parameters [4][C]
+  float* ws;      // partials [2][C][P], then (NHWC) parameters [4][C]
   float count;
 };
 
@@ -327,6 +327,10 @@ struct BwdParams {
 };
 
 __device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) { return fields * int64_t(g.chunks) * g.C; }
+
+// Partial p of channel c within a field of the partials: [field][c][p], so a warp that combines one channel's
+// partials reads consecutive floats.
+__device__ __forceinline__ int64_t partial_at(const Geometry& g, int p, int64_t c) { return c * g.chunks + p; }
 
 // Partials a finalizing lane loads before combining any: they come from L2, and a chain that waited for
 // each load in turn took tens of microseconds for the 32 per lane of the NHWC plan. The combination order
@@ -343,7 +347,7 @@ __device__ Stat chain_forward_partials(const Geometry& g, const float* ws, int64
 #pragma unroll
     for (int i = 0; i < kPartialsInFlight; ++i) {
       const int p = p0 + i * lanes;
-      const int64_t k = int64_t(p) * g.C + c;
+      const int64_t k = partial_at(g, p, c);
       part[i] = p < g.chunks ? Stat{ws[k], ws[pc + k], ws[2 * pc + k]} : Stat{0.f, 0.f, 0.f};
     }
 #pragma unroll
@@ -389,7 +393,7 @@ __device__ float2 chain_backward_partials(const Geometry& g, const float* ws, in
 #pragma unroll
     for (int i = 0; i < kPartialsInFlight; ++i) {
       const int p = p0 + i * lanes;
-      const int64_t k = int64_t(p) * g.C + c;
+      const int64_t k = partial_at(g, p, c);
       part[i] = p < g.chunks ? make_float2(ws[k], ws[pc + k]) : make_float2(0.f, 0.f);
     }
 #pragma unroll
@@ -481,7 +485,7 @@ __global__ void __launch_bounds__(kThreads) nchw_stats_kernel(const Geometry g, 
   });
   const Stat s = block_combine(acc.stat(n));
   if (threadIdx.x == 0) {
-    const int64_t pc = int64_t(g.chunks) * g.C, k = int64_t(p) * g.C + c;
+    const int64_t pc = int64_t(g.chunks) * g.C, k = partial_at(g, p, c);
     ws[k] = s.mean;
     ws[pc + k] = s.m2;
     ws[2 * pc + k] = s.n;
@@ -543,7 +547,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, 
     const int64_t pc = int64_t(g.chunks) * g.C;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const int64_t idx = int64_t(p) * g.C + col * V + k;
+      const int64_t idx = partial_at(g, p, col * V + k);
       ws[idx] = sm_mean[t * V + k];
       ws[pc + idx] = sm_m2[t * V + k];
       ws[2 * pc + idx] = sm_n[t * V + k];
@@ -555,49 +559,46 @@ __global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, 
 
 // The finalize kernels (NHWC, and the backward without dx): grid ceil(C / kFinalizeChannels) blocks of
 // kFinalizeThreads; block b serves channels c0 = kFinalizeChannels·b + j, j < kFinalizeChannels. Thread t is
-// channel j = t % kFinalizeChannels, lane r = t / kFinalizeChannels of kFinalizeLanes: it chains partials
-// p = r, r + kFinalizeLanes, ... (a warp's loads cover 4 partial rows × 8 adjacent channels: 4 sectors).
-// Then warp w folds lanes [32·(w / 8), +32) of channel w % 8 by a shuffle-down tree, and thread j < 8 adds
-// the 4 warps' results of channel j in order. Why so many lanes: a combination is a few dozen dependent
-// instructions, and with a warp per channel chaining 1024 partials (32 per lane) the kernel took 9.5 us at
-// 64x128x56x56 on the H100, the SMs idle between dependent instructions; with 128 lanes per channel, 8.0 us
-// (Nsight Compute; the same with the lanes folded in shared memory, 7 levels of a barrier each, or with a
-// 2-ulp division in the combination: what is left is not the chain).
+// channel j = t / kFinalizeLanes, lane r = t % kFinalizeLanes: it chains partials p = r, r + kFinalizeLanes, ...
+// (a warp reads 32 consecutive partials of its channel: one 128-byte line per field). Then each warp folds
+// its 32 lanes by a shuffle-down tree, and thread j < kFinalizeChannels adds channel j's 4 warps in order.
+// Why so many lanes: a combination is a few dozen dependent instructions, and with a warp per channel
+// chaining 1024 partials (32 per lane, the partials then stored [p][c], 32 sectors per warp load) the kernel
+// took 11.0 us at 64x128x56x56 on the H100; with 128 lanes per channel, 8.0 us, the same with the lanes
+// folded in shared memory or with a 2-ulp division in the combination (Nsight Compute).
 constexpr int kFinalizeThreads = 1024;
 constexpr int kFinalizeChannels = 8;
 constexpr int kFinalizeLanes = kFinalizeThreads / kFinalizeChannels;
 constexpr int kFinalizeWarpsPerChannel = kFinalizeLanes / kWarpSize;
-static_assert(kFinalizeThreads / kWarpSize == kFinalizeChannels * kFinalizeWarpsPerChannel, "warps tile channels");
+static_assert(kFinalizeLanes % kWarpSize == 0, "a channel's lanes are whole warps");
 
 // Every thread of the block passes its lane's chained value; thread j < kFinalizeChannels gets channel j's
 // combination (warp_fold: a warp's tree, valid in lane 0; combine: two values in order).
 template <class T, class WarpFold, class Combine>
 __device__ __forceinline__ T fold_finalize_lanes(const T& mine, const WarpFold& warp_fold, const Combine& combine) {
-  __shared__ T lanes[kFinalizeLanes][kFinalizeChannels];
-  __shared__ T warps[kFinalizeWarpsPerChannel][kFinalizeChannels];
-  lanes[threadIdx.x / kFinalizeChannels][threadIdx.x % kFinalizeChannels] = mine;
-  __syncthreads();
-  const int w = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int j = w % kFinalizeChannels, quarter = w / kFinalizeChannels;
-  const T folded = warp_fold(lanes[quarter * kWarpSize + lane][j]);
-  if (lane == 0) warps[quarter][j] = folded;
+  __shared__ T warps[kFinalizeChannels][kFinalizeWarpsPerChannel];
+  const T folded = warp_fold(mine);
+  const int w = threadIdx.x / kWarpSize;
+  if (threadIdx.x % kWarpSize == 0) warps[w / kFinalizeWarpsPerChannel][w % kFinalizeWarpsPerChannel] = folded;
   __syncthreads();
   T out = mine;
   if (threadIdx.x < kFinalizeChannels) {
-    out = warps[0][threadIdx.x];
+    out = warps[threadIdx.x][0];
 #pragma unroll
-    for (int q = 1; q < kFinalizeWarpsPerChannel; ++q) out = combine(out, warps[q][threadIdx.x]);
+    for (int q = 1; q < kFinalizeWarpsPerChannel; ++q) out = combine(out, warps[threadIdx.x][q]);
   }
   return out;
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
   begin_dependent_kernel();
-  const int64_t c = int64_t(blockIdx.x) * kFinalizeChannels + threadIdx.x % kFinalizeChannels;
-  const int lane = threadIdx.x / kFinalizeChannels;
+  const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
+  const int64_t c = c0 + threadIdx.x / kFinalizeLanes;
+  const int lane = threadIdx.x % kFinalizeLanes;
   const Stat chained = c < g.C ? chain_forward_partials(g, a.ws, c, lane, kFinalizeLanes) : Stat{};
   const Stat s = fold_finalize_lanes(chained, [](const Stat& v) { return warp_combine(v); }, combine);
-  if (threadIdx.x < kFinalizeChannels && c < g.C) {
+  if (threadIdx.x < kFinalizeChannels && c0 + threadIdx.x < g.C) {
+    const int64_t c = c0 + threadIdx.x;
     const FwdParams f = forward_params(a, s, c, true);
     float* params = a.ws + params_at(g, 3);
     params[c] = f.center, params[g.C + c] = f.scale, params[2 * g.C + c] = f.offset;
@@ -677,13 +678,13 @@ __device__ __forceinline__ Pack<V> grad_in(const BackwardArgs& b, int64_t unit, 
   return d;
 }
 
-// The block's (S1, S2) of channel c over chunk p, summed over its threads, into the partials [2][P][C]
+// The block's (S1, S2) of channel c over chunk p, summed over its threads, into the partials [2][C][P]
 // (parts: the partial layout). Every thread of the block calls it.
 __device__ __forceinline__ void store_backward_partial(const Geometry& parts, const BackwardArgs& b, int64_t c, int p,
                                                        float2 acc) {
   const float2 s = block_sum2(acc);
   if (threadIdx.x == 0) {
-    const int64_t pc = int64_t(parts.chunks) * parts.C, k = int64_t(p) * parts.C + c;
+    const int64_t pc = int64_t(parts.chunks) * parts.C, k = partial_at(parts, p, c);
     b.ws[k] = s.x;
     b.ws[pc + k] = s.y;
   }
@@ -769,7 +770,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
     const int64_t pc = int64_t(g.chunks) * g.C;
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const int64_t idx = int64_t(p) * g.C + col * V + k;
+      const int64_t idx = partial_at(g, p, col * V + k);
       b.ws[idx] = sm_s1[t * V + k];
       b.ws[pc + idx] = sm_s2[t * V + k];
     }
@@ -779,13 +780,15 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
 // Laid out as finalize_forward_kernel; writes dgamma/dbeta and, with dx, the apply parameters at params_at.
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
   begin_dependent_kernel();
-  const int64_t c = int64_t(blockIdx.x) * kFinalizeChannels + threadIdx.x % kFinalizeChannels;
-  const int lane = threadIdx.x / kFinalizeChannels;
+  const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
+  const int64_t c = c0 + threadIdx.x / kFinalizeLanes;
+  const int lane = threadIdx.x % kFinalizeLanes;
   const float2 chained = c < g.C ? chain_backward_partials(g, b.ws, c, lane, kFinalizeLanes) : make_float2(0.f, 0.f);
   const float2 sums = fold_finalize_lanes(
       chained, [](float2 v) { return make_float2(warp_sum(v.x), warp_sum(v.y)); },
       [](float2 u, float2 v) { return make_float2(u.x + v.x, u.y + v.y); });
-  if (threadIdx.x < kFinalizeChannels && c < g.C) {
+  if (threadIdx.x < kFinalizeChannels && c0 + threadIdx.x < g.C) {
+    const int64_t c = c0 + threadIdx.x;
     const BwdParams f = backward_params(b, sums, c, true);
     if (b.dx) {
       float* params = b.ws + params_at(g, 2);
