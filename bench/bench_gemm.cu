@@ -5,7 +5,8 @@
 //                                   gemm_variants.csv there
 //
 // Shapes: the MNIST MLP's GEMMs at batch 64 (forward X·Wᵀ, weight gradient dYᵀ·X with trans_a, input
-// gradient dY·W), then 1024³ and 4096³ (with each transposed layout at 4096³).
+// gradient dY·W), the cnn's 3136->128 layer's two backward GEMMs at batch 64, then 1024³ and 4096³ (with each
+// transposed layout at 4096³).
 // Method: random inputs in [-1, 1] (never zeros: zero operands flatter the FMA pipes' power); before
 // timing, ours (epilogue none) is checked against cuBLAS on the same inputs. Each timing is the median
 // of 50 repetitions of an event-timed loop (100 calls per loop for small problems, fewer for large),
@@ -67,6 +68,8 @@ const Shape kShapes[] = {
     {"mlp dW3 dY3t*H2", 10, 160, 64, true, false, Epilogue::none, true},
     {"mlp dX2 dY2*W2", 64, 320, 160, false, false, Epilogue::relu_mask, false},
     {"mlp dX3 dY3*W3", 64, 160, 10, false, false, Epilogue::relu_mask, false},
+    {"cnn dW dYt*X", 128, 3136, 64, true, false, Epilogue::none, true},
+    {"cnn dX dY*W", 64, 3136, 128, false, false, Epilogue::none, false},
     {"square 1024", 1024, 1024, 1024, false, false, Epilogue::none, false},
     {"square 4096 nn", 4096, 4096, 4096, false, false, Epilogue::none, false},
     {"square 4096 nt", 4096, 4096, 4096, false, true, Epilogue::none, false},

@@ -39,7 +39,8 @@
 //          small tile's time on the MLP's shapes is a chain of slab round trips run by 2 warps per SM
 //          (Nsight Compute: 4% occupancy, stalled on shared-memory and fixed-latency dependencies).
 //   The first whose tile count reaches the SM count wins; below that the small grouped tile, or the small
-//   one where K fits one of its slabs; when that gives fewer blocks than SMs, K is split over S ∈ {2, 4, 8}
+//   one where K fits one of its slabs or fits one grouped slab over two tiles or more per SM; when that gives
+//   fewer blocks than SMs, K is split over S ∈ {2, 4, 8}
 //   blocks of a thread-block cluster (sm_90). Where even 8 splits leave SMs idle and K is long (the cnn's
 //   3136→128 layer: 8 tiles at batch 64) and the caller passed a workspace, K is split over up to 256 blocks
 //   of the small grouped tile through that workspace instead, one 64-deep slab or more each, and a second
@@ -419,6 +420,10 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
   if (K <= SmallTile::BK) return {TileKind::small, 1};
   Plan plan{TileKind::small_grouped, 1};
   const int tiles = tiles_for(M, N, SmallGroupedTile::BM, SmallGroupedTile::BN);
+  // One grouped slab of K over at least two tiles per SM (the cnn's 3136->128 weight gradient at batch 64:
+  // 392 tiles, K = 64): the small tile's four pipelined slabs win (4.16 us against 5.14), while with fewer
+  // tiles the grouped one still does (mlp dW1 320x784x64, 250 tiles: 3.20 against 3.40).
+  if (K <= SmallGroupedTile::BK && tiles >= 2 * sms) return {TileKind::small, 1};
   // Splitting K pays from K >= 128 on while each split block keeps two k-group steps (dX2 64x320x160:
   // split 4 4.04 us, split 8 4.60), while at K = 64 (the weight gradients at batch 64) the cluster
   // reduction costs more than it saves (dW2: 2.49 us unsplit, 3.67 split in two).
