@@ -1,26 +1,21 @@
-// Spin kernels of bench_launch (spin_kernels.h): thread 0 reads %globaltimer (ns; about 32 ns resolution on
-// recent GPUs) until kMicros us have passed; the other 31 threads and kMicros == 0 return at once.
+// Spin kernels of bench_launch (spin_kernels.h): thread 0 reads the global timer (kernels/cuda/global_timer.cuh)
+// until kMicros us have passed; the other 31 threads and kMicros == 0 return at once.
 #include <cstdint>
 
 #include "bench/launch/spin_kernels.h"
+#include "kernels/cuda/global_timer.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace nt::bench {
 
 namespace {
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 template <int kMicros>
 __global__ void spin_kernel() {
   if constexpr (kMicros > 0) {
     if (threadIdx.x != 0) return;
-    const uint64_t t0 = global_ns();
-    while (global_ns() - t0 < uint64_t{kMicros} * 1000) {
+    const uint64_t t0 = kernels::cuda::global_timer_ns();
+    while (kernels::cuda::global_timer_ns() - t0 < uint64_t{kMicros} * 1000) {
     }
   }
 }

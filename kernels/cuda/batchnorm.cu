@@ -334,7 +334,7 @@ __device__ __forceinline__ int64_t partial_at(const Geometry& g, int p, int64_t 
 
 // Partials a finalizing lane loads before combining any: they come from L2, and a chain that waited for
 // each load in turn took tens of microseconds for the 32 per lane of the NHWC plan. The combination order
-// (p = lane, lane + 32, ...) is the same as one at a time.
+// (p = lane, lane + lanes, ...) is the same as one at a time.
 constexpr int kPartialsInFlight = 8;
 
 // Lane `lane` of `lanes` combines channel c's partials p = lane, lane + lanes, ... in that order, issuing
@@ -593,12 +593,12 @@ __device__ __forceinline__ T fold_finalize_lanes(const T& mine, const WarpFold& 
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
   begin_dependent_kernel();
   const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
-  const int64_t c = c0 + threadIdx.x / kFinalizeLanes;
+  const int64_t chain_c = c0 + threadIdx.x / kFinalizeLanes;  // the channel whose partials this thread chains
   const int lane = threadIdx.x % kFinalizeLanes;
-  const Stat chained = c < g.C ? chain_forward_partials(g, a.ws, c, lane, kFinalizeLanes) : Stat{};
+  const Stat chained = chain_c < g.C ? chain_forward_partials(g, a.ws, chain_c, lane, kFinalizeLanes) : Stat{};
   const Stat s = fold_finalize_lanes(chained, [](const Stat& v) { return warp_combine(v); }, combine);
-  if (threadIdx.x < kFinalizeChannels && c0 + threadIdx.x < g.C) {
-    const int64_t c = c0 + threadIdx.x;
+  const int64_t c = c0 + threadIdx.x;  // threads < kFinalizeChannels: the channel whose combination s is
+  if (threadIdx.x < kFinalizeChannels && c < g.C) {
     const FwdParams f = forward_params(a, s, c, true);
     float* params = a.ws + params_at(g, 3);
     params[c] = f.center, params[g.C + c] = f.scale, params[2 * g.C + c] = f.offset;
@@ -781,14 +781,15 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
   begin_dependent_kernel();
   const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
-  const int64_t c = c0 + threadIdx.x / kFinalizeLanes;
+  const int64_t chain_c = c0 + threadIdx.x / kFinalizeLanes;
   const int lane = threadIdx.x % kFinalizeLanes;
-  const float2 chained = c < g.C ? chain_backward_partials(g, b.ws, c, lane, kFinalizeLanes) : make_float2(0.f, 0.f);
+  const float2 chained =
+      chain_c < g.C ? chain_backward_partials(g, b.ws, chain_c, lane, kFinalizeLanes) : make_float2(0.f, 0.f);
   const float2 sums = fold_finalize_lanes(
       chained, [](float2 v) { return make_float2(warp_sum(v.x), warp_sum(v.y)); },
       [](float2 u, float2 v) { return make_float2(u.x + v.x, u.y + v.y); });
-  if (threadIdx.x < kFinalizeChannels && c0 + threadIdx.x < g.C) {
-    const int64_t c = c0 + threadIdx.x;
+  const int64_t c = c0 + threadIdx.x;
+  if (threadIdx.x < kFinalizeChannels && c < g.C) {
     const BwdParams f = backward_params(b, sums, c, true);
     if (b.dx) {
       float* params = b.ws + params_at(g, 2);
@@ -1168,8 +1169,7 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const Ba
       launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
              g, x, workspace);
       launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g),
-             dim3(kFinalizeThreads), 0,
-             g, a);
+             dim3(kFinalizeThreads), 0, g, a);
       launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>,
              grid_of(g, layout), dim3(kThreads), 0, g, a);
     }

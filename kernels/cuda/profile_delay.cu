@@ -8,6 +8,7 @@
 // it unobserved) and sits before a step's first start event, so it is never counted as kernel time.
 #include <cstdint>
 
+#include "kernels/cuda/global_timer.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/profile_delay.h"
 
@@ -15,17 +16,11 @@ namespace nt::kernels::cuda {
 
 namespace {
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // One thread; returns when *flag has reached target (wrap-around safe) or after timeout_ns.
 __global__ void profile_hold_kernel(const volatile uint32_t* flag, uint32_t target, uint64_t timeout_ns) {
   begin_dependent_kernel();
-  const uint64_t t0 = global_ns();
-  while (static_cast<int32_t>(*flag - target) < 0 && global_ns() - t0 < timeout_ns) __nanosleep(500);
+  const uint64_t t0 = global_timer_ns();
+  while (static_cast<int32_t>(*flag - target) < 0 && global_timer_ns() - t0 < timeout_ns) __nanosleep(500);
 }
 
 }  // namespace
