@@ -24,8 +24,9 @@ struct CommonOptions {
   bool debug_sync = false;
   bool no_pdl = false;
   bool no_fused_head = false;
+  bool tf32 = false;
 
-  ContextOptions context() const { return {device, threads, debug_sync, !no_pdl}; }
+  ContextOptions context() const { return {device, threads, debug_sync, !no_pdl, tf32}; }
 };
 
 void add_common_options(CLI::App& cmd, CommonOptions& o);

@@ -1,14 +1,15 @@
-// Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, fp32 FFMA (no TF32).
+// Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, in both math modes: fp32
+// (FFMA) and tf32 (Exec::tf32: operands rounded to TF32, tensor-core MMAs, fp32 sums).
 //
 //   bench_conv [output-folder]      prints a table; with a folder also writes conv.csv there, which
-//                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings; then the
-//                                   variant table (conv_variants.csv): conv2's passes with each tile and
-//                                   split forced through the kernel lab (kernels/conv_lab.h)
+//                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings in the same
+//                                   math; then the variant table (conv_variants.csv): conv2's passes with
+//                                   each tile and split forced through the kernel lab (kernels/conv_lab.h)
 //
 // Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
 // passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
 // convs feed BatchNorm). Method: random inputs in [-1, 1]; each pass is first checked against the CPU twin
-// (max |diff| / max |cpu|). Timing: the median of 50 repetitions of an event-timed loop of 100 back-to-back
+// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32). Timing: the median of 50 repetitions of an event-timed loop of 100 back-to-back
 // calls after warm-up, divided by 100 ("us", what conv_torch.py measures for cuDNN the same way), and the
 // same from a CUDA graph of 100 calls ("us graph", no host launch cost: the engine's training step).
 // GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between calls, as in training.
@@ -29,6 +30,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "bench/bench_timing.h"
 #include "kernels/runtime.h"
+#include "kernels/tf32.h"
 
 namespace {
 
@@ -47,6 +49,24 @@ Conv2dShape conv_shape(int n, int c, int hw, int k) {
   Conv2dShape s;
   s.n = n, s.c = c, s.h = hw, s.w = hw, s.k = k, s.r = 3, s.s = 3, s.stride = 1, s.pad = 1;
   return s;
+}
+
+std::vector<float> rounded_to_tf32(std::vector<float> v) {
+  nt::kernels::round_to_tf32(v);
+  return v;
+}
+
+// The CPU twin's three passes (fp32) of one shape, indexed by the lab's pass: y, dx, dw.
+struct References {
+  std::vector<float> out[3];
+};
+References cpu_passes(const Exec& cpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                      const std::vector<float>& dy) {
+  References r{{std::vector<float>(s.y_size()), std::vector<float>(s.x_size()), std::vector<float>(s.w_size())}};
+  nt::kernels::conv2d_forward(cpu, s, x.data(), w.data(), nullptr, r.out[0].data(), nullptr);
+  nt::kernels::conv2d_backward_data(cpu, s, dy.data(), w.data(), r.out[1].data(), nullptr);
+  nt::kernels::conv2d_backward_weight(cpu, s, x.data(), dy.data(), r.out[2].data(), nullptr, nullptr);
+  return r;
 }
 
 std::vector<float> random_host(size_t n, std::mt19937& rng) {
@@ -97,9 +117,9 @@ int main(int argc, char** argv) {
                         {"conv1 b256", conv_shape(256, 1, 28, 32)},
                         {"conv2 b256", conv_shape(256, 32, 14, 64)}};
 
-  std::string csv = "shape,pass,M,N,K,us,us_graph,gflops,rel_diff\n";
-  std::printf("\n%-11s %-16s %6s %7s %6s %9s %9s %9s %9s\n", "shape", "pass", "M", "N", "K", "us", "us graph",
-              "GFLOP/s", "rel diff");
+  std::string csv = "shape,pass,math,M,N,K,us,us_graph,gflops,rel_diff\n";
+  std::printf("\n%-11s %-16s %-5s %6s %7s %6s %9s %9s %9s %9s\n", "shape", "pass", "math", "M", "N", "K", "us",
+              "us graph", "GFLOP/s", "rel diff");
   for (const auto& c : cases) {
     const Conv2dShape& s = c.shape;
     const size_t nx = s.x_size(), nw = s.w_size(), ny = s.y_size();
@@ -110,10 +130,8 @@ int main(int argc, char** argv) {
     const size_t ws_floats = nt::kernels::conv2d_workspace_floats(nt::kernels::Backend::cuda, s);
     float* ws = to_device(std::vector<float>(ws_floats));
 
-    std::vector<float> ref_y(ny), ref_dx(nx), ref_dw(nw);
-    nt::kernels::conv2d_forward(cpu, s, hx.data(), hw.data(), nullptr, ref_y.data(), nullptr);
-    nt::kernels::conv2d_backward_data(cpu, s, hdy.data(), hw.data(), ref_dx.data(), nullptr);
-    nt::kernels::conv2d_backward_weight(cpu, s, hx.data(), hdy.data(), ref_dw.data(), nullptr, nullptr);
+    const References refs[2] = {cpu_passes(cpu, s, hx, hw, hdy),
+                                cpu_passes(cpu, s, rounded_to_tf32(hx), rounded_to_tf32(hw), rounded_to_tf32(hdy))};
 
     const int P = s.p(), Q = s.q();
     struct Pass {
@@ -121,31 +139,36 @@ int main(int argc, char** argv) {
       int M, N, K;
       std::function<void()> call;
       const float* out;
-      const std::vector<float>* ref;
+      int ref;  // the lab's pass
     };
     const Pass passes[] = {
         {"forward", s.k, s.n * P * Q, s.c * s.r * s.s,
-         [&] { nt::kernels::conv2d_forward(exec, s, x, w, nullptr, y, ws); }, y, &ref_y},
+         [&] { nt::kernels::conv2d_forward(exec, s, x, w, nullptr, y, ws); }, y, 0},
         {"backward_data", s.c, s.n * s.h * s.w, s.k * s.r * s.s,
-         [&] { nt::kernels::conv2d_backward_data(exec, s, dy, w, dx, ws); }, dx, &ref_dx},
+         [&] { nt::kernels::conv2d_backward_data(exec, s, dy, w, dx, ws); }, dx, 1},
         {"backward_weight", s.k, s.c * s.r * s.s, s.n * P * Q,
-         [&] { nt::kernels::conv2d_backward_weight(exec, s, x, dy, dw, nullptr, ws); }, dw, &ref_dw},
+         [&] { nt::kernels::conv2d_backward_weight(exec, s, x, dy, dw, nullptr, ws); }, dw, 2},
     };
     const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
     for (const auto& p : passes) {
-      p.call();
-      nt::kernels::synchronize(exec);
-      const double diff = relative_difference(p.out, *p.ref);
-      const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
-      const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
-      const double gflops = flops / (us_graph * 1e3);
-      std::printf("%-11s %-16s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, p.M, p.N, p.K, us, us_graph,
-                  gflops, diff);
-      char line[256];
-      std::snprintf(line, sizeof line, "%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, p.M, p.N, p.K, us,
+      for (const bool tf32 : {false, true}) {
+        exec.tf32 = tf32;
+        p.call();
+        nt::kernels::synchronize(exec);
+        const double diff = relative_difference(p.out, refs[tf32].out[p.ref]);
+        const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
+        const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
+        const double gflops = flops / (us_graph * 1e3);
+        const char* math = tf32 ? "tf32" : "fp32";
+        std::printf("%-11s %-16s %-5s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, math, p.M, p.N, p.K, us,
                     us_graph, gflops, diff);
-      csv += line;
+        char line[256];
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, math, p.M, p.N,
+                      p.K, us, us_graph, gflops, diff);
+        csv += line;
+      }
     }
+    exec.tf32 = false;
     for (float* ptr : {x, w, dy, y, dx, dw, ws}) NT_CUDA_CHECK(cudaFree(ptr));
   }
 
@@ -164,9 +187,17 @@ int main(int argc, char** argv) {
       {lab::backward_weight, lab::tall_grouped, 22}, {lab::backward_weight, lab::tall_grouped, 33},
       {lab::backward_weight, lab::tall_grouped, 44}, {lab::backward_weight, lab::wide_grouped, 44},
       {lab::backward_weight, lab::wide_grouped, 80},
+      {lab::forward, lab::mma_64x64, 1},        {lab::forward, lab::mma_64x32, 1},
+      {lab::forward, lab::mma_32x64, 1},        {lab::forward, lab::mma_32x32, 1},
+      {lab::forward, lab::mma_64x32, 2},        {lab::forward, lab::mma_64x64, 2},
+      {lab::backward_data, lab::mma_32x64, 1},  {lab::backward_data, lab::mma_32x32, 1},
+      {lab::backward_data, lab::mma_32x64, 2},  {lab::backward_data, lab::mma_32x32, 2},
+      {lab::backward_weight, lab::mma_64x32, 11}, {lab::backward_weight, lab::mma_64x32, 22},
+      {lab::backward_weight, lab::mma_64x32, 44}, {lab::backward_weight, lab::mma_64x64, 44},
+      {lab::backward_weight, lab::mma_32x32, 22}, {lab::backward_weight, lab::mma_32x32, 44},
   };
   const char* tile_names[] = {"medium", "narrow", "narrow_grouped", "small", "small_grouped", "tall_grouped",
-                              "wide_grouped"};
+                              "wide_grouped", "mma_64x64", "mma_64x32", "mma_32x64", "mma_32x32"};
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",
@@ -179,16 +210,14 @@ int main(int argc, char** argv) {
     size_t ws_floats = 1;
     for (const auto& v : variants) ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
     float* ws = to_device(std::vector<float>(ws_floats));
-    std::vector<float> refs[3] = {std::vector<float>(s.y_size()), std::vector<float>(s.x_size()),
-                                  std::vector<float>(s.w_size())};
-    nt::kernels::conv2d_forward(cpu, s, hx.data(), hw.data(), nullptr, refs[0].data(), nullptr);
-    nt::kernels::conv2d_backward_data(cpu, s, hdy.data(), hw.data(), refs[1].data(), nullptr);
-    nt::kernels::conv2d_backward_weight(cpu, s, hx.data(), hdy.data(), refs[2].data(), nullptr, nullptr);
+    const References refs[2] = {cpu_passes(cpu, s, hx, hw, hdy),
+                                cpu_passes(cpu, s, rounded_to_tf32(hx), rounded_to_tf32(hw), rounded_to_tf32(hdy))};
     for (const auto& v : variants) {
       auto call = [&] { lab::conv2d_variant(exec, v.pass, s, x, w, dy, out, ws, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
-      const double diff = relative_difference(out, refs[v.pass]);
+      const bool tf32 = v.tile >= lab::mma_64x64;
+      const double diff = relative_difference(out, refs[tf32].out[v.pass]);
       const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
       std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,
                   us_graph, diff);

@@ -3,13 +3,15 @@
 
   bench_conv OUT_DIR                         writes OUT_DIR/conv.csv (nanotrain)
   python3 bench/conv_torch.py OUT_DIR        writes OUT_DIR/conv_torch.csv and prints
-                                             shape | pass | nanotrain us | cuDNN us | ratio
+                                             shape | pass | math | nanotrain us | cuDNN us | ratio
                                              (joined with OUT_DIR/conv.csv when it is there)
 
 Shapes and passes as bench/bench_conv.cu: conv1 x(N,1,28,28) w(32,1,3,3) pad 1, conv2 x(N,32,14,14)
 w(64,32,3,3) pad 1, N = 64 and 256, no bias; forward F.conv2d, backward_data torch.nn.grad.conv2d_input,
 backward_weight torch.nn.grad.conv2d_weight.
-Precision: fp32, torch.backends.cudnn.allow_tf32 = False (and matmul TF32 off), so cuDNN runs true fp32.
+Precision: each pass twice, as bench_conv: math fp32 with torch.backends.cudnn.allow_tf32 = False (true fp32),
+and math tf32 with it True (PyTorch's default for convolutions: TF32 tensor cores, as nanotrain's Exec::tf32);
+matmul TF32 stays off either way.
 cuDNN picks its algorithms with benchmark mode on and non-deterministic algorithms allowed (its fastest;
 --deterministic restricts it to deterministic ones, as nanotrain's kernels are).
 Timing (the same method as bench_conv): inputs uniform in [-1, 1]; the median of 50 repetitions of an
@@ -69,8 +71,8 @@ def time_graph(call):
     return time_loop(graph.replay, 1) / CALLS
 
 
-def measure(deterministic):
-    torch.backends.cudnn.allow_tf32 = False
+def measure(deterministic, tf32):
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.deterministic = deterministic
@@ -90,7 +92,8 @@ def measure(deterministic):
         for pass_name, call in passes:
             us = time_loop(call, CALLS)
             us_graph = time_graph(call)
-            rows.append({"shape": name, "pass": pass_name, "us": us, "us_graph": us_graph,
+            rows.append({"shape": name, "pass": pass_name, "math": "tf32" if tf32 else "fp32", "us": us,
+                         "us_graph": us_graph,
                          "gflops": flops / (us_graph * 1e3)})
     return rows
 
@@ -99,7 +102,7 @@ def read_ours(path):
     if not os.path.exists(path):
         return {}
     with open(path, newline="") as f:
-        return {(r["shape"], r["pass"]): r for r in csv.DictReader(f)}
+        return {(r["shape"], r["pass"], r.get("math", "fp32")): r for r in csv.DictReader(f)}
 
 
 def main():
@@ -112,27 +115,29 @@ def main():
     os.makedirs(args.out_dir, exist_ok=True)
 
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"tf32 off, benchmark on, deterministic {'on' if args.deterministic else 'off'}")
-    rows = measure(args.deterministic)
+          f"benchmark on, deterministic {'on' if args.deterministic else 'off'}")
+    rows = measure(args.deterministic, False) + measure(args.deterministic, True)
+    shapes, passes = [c[0] for c in CASES], ["forward", "backward_data", "backward_weight"]
+    rows.sort(key=lambda r: (shapes.index(r["shape"]), passes.index(r["pass"]), r["math"]))
     out_csv = os.path.join(args.out_dir, "conv_torch.csv")
     with open(out_csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["shape", "pass", "us", "us_graph", "gflops"])
+        writer = csv.DictWriter(f, fieldnames=["shape", "pass", "math", "us", "us_graph", "gflops"])
         writer.writeheader()
         for r in rows:
             writer.writerow({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
 
     ours = read_ours(os.path.join(args.out_dir, "conv.csv"))
     print()
-    header = (f"{'shape':<11} | {'pass':<16} | {'nanotrain us':>12} | {'cuDNN us':>9} | {'ratio':>6} | "
+    header = (f"{'shape':<11} | {'pass':<16} | {'math':<4} | {'nanotrain us':>12} | {'cuDNN us':>9} | {'ratio':>6} | "
               f"{'nt eager us':>11} | {'cuDNN eager us':>14}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        mine = ours.get((r["shape"], r["pass"]))
+        mine = ours.get((r["shape"], r["pass"], r["math"]))
         nt_graph = float(mine["us_graph"]) if mine else float("nan")
         nt_eager = float(mine["us"]) if mine else float("nan")
         ratio = nt_graph / r["us_graph"]
-        print(f"{r['shape']:<11} | {r['pass']:<16} | {nt_graph:12.2f} | {r['us_graph']:9.2f} | {ratio:6.2f} | "
+        print(f"{r['shape']:<11} | {r['pass']:<16} | {r['math']:<4} | {nt_graph:12.2f} | {r['us_graph']:9.2f} | {ratio:6.2f} | "
               f"{nt_eager:11.2f} | {r['us']:14.2f}")
     print("\nratio = nanotrain / cuDNN on graph timings (below 1: nanotrain is faster)")
     if not ours:

@@ -39,7 +39,7 @@ def main():
     args = ap.parse_args()
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    base.strict_fp32()
+    base.set_precision(False)
     data_dir = nt_io.find_data_dir(args.data, "mnist")
     x_train, y_train, _, _ = nt_io.load_dataset(data_dir, "mnist")
     n = x_train.shape[0]

@@ -9,10 +9,11 @@ Same as `nanotrain train`:
                (bench/nt_order.py re-implements the engine's shuffle), full batches only (drop_last)
   optimizer    torch.optim.SGD, Adam or AdamW with the same hyper-parameters (PyTorch's semantics are the
                engine's: SGD with dampening 0, no Nesterov; Adam(W) single-tensor, capturable in graph mode)
-  precision    fp32 everywhere: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False,
-               float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 = False),
-               so a future CNN's convolutions are true fp32 as well; cuDNN picks its algorithms freely
-               (benchmark mode off, non-deterministic algorithms allowed), which favours speed.
+  precision    fp32 everywhere by default: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 =
+               False, float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 =
+               False), so the convolutions are true fp32 as well. --tf32 (the engine's --tf32) turns it on for
+               the convolutions only, PyTorch's own default; matmuls stay fp32 either way. cuDNN picks its
+               algorithms freely (benchmark mode off, non-deterministic algorithms allowed), which favours speed.
   timing       per epoch, wall clock from the start of the epoch (order upload included) to its end, with
                one synchronization per epoch (reading the epoch's loss and accuracy totals, accumulated on
                the device); evaluation after each epoch is timed separately. The summary is the median of
@@ -68,9 +69,10 @@ def flat_input(name_or_spec):
 
 # ---- set-up ----------------------------------------------------------------------------------------
 
-def strict_fp32():
+def set_precision(tf32_convolutions):
+    """fp32 matmuls always; convolutions in fp32, or on TF32 tensor cores (PyTorch's default) when asked."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = tf32_convolutions
     torch.set_float32_matmul_precision("highest")
 
 
@@ -441,6 +443,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for PyTorch (0 = its default)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--eval-only", metavar="CHECKPOINT", help="only evaluate this safetensors model on the test set")
+    ap.add_argument("--tf32", action="store_true",
+                    help="convolutions on TF32 tensor cores (cudnn.allow_tf32, PyTorch's default); else fp32")
     args = ap.parse_args(argv)
     modes = []
     for m in args.mode or ["all"]:
@@ -467,7 +471,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     args.data = nt_io.find_data_dir(args.data, args.dataset)
-    strict_fp32()
+    set_precision(args.tf32)
     if args.eval_only:
         return eval_only(args, device)
     if not args.init:

@@ -37,6 +37,8 @@ Context::Context(const ContextOptions& options) {
   std::string why_not;
   bool gpu = want_gpu && usable_gpu(&device_, &why_not);
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", why_not));
+  if (options.tf32 && !gpu)
+    throw Error(cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? why_not : "--device cpu was chosen"));
 
   exec_.debug_sync = options.debug_sync;
   exec_.programmatic_launch = options.programmatic_launch;
@@ -44,6 +46,10 @@ Context::Context(const ContextOptions& options) {
     kernels::cuda_set_device(device_.index);
     exec_.backend = kernels::Backend::cuda;
     exec_.stream = kernels::create_stream();
+    if (options.tf32 && device_.cc_major < 8)
+      throw Error(cat("--tf32: ", device_.name, " (sm_", device_.cc_major, device_.cc_minor,
+                      ") has no TF32 tensor cores (sm_80 or newer)"));
+    exec_.tf32 = options.tf32;
   } else {
     exec_.backend = kernels::Backend::cpu;
     pool_ = std::make_unique<kernels::ThreadPool>(options.threads);
@@ -60,7 +66,7 @@ std::string Context::describe() const {
   if (on_cuda()) {
     s << "cuda:" << device_.index << " " << device_.name << " (" << device_.sm_count << " SMs, "
       << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_" << device_.cc_major
-      << device_.cc_minor << ")";
+      << device_.cc_minor << ")" << (exec_.tf32 ? ", TF32 convolutions" : "");
   } else {
     s << "cpu (" << pool_->size() << " threads)";
   }

@@ -16,6 +16,7 @@ struct ContextOptions {
   int threads = 0;              // CPU threads, 0 = all cores
   bool debug_sync = false;      // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA: programmatic dependent launch (--no-pdl turns it off)
+  bool tf32 = false;  // CUDA sm_80+: convolutions on TF32 tensor cores (--tf32; kernels/conv.h)
 };
 
 class Context {
@@ -27,6 +28,7 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const kernels::Exec& exec() const { return exec_; }
+  bool tf32() const { return exec_.tf32; }  // the convolutions' math: TF32 tensor cores, else fp32
   kernels::Backend backend() const { return exec_.backend; }
   bool on_cuda() const { return exec_.on_cuda(); }
   const kernels::DeviceInfo& device_info() const { return device_; }

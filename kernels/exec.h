@@ -27,6 +27,7 @@ struct Exec {
   ThreadPool* pool = nullptr;       // CPU worker threads; nullptr runs on the calling thread alone
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA sm_90+: a kernel may launch while its predecessor runs (launch.cuh)
+  bool tf32 = false;  // CUDA sm_80+: convolutions round their operands to TF32 for tensor cores (kernels/conv.h)
   profile::LaunchObserver* observer = nullptr;  // profiler hook; nullptr = profiling off
 
   bool on_cuda() const { return backend == Backend::cuda; }

@@ -1,4 +1,5 @@
-// 2-D convolution on the GPU as implicit GEMM: fp32 SIMT (FFMA only, no TF32), deterministic.
+// 2-D convolution on the GPU as implicit GEMM, deterministic: fp32 SIMT (FFMA), or with Exec::tf32 TF32 tensor
+// cores (conv_mma_kernel; the direct kernels then round their operands the same way, kernels/tf32.h).
 //
 // Math and layouts (contract in kernels/conv.h): x, dx (N,C,H,W); w, dw (K,C,R,S); y, dy (N,K,P,Q);
 // bias, dbias (K); every output written with `=`. Each pass is one GEMM C(M,N) = A(M,Kg) · B(Kg,N) whose
@@ -56,6 +57,8 @@
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_tf32.cuh"
+#include "kernels/tf32.h"
 
 namespace nt::kernels::cuda {
 
@@ -74,6 +77,11 @@ using ConvNarrowGrouped = TileConfig<32, 64, 32, 4, 4, 3, 2>;  // 256 threads, 2
 using ConvSmallGrouped = TileConfig<32, 32, 64, 4, 4, 3, 4>;   // 256 threads, 36.9 KB: Small's warps x 4 k-groups
 using ConvTallGrouped = TileConfig<64, 32, 48, 8, 4, 3, 3>;    // 192 threads, 39.9 KB: 8x4 per thread, 3 k-groups
 using ConvWideGrouped = TileConfig<32, 64, 48, 4, 8, 3, 3>;    // 192 threads, 39.9 KB: 4x8 per thread, 3 k-groups
+// TF32 tensor-core tiles (Exec::tf32), 4 warps each, BK 32: warp pieces 32×32, 32×16, 16×32, 16×16.
+using ConvMma64x64 = mma_tf32::MmaConfig<64, 64, 2, 2>;  // 36.9 KB smem
+using ConvMma64x32 = mma_tf32::MmaConfig<64, 32, 2, 2>;  // 27.6 KB
+using ConvMma32x64 = mma_tf32::MmaConfig<32, 64, 2, 2>;  // 27.6 KB
+using ConvMma32x32 = mma_tf32::MmaConfig<32, 32, 2, 2>;  // 18.4 KB
 
 constexpr int64_t kTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H200; fixed, so plans are device-free
 constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three blocks per SM (the grouped tiles, 192-256 threads)
@@ -88,6 +96,7 @@ struct ConvArgs {
   int M, N, K;                                 // the pass's GEMM (K = Kg)
   int split, slabs_per_split;                  // split-K: S and L (S == 1: no split)
   int partial_stride;                          // floats per split in the workspace
+  bool tf32;                                   // the direct kernels: round the operands of every product
   const float* a_src;                          // forward: w   backward_data: w   backward_weight: dy
   const float* b_src;                          // forward: x   backward_data: dy  backward_weight: x
   const float* bias;                           // forward, nullable
@@ -102,9 +111,13 @@ __device__ __forceinline__ bool inside(int v, int limit) {
   return static_cast<unsigned>(v) < static_cast<unsigned>(limit);
 }
 
+// An operand element from its a_at / b_at address: 0 where there is none.
+__device__ __forceinline__ float load_or_zero(const float* p) { return p ? __ldg(p) : 0.f; }
+
 // ---- the three passes: operand gathers and epilogues -----------------------------------------------------
 // k_info(kg): what a thread needs about its Kg index for this slab. column(n): the per-block table entry of
-// GEMM column n (int4). load_a / load_b: one operand element, 0 outside. store: C(m, n) to its place.
+// GEMM column n (int4). a_at / b_at: where one operand element lives, nullptr where it is 0 (outside);
+// load_a / load_b read it (the FFMA kernels), the TF32 kernel copies it with cp.async. store: C(m, n) to its place.
 
 struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
   static constexpr bool kRowSums = false;
@@ -130,12 +143,12 @@ struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
     const int h0 = oh * a.stride - a.pad, w0 = ow * a.stride - a.pad;
     return make_int4(img * a.chw + h0 * a.w + w0, h0, w0, img * a.kpq + pq);
   }
-  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // w (K, C·R·S)
-    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[m * a.K + ki.kg]) : 0.f;
+  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // w (K, C·R·S)
+    return m < a.M && ki.kg < a.K ? &a.a_src[m * a.K + ki.kg] : nullptr;
   }
-  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
+  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
     const int ih = col.y + ki.r, iw = col.z + ki.s;
-    return inside(ih, a.h) && inside(iw, a.w) ? __ldg(&a.b_src[col.x + ki.off]) : 0.f;
+    return inside(ih, a.h) && inside(iw, a.w) ? &a.b_src[col.x + ki.off] : nullptr;
   }
   __device__ static float finish(const ConvArgs& a, int m, float v) { return a.bias ? v + __ldg(&a.bias[m]) : v; }
   __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
@@ -171,17 +184,17 @@ struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k,
     a.by_w.divmod(hw, ih, iw);
     return make_int4(img * a.kpq, ih + a.pad, iw + a.pad, img * a.chw + hw);
   }
-  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // w[k, c = m, r, s]
-    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[ki.w_off + m * a.rs]) : 0.f;
+  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // w[k, c = m, r, s]
+    return m < a.M && ki.kg < a.K ? &a.a_src[ki.w_off + m * a.rs] : nullptr;
   }
-  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // dy
+  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // dy
     int oh = col.y - ki.r, ow = col.z - ki.s;  // = p·stride, q·stride if the tap lands on an output
     if (a.stride != 1) {
-      if (oh < 0 || ow < 0 || oh % a.stride != 0 || ow % a.stride != 0) return 0.f;
+      if (oh < 0 || ow < 0 || oh % a.stride != 0 || ow % a.stride != 0) return nullptr;
       oh /= a.stride, ow /= a.stride;
     }
     const bool lands = ki.kg < a.K && inside(oh, a.p) && inside(ow, a.q);
-    return lands ? __ldg(&a.b_src[col.x + ki.dy_off + oh * a.q + ow]) : 0.f;
+    return lands ? &a.b_src[col.x + ki.dy_off + oh * a.q + ow] : nullptr;
   }
   __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
     a.out[col.w + m * a.hw] = v;  // dx[img, c = m, h, w]
@@ -217,12 +230,12 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
     a.by_s.divmod(rs, r, s);
     return make_int4(c * a.hw + r * a.w + s, r, s, 0);
   }
-  __device__ static float load_a(const ConvArgs& a, const KInfo& ki, int m) {  // dy[img, k = m, pq]
-    return m < a.M && ki.kg < a.K ? __ldg(&a.a_src[ki.dy_off + m * a.pq]) : 0.f;
+  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // dy[img, k = m, pq]
+    return m < a.M && ki.kg < a.K ? &a.a_src[ki.dy_off + m * a.pq] : nullptr;
   }
-  __device__ static float load_b(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
+  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
     const int ih = ki.h0 + col.y, iw = ki.w0 + col.z;
-    return inside(ih, a.h) && inside(iw, a.w) ? __ldg(&a.b_src[ki.x_off + col.x]) : 0.f;
+    return inside(ih, a.h) && inside(iw, a.w) ? &a.b_src[ki.x_off + col.x] : nullptr;
   }
   __device__ static void store(const ConvArgs& a, int m, int n, const int4&, float v) { a.out[m * a.N + n] = v; }
   __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
@@ -272,9 +285,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   auto load_slab = [&](int slab) {
     const auto ki = Pass::k_info(a, slab * BK + kl);
 #pragma unroll
-    for (int j = 0; j < kElemsA; ++j) a_next[j] = Pass::load_a(a, ki, m0 + rl + j * kRowStep);
+    for (int j = 0; j < kElemsA; ++j) a_next[j] = load_or_zero(Pass::a_at(a, ki, m0 + rl + j * kRowStep));
 #pragma unroll
-    for (int j = 0; j < kElemsB; ++j) b_next[j] = Pass::load_b(a, ki, columns[rl + j * kRowStep]);
+    for (int j = 0; j < kElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * kRowStep]));
   };
   auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
   auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BK * Cfg::kLdA; };
@@ -328,6 +341,112 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   }
 }
 
+// ---- the TF32 tensor-core kernel (Exec::tf32) ----------------------------------------------------------------
+
+// The same GEMM, operand addressing, two-stage register prefetch and epilogue as conv_gemm_kernel; the slabs are
+// stored as rows of k (As[m][k], Bs[n][k], row stride Cfg::kLd: a loader warp writes 32 consecutive k of one
+// row, 32 banks) and multiplied by m16n8k8 TF32 MMAs (kernels/cuda/mma_tf32.cuh). The MMAs make the multiply
+// nearly free, so what is left is the gathers and their latency (docs/conv.md: tried with cp.async, slower).
+template <class Cfg, class Pass>
+__global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
+  begin_dependent_kernel();
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads, kLd = Cfg::kLd;
+  constexpr int kRowStep = kThreads / BK;
+  constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;
+  static_assert(kThreads % BK == 0 && BM % kRowStep == 0 && BN % kRowStep == 0,
+                "conv loaders: each thread loads one slab column, threads/BK rows apart");
+  __shared__ __align__(16) float smem[2 * Cfg::kStageFloats];
+  __shared__ int4 columns[BN];
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, split = blockIdx.z;
+  for (int i = threadIdx.x; i < BN; i += kThreads) columns[i] = Pass::column(a, n0 + i);
+  __syncthreads();
+
+  const int kl = threadIdx.x % BK, rl = threadIdx.x / BK;
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
+
+  const int slabs_total = (a.K + BK - 1) / BK;
+  const int slab_begin = min(split * a.slabs_per_split, slabs_total);
+  const int n_slabs = min(slab_begin + a.slabs_per_split, slabs_total) - slab_begin;
+
+  const bool row_sums = Pass::kRowSums && a.out_rows != nullptr && blockIdx.x == 0 && threadIdx.x < BM;
+  float row_sum = 0.f;
+
+  float acc[Cfg::kTilesM][Cfg::kTilesN][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  float a_next[kElemsA], b_next[kElemsB];
+  auto load_slab = [&](int slab) {
+    const auto ki = Pass::k_info(a, slab * BK + kl);
+#pragma unroll
+    for (int j = 0; j < kElemsA; ++j) a_next[j] = load_or_zero(Pass::a_at(a, ki, m0 + rl + j * kRowStep));
+#pragma unroll
+    for (int j = 0; j < kElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * kRowStep]));
+  };
+  auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
+  auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BM * kLd; };
+  auto store_slab = [&](int st) {
+    float* As = stage_a(st);
+    float* Bs = stage_b(st);
+#pragma unroll
+    for (int j = 0; j < kElemsA; ++j) As[(rl + j * kRowStep) * kLd + kl] = a_next[j];
+#pragma unroll
+    for (int j = 0; j < kElemsB; ++j) Bs[(rl + j * kRowStep) * kLd + kl] = b_next[j];
+  };
+
+  if (n_slabs > 0) {
+    load_slab(slab_begin);
+    store_slab(0);
+  }
+  __syncthreads();
+
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) load_slab(slab_begin + t + 1);  // global loads in flight while this slab is multiplied
+    const float* As = stage_a(cur);
+    if (row_sums) {  // dbias in fp32, from the unrounded dy
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) row_sum += As[threadIdx.x * kLd + kk];
+    }
+    mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
+    if (has_next) store_slab(cur ^ 1);  // the other stage was last read before the previous barrier
+    __syncthreads();
+  }
+
+  float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int m = m0 + wm + 16 * i + mma_tf32::row_of(e);
+      if (m >= a.M) continue;
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesN; ++j) {
+        const int cl = wn + 8 * j + mma_tf32::col_of(e);
+        if (n0 + cl >= a.N) continue;
+        if (a.split == 1) {
+          Pass::store(a, m, n0 + cl, columns[cl], acc[i][j][e]);
+        } else {
+          part[static_cast<size_t>(m) * a.N + n0 + cl] = acc[i][j][e];
+        }
+      }
+    }
+  if (row_sums && m0 + threadIdx.x < a.M) {
+    if (a.split == 1) {
+      a.out_rows[m0 + threadIdx.x] = row_sum;
+    } else {
+      part[static_cast<size_t>(a.M) * a.N + m0 + threadIdx.x] = row_sum;
+    }
+  }
+}
+
 // Split-K reduction (gemm_tile::sum_split_partials): one thread per output of the flattened (M·N [+ M])
 // result, the S partials added in a fixed tree, then the epilogue.
 template <class Pass>
@@ -372,7 +491,8 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
   const int ntaps = a.K;  // the GEMM's depth: C·R·S
   for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
   begin_dependent_kernel();  // the weights (and x) may come from the kernels before
-  for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads) sw[i] = __ldg(&a.a_src[i]);
+  for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads)
+    sw[i] = a.tf32 ? round_to_tf32(__ldg(&a.a_src[i])) : __ldg(&a.a_src[i]);
   __syncthreads();
   const int pixel = blockIdx.x * kDirectThreads + threadIdx.x;
   if (pixel >= a.N) return;
@@ -382,7 +502,8 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
   for (int t = 0; t < Taps; ++t) {
     x[t] = 0.f;
     if (Taps != kDirectTaps || t < ntaps) {
-      x[t] = ForwardPass::load_b(a, taps[t], col);
+      x[t] = load_or_zero(ForwardPass::b_at(a, taps[t], col));
+      if (a.tf32) x[t] = round_to_tf32(x[t]);
     }
   }
   for (int m = 0; m < a.M; ++m) {
@@ -436,14 +557,18 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_ke
     const int4 col = ForwardPass::column(a, pixel);  // {x offset of tap (0,0,0), h0, w0, dy offset of channel 0}
     float x[Taps];
 #pragma unroll
-    for (int t = 0; t < Taps; ++t) x[t] = Taps != kDirectTaps || t < ntaps ? ForwardPass::load_b(a, taps[t], col) : 0.f;
+    for (int t = 0; t < Taps; ++t) {
+      x[t] = Taps != kDirectTaps || t < ntaps ? load_or_zero(ForwardPass::b_at(a, taps[t], col)) : 0.f;
+      if (a.tf32) x[t] = round_to_tf32(x[t]);
+    }
 #pragma unroll
     for (int c = 0; c < Channels; ++c) {
       const int m = m0 + c;
       const float g = m < a.M ? __ldg(&a.a_src[col.w + m * a.pq]) : 0.f;  // dy[img, m, pq]
+      const float gm = a.tf32 ? round_to_tf32(g) : g;                     // what the products see
 #pragma unroll
-      for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(g, x[t], acc[c][t]);
-      acc[c][Taps] += g;
+      for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(gm, x[t], acc[c][t]);
+      acc[c][Taps] += g;  // dbias: fp32
     }
   }
 
@@ -475,7 +600,10 @@ int direct_weight_blocks(const Conv2dShape& s) {
 
 // ---- launchers -----------------------------------------------------------------------------------------------
 
-enum class Tile { medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped };
+enum class Tile {
+  medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped,  // fp32 FFMA
+  mma_64x64, mma_64x32, mma_32x64, mma_32x32                                         // TF32 MMA
+};
 
 struct Plan {
   Tile tile = Tile::small;
@@ -488,6 +616,7 @@ int slab_depth(Tile tile) {
     case Tile::small_grouped: return ConvSmallGrouped::BK;
     case Tile::tall_grouped: return ConvTallGrouped::BK;
     case Tile::wide_grouped: return ConvWideGrouped::BK;
+    case Tile::mma_64x64: case Tile::mma_64x32: case Tile::mma_32x64: case Tile::mma_32x32: return ConvMma64x64::BK;
     default: return ConvSmall::BK;
   }
 }
@@ -509,7 +638,7 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 // k-groups. bench_conv's variant table (H100, graph µs, conv2 at batch 64): forward 23.0 as Tall against
 // 26.5 as NarrowGrouped; backward_weight split 44 ways 27.0 against 30.5 as SmallGrouped split 22 (batch
 // 256: 86.2 against 105.1). backward_data (32 rows) stays SmallGrouped: 31.1 against 38.5 for the 4×8 tile.
-Plan choose_plan(int M, int N, int K) {
+Plan choose_fp32_plan(int M, int N, int K) {
   if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
   const bool tall = M > ConvNarrow::BM && K >= 2 * ConvTallGrouped::BK;
   const int64_t tall_tiles = tiles_for(M, N, ConvTallGrouped::BM, ConvTallGrouped::BN);
@@ -530,6 +659,25 @@ Plan choose_plan(int M, int N, int K) {
   return plan;
 }
 
+// TF32: the MMAs cost little next to the gathers, and a block's A slab (the weights in the forward) is loaded
+// again for every column tile, so the tile is as wide as the grid allows: 64 columns where that still gives
+// kGroupedSplitBlocks tiles, else 32; 64 rows where M exceeds 32. Below kTargetBlocks tiles, Kg is split as
+// for the fp32 tiles, to one wave of kGroupedSplitBlocks blocks.
+Plan choose_mma_plan(int M, int N, int K) {
+  const bool tall = M > 32;
+  const bool wide = tiles_for(M, N, tall ? 64 : 32, 64) >= kGroupedSplitBlocks;
+  Plan plan{tall ? (wide ? Tile::mma_64x64 : Tile::mma_64x32) : (wide ? Tile::mma_32x64 : Tile::mma_32x32), 1};
+  const int64_t tiles = tiles_for(M, N, tall ? 64 : 32, wide ? 64 : 32);
+  if (tiles >= kTargetBlocks) return plan;
+  const int depth = slab_depth(plan.tile);
+  const int64_t slabs = (int64_t(K) + depth - 1) / depth;
+  const int64_t most = std::min<int64_t>(kMaxSplit, std::max<int64_t>(slabs / ((kMinSplitDepth + depth - 1) / depth), 1));
+  plan.split = static_cast<int>(std::clamp<int64_t>((kGroupedSplitBlocks + tiles - 1) / tiles, 1, most));
+  return plan;
+}
+
+Plan choose_plan(int M, int N, int K, bool tf32) { return tf32 ? choose_mma_plan(M, N, K) : choose_fp32_plan(M, N, K); }
+
 // The three GEMMs of a shape.
 struct PassGemm {
   int M, N, K;
@@ -538,10 +686,11 @@ PassGemm forward_gemm(const Conv2dShape& s) { return {s.k, s.n * s.p() * s.q(), 
 PassGemm backward_data_gemm(const Conv2dShape& s) { return {s.c, s.n * s.h * s.w, s.k * s.r * s.s}; }
 PassGemm backward_weight_gemm(const Conv2dShape& s) { return {s.k, s.c * s.r * s.s, s.n * s.p() * s.q()}; }
 
+// Either math mode's plan: the workspace serves both (Exec::tf32 is the caller's to change between calls).
 size_t split_floats(const PassGemm& g, int extra_rows) {
   if (g.M == 0 || g.N + extra_rows == 0) return 0;
-  const Plan plan = choose_plan(g.M, g.N, g.K);
-  return plan.split > 1 ? size_t(plan.split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
+  const int split = std::max(choose_plan(g.M, g.N, g.K, false).split, choose_plan(g.M, g.N, g.K, true).split);
+  return split > 1 ? size_t(split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
 }
 
 size_t workspace_for(const Conv2dShape& s) {
@@ -562,8 +711,9 @@ void check_shape(const Conv2dShape& s) {
   NT_CHECK(x < kMax && y < kMax && wts < kMax, "conv2d: tensors of 2^31 elements or more are not supported");
 }
 
-ConvArgs make_args(const Conv2dShape& s, const PassGemm& g) {
+ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g) {
   ConvArgs a{};
+  a.tf32 = exec.tf32;
   a.n = s.n, a.c = s.c, a.h = s.h, a.w = s.w, a.k = s.k, a.r = s.r, a.s = s.s, a.stride = s.stride, a.pad = s.pad;
   a.p = s.p(), a.q = s.q();
   a.hw = s.h * s.w, a.pq = a.p * a.q, a.rs = s.r * s.s, a.chw = s.c * a.hw, a.kpq = s.k * a.pq;
@@ -573,11 +723,27 @@ ConvArgs make_args(const Conv2dShape& s, const PassGemm& g) {
   return a;
 }
 
+template <class Cfg>
+dim3 tile_grid(const ConvArgs& a) {
+  return dim3(static_cast<unsigned>(std::max((a.N + Cfg::BN - 1) / Cfg::BN, 1)),
+              static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(a.split));
+}
+
 template <class Cfg, class Pass>
 void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost, const ConvArgs& a) {
-  const dim3 grid(static_cast<unsigned>(std::max((a.N + Cfg::BN - 1) / Cfg::BN, 1)),
-                  static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(a.split));
-  launch(exec, name, cost, conv_gemm_kernel<Cfg, Pass>, grid, dim3(Cfg::kThreads), 0, a);
+  launch(exec, name, cost, conv_gemm_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
+}
+
+// Launched without the programmatic attribute: its blocks are placed only once the kernel before has finished.
+// Placed early (the default), the same kernels ran 40-50% longer inside the cnn's step (CUPTI, batch 64: forward
+// 26.8 against 18.2 us, backward_data 41.3 against 29.4) and the epoch took 183.3 against 155.2 ms; in
+// bench_conv, back to back, they ran as fast either way. The FFMA tiles, tried the same way, gain nothing at
+// batch 64 (docs/conv.md).
+template <class Cfg, class Pass>
+void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& cost, const ConvArgs& a) {
+  Exec after_predecessor = exec;
+  after_predecessor.programmatic_launch = false;
+  launch(after_predecessor, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
 }
 
 // Adds the a.split partials of a.partial (stride a.partial_stride) into the pass's outputs: the M·N of C,
@@ -594,7 +760,7 @@ void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvAr
 template <class Pass>
 void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
               double bytes, float* workspace, const Plan* forced = nullptr) {
-  const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K);
+  const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K, exec.tf32);
   const int slabs = (a.K + slab_depth(plan.tile) - 1) / slab_depth(plan.tile);
   a.split = plan.split;
   a.slabs_per_split = (slabs + plan.split - 1) / plan.split;
@@ -610,6 +776,10 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
     case Tile::small_grouped: launch_tile<ConvSmallGrouped, Pass>(exec, name, cost, a); break;
     case Tile::tall_grouped: launch_tile<ConvTallGrouped, Pass>(exec, name, cost, a); break;
     case Tile::wide_grouped: launch_tile<ConvWideGrouped, Pass>(exec, name, cost, a); break;
+    case Tile::mma_64x64: launch_mma_tile<ConvMma64x64, Pass>(exec, name, cost, a); break;
+    case Tile::mma_64x32: launch_mma_tile<ConvMma64x32, Pass>(exec, name, cost, a); break;
+    case Tile::mma_32x64: launch_mma_tile<ConvMma32x64, Pass>(exec, name, cost, a); break;
+    case Tile::mma_32x32: launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a); break;
   }
   if (plan.split == 1) return;
   launch_split_reduce<Pass>(exec, reduce_name, a, rows);
@@ -638,7 +808,7 @@ void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, cons
   check_shape(s);
   const PassGemm g = forward_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // y is empty
-  ConvArgs a = make_args(s, g);
+  ConvArgs a = make_args(exec, s, g);
   a.a_src = w, a.b_src = x, a.bias = bias, a.out = y;
   if (direct_taps(s)) {
     // 1x3x3 (a gray image's first layer) gets a kernel without the tap guards: a third of the instructions.
@@ -656,7 +826,7 @@ void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* d
   check_shape(s);
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
-  ConvArgs a = make_args(s, g);
+  ConvArgs a = make_args(exec, s, g);
   a.a_src = w, a.b_src = dy, a.out = dx;
   run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, conv_flops(s),
                              conv_bytes(s), workspace);
@@ -667,11 +837,11 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
   check_shape(s);
   const PassGemm g = backward_weight_gemm(s);
   if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
-  ConvArgs a = make_args(s, g);
+  ConvArgs a = make_args(exec, s, g);
   a.a_src = dy, a.b_src = x, a.out = dw, a.out_rows = dbias;
   if (direct_taps(s) && g.K > 0) {
     NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
-    ConvArgs d = make_args(s, forward_gemm(s));
+    ConvArgs d = make_args(exec, s, forward_gemm(s));
     d.a_src = dy, d.b_src = x, d.partial = workspace, d.partial_stride = g.M * g.N + g.M;
     // 1x3x3 gets 8 channels per thread without tap guards; up to 32 taps, 2 channels (64 accumulators).
     const bool nine = d.K == 9;
@@ -698,21 +868,21 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
 void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
                     const float* dy, float* out, float* workspace, int tile, int split) {
   check_shape(s);
-  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::wide_grouped) && split >= 1,
+  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::mma_32x32) && split >= 1,
            "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
   const Plan plan{static_cast<Tile>(tile), split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
   if (pass == 0) {
-    ConvArgs a = make_args(s, forward_gemm(s));
+    ConvArgs a = make_args(exec, s, forward_gemm(s));
     a.a_src = w, a.b_src = x, a.out = out;
     run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, flops, bytes, workspace, &plan);
   } else if (pass == 1) {
-    ConvArgs a = make_args(s, backward_data_gemm(s));
+    ConvArgs a = make_args(exec, s, backward_data_gemm(s));
     a.a_src = w, a.b_src = dy, a.out = out;
     run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, flops, bytes,
                                workspace, &plan);
   } else {
-    ConvArgs a = make_args(s, backward_weight_gemm(s));
+    ConvArgs a = make_args(exec, s, backward_weight_gemm(s));
     a.a_src = dy, a.b_src = x, a.out = out;
     run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, 0, flops, bytes,
                                  workspace, &plan);

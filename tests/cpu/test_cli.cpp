@@ -40,6 +40,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --log-level loud", "--log-level"},
       {"train --shift 9", "--shift"},
       {"train --shift -1", "--shift"},
+      {"train --tf32 --device cpu", "--tf32"},
   };
   for (const auto& c : cases) {
     SECTION(c.args) {
@@ -60,6 +61,15 @@ TEST_CASE("train --device cuda without a usable GPU is one clear line", "[cpu][c
   CHECK(r.exit_code == 1);
   CHECK(line_count(r.out) == 1);
   CHECK(r.out.find("--device cuda") != std::string::npos);
+}
+
+TEST_CASE("train --tf32 without a usable GPU is one clear line", "[cpu][cli]") {
+  if (kernels::cuda_device_count() > 0) return;  // this machine has a GPU: the case cannot arise
+  auto r = nanotrain("train --tf32 --epochs 1");  // --device auto falls back to the CPU, which has no TF32
+  INFO(r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(line_count(r.out) == 1);
+  CHECK(r.out.find("--tf32") != std::string::npos);
 }
 
 TEST_CASE("a missing data folder names the flag and the folder", "[cpu][cli]") {

@@ -167,9 +167,12 @@ TEST_CASE("dropout draws the same masks on GPU and CPU, step after step", "[cuda
 TEST_CASE("two GPU cnn runs with the same seed give bit-identical weights, with and without graphs",
           "[cuda][cnn][determinism]") {
   auto train = data::subset(test::mnist().train, 0, 3200);
+  const bool tf32 = GENERATE(false, true);
+  INFO("tf32 " << tf32);
   auto run = [&](bool graphs) {
     test::RigOptions o;
     o.device = "cuda";
+    o.tf32 = tf32;
     o.model = "conv:16:3,bn,relu,maxpool:2,conv:16:3,bn,relu,maxpool:2,flatten,dropout:0.25,linear:32,relu,linear:10";
     o.seed = 7;
     o.optimizer = OptimizerConfig{"adamw", 1e-3, 0, 0.01};
@@ -192,10 +195,13 @@ TEST_CASE("two GPU cnn runs with the same seed give bit-identical weights, with 
 
 TEST_CASE("a cnn training step allocates nothing and never synchronizes", "[cuda][cnn][capture]") {
   auto train = data::subset(test::mnist().train, 0, 640);
+  const bool tf32 = GENERATE(false, true);
+  INFO("tf32 " << tf32);
   test::RigOptions o;
   o.device = "cuda";
   o.model = "cnn";
   o.optimizer = OptimizerConfig{"adam", 1e-3};
+  o.tf32 = tf32;
   test::Rig rig(train, o);
   const auto allocations = kernels::device_alloc_count();
   kernels::Graph graph = kernels::Graph::capture(rig.ctx.exec(), [&] { rig.trainer.enqueue_train_step(0); });
@@ -208,13 +214,15 @@ TEST_CASE("a cnn training step allocates nothing and never synchronizes", "[cuda
 
 TEST_CASE("the cnn trains on the GPU past 95% on 6,400 images in one epoch", "[cuda][cnn]") {
   auto train = data::subset(test::mnist().train, 0, 6400);
+  const bool tf32 = GENERATE(false, true);  // the convolutions in fp32, or on TF32 tensor cores
   test::RigOptions o;
   o.device = "cuda";
   o.model = "cnn";
   o.optimizer = OptimizerConfig{"adam", 1e-3};
+  o.tf32 = tf32;
   test::Rig rig(train, o);
   data::DeviceBatcher test_data(rig.ctx, test::mnist().test, false, 1);
   EpochMetrics m = rig.trainer.run_epoch(1, &test_data);
-  INFO("test accuracy " << m.test_acc);
+  INFO("tf32 " << tf32 << ", test accuracy " << m.test_acc);
   CHECK(m.test_acc >= 0.95);
 }

@@ -1,14 +1,18 @@
 // CUDA tests of the conv2d family against the CPU twin, on fresh random inputs: random shapes (odd sizes,
 // strides 1-3, paddings 0-2, kernels 1x1 to 5x5), shapes that split the GEMM's K over blocks, and the cnn's
-// shapes. Every output and the workspace are poisoned (NaN) before each run, so an element the kernels
-// forgot to write, or a partial they forgot to produce, fails. Tolerance: fp32_dot(K of the pass's GEMM),
-// since both backends sum the same K products in fp32 in different fixed orders. Determinism: each pass
-// run twice gives the same bits. Workspace: sized for the full batch, enough for a partial one.
+// shapes, in both math modes. Every output and the workspace are poisoned (NaN) before each run, so an element
+// the kernels forgot to write, or a partial they forgot to produce, fails. Tolerance: fp32_dot(K of the pass's
+// GEMM), since both backends sum the same K products in fp32 in different fixed orders. TF32 (Exec::tf32): the
+// reference is the CPU's fp32 pass on operands rounded by round_to_tf32 (exact products, kernels/tf32.h), so
+// the same tolerance holds; dbias stays an fp32 sum of the unrounded dy. Determinism: each pass run twice gives
+// the same bits. Workspace: sized for the full batch, enough for a partial one.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/tf32.h"
 #include "support/test_support.h"
 
 namespace nt::test {
@@ -44,20 +48,40 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
   return r;
 }
 
-void check_against_cpu(const Exec& gpu, const Conv2dShape& s, bool with_bias) {
+std::vector<float> rounded_to_tf32(std::vector<float> v) {
+  kernels::round_to_tf32(v);
+  return v;
+}
+
+// v with its low 13 bits replaced by exactly half of their range: a tie for the rounding to TF32.
+float with_tie_bits(float v) {
+  uint32_t u = 0;
+  std::memcpy(&u, &v, sizeof u);
+  u = (u & 0xffffe000u) | 0x1000u;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, bool tf32 = false) {
   INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
-            << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias);
+            << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias << " tf32=" << tf32);
   const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), bias = random_floats(size_t(s.k));
   const auto dy = random_floats(s.y_size());
   const std::vector<float>* b = with_bias ? &bias : nullptr;
+  // What the products see: the operands themselves, or rounded to TF32 (the bias is added in fp32).
+  const auto xm = tf32 ? rounded_to_tf32(x) : x, wm = tf32 ? rounded_to_tf32(w) : w;
+  const auto dym = tf32 ? rounded_to_tf32(dy) : dy;
 
   std::vector<float> y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()),
-                     db = poisoned(with_bias ? size_t(s.k) : 0);
+                     db = poisoned(with_bias ? size_t(s.k) : 0), unused = poisoned(s.w_size());
   const Exec cpu;
-  kernels::conv2d_forward(cpu, s, x.data(), w.data(), b ? bias.data() : nullptr, y.data(), nullptr);
-  kernels::conv2d_backward_data(cpu, s, dy.data(), w.data(), dx.data(), nullptr);
-  kernels::conv2d_backward_weight(cpu, s, x.data(), dy.data(), dw.data(), b ? db.data() : nullptr, nullptr);
+  kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), b ? bias.data() : nullptr, y.data(), nullptr);
+  kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), dx.data(), nullptr);
+  kernels::conv2d_backward_weight(cpu, s, xm.data(), dym.data(), dw.data(), nullptr, nullptr);
+  if (with_bias) kernels::conv2d_backward_weight(cpu, s, x.data(), dy.data(), unused.data(), db.data(), nullptr);
 
+  Exec gpu = cuda;
+  gpu.tf32 = tf32;
   const size_t ws = kernels::conv2d_workspace_floats(kernels::Backend::cuda, s);
   const GpuResults first = run_gpu(gpu, s, x, w, b, dy, ws);
   NT_REQUIRE_CLOSE(first.y, y, fp32_dot(s.c * s.r * s.s));
@@ -89,9 +113,11 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
       Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, // cnn conv2, batch 64
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // a partial last batch
   };
-  for (const auto& s : shapes) {
-    check_against_cpu(cuda.exec, s, false);
-    check_against_cpu(cuda.exec, s, true);
+  for (const bool tf32 : {false, true}) {
+    for (const auto& s : shapes) {
+      check_against_cpu(cuda.exec, s, false, tf32);
+      check_against_cpu(cuda.exec, s, true, tf32);
+    }
   }
 }
 
@@ -104,9 +130,42 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
     const Conv2dShape s{pick(1, 5),     pick(1, 40),    pick(1, 20), pick(1, 20), pick(1, 70),
                         ks[pick(0, 3)], ks[pick(0, 3)], pick(1, 3),  pick(0, 2)};
     if (s.p() == 0 || s.q() == 0) continue;
-    check_against_cpu(cuda.exec, s, checked % 2 == 1);
+    check_against_cpu(cuda.exec, s, checked % 2 == 1, checked % 4 >= 2);
     ++checked;
   }
+}
+
+TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", "[cuda][conv]") {
+  // A 1x1 convolution over 40 channels (a GEMM, not the direct kernel) of which only channel 0 is non-zero:
+  // y = x0·w0 exactly, so the GPU's product must equal round_to_tf32(x0)·round_to_tf32(w0) bit for bit.
+  // x0 holds random values and values whose dropped 13 bits are exactly half (ties: away from zero).
+  CudaExec cuda;
+  Exec gpu = cuda.exec;
+  gpu.tf32 = true;
+  const Conv2dShape s{1, 40, 16, 16, 3, 1, 1, 1, 0};
+  std::vector<float> x(s.x_size(), 0.f), w(s.w_size(), 0.f);
+  const auto values = random_floats(256);
+  for (int i = 0; i < 256; ++i) {
+    x[size_t(i)] = values[size_t(i)];  // channel 0 of image 0
+    if (i % 4 == 0) x[size_t(i)] = with_tie_bits(x[size_t(i)]);
+  }
+  const float w0[3] = {1.f + 0x1.0p-11f, -1.f - 0x1.8p-11f, 0.7f};  // a tie, a round-up, a random-ish one
+  for (int k = 0; k < 3; ++k) w[size_t(k) * 40] = w0[k];
+  DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_y(gpu, poisoned(s.y_size()));
+  DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s))));
+  kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
+  const auto y = d_y.download();
+  std::vector<float> want(s.y_size());
+  for (int k = 0; k < 3; ++k)
+    for (int i = 0; i < 256; ++i)
+      want[size_t(k) * 256 + size_t(i)] = kernels::round_to_tf32(x[size_t(i)]) * kernels::round_to_tf32(w0[k]);
+  CHECK(same_bits(y, want));
+  CHECK_FALSE(same_bits(want, [&] {  // the rounding is visible: fp32 products differ
+    std::vector<float> exact(s.y_size());
+    for (int k = 0; k < 3; ++k)
+      for (int i = 0; i < 256; ++i) exact[size_t(k) * 256 + size_t(i)] = x[size_t(i)] * w0[k];
+    return exact;
+  }()));
 }
 
 TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[cuda][conv]") {
@@ -127,11 +186,15 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
       DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_ws(gpu, ws_host);
       DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
       DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
-      kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
-      kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
-      kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), d_db.get(), d_ws.get());
-      const auto after = d_ws.download();
-      CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
+      for (const bool tf32 : {true, false}) {  // fp32 last: its dw is checked below
+        Exec mode = gpu;
+        mode.tf32 = tf32;
+        kernels::conv2d_forward(mode, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
+        kernels::conv2d_backward_data(mode, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
+        kernels::conv2d_backward_weight(mode, s, d_x.get(), d_dy.get(), d_dw.get(), d_db.get(), d_ws.get());
+        const auto after = d_ws.download();
+        CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
+      }
 
       std::vector<float> dw(s.w_size()), db(size_t(s.k));
       kernels::conv2d_backward_weight(Exec{}, s, x.data(), dy.data(), dw.data(), db.data(), nullptr);

@@ -23,6 +23,7 @@ struct RigOptions {
   int threads = 0;
   bool use_graphs = true;
   bool fuse_head = true;  // TrainOptions::fuse_head
+  bool tf32 = false;      // ContextOptions::tf32: the convolutions on TF32 tensor cores (CUDA)
 };
 
 struct Rig {

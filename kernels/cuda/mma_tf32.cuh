@@ -1,0 +1,87 @@
+// TF32 tensor-core pieces of the implicit-GEMM convolution (kernels/cuda/conv.cu, Exec::tf32): the tile
+// configuration, the operand rounding, the m16n8k8 MMA and its fragment loads from shared memory.
+//
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80+): D(16×8) = A(16×8)·B(8×8) + C for one warp,
+// fp32 accumulators. Lane l has group g = l / 4 and place t = l % 4; its fragments (PTX ISA, "Matrix
+// Fragments for mma.m16n8k8"):
+//   A: a0 = A[g][t]    a1 = A[g+8][t]    a2 = A[g][t+4]    a3 = A[g+8][t+4]
+//   B: b0 = B[t][g]    b1 = B[t+4][g]
+//   C: c0 = C[g][2t]   c1 = C[g][2t+1]   c2 = C[g+8][2t]   c3 = C[g+8][2t+1]
+//
+// Shared memory: both operands of a slab are stored as rows of k, A as As[m][k] and B as Bs[n][k], row stride
+// kLd = BK + 4 floats. kLd ≡ 4 (mod 32), so a fragment load, 8 rows g at 4 columns t, touches banks 4g + t:
+// all 32 distinct; and a loader warp storing 32 consecutive k of one row is conflict-free as well.
+//
+// Rounding: every operand element is rounded to TF32 (cvt.rna: to nearest, ties away from zero; 10 mantissa
+// bits) as its fragment is loaded. A product of two TF32 values is exact in fp32, so the GPU differs from the
+// CPU's fp32 sums of the rounded operands (kernels/tf32.h) only by the order of the fp32 additions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nt::kernels::cuda::mma_tf32 {
+
+// A block of kWarpsM × kWarpsN warps owns a BM×BN tile of C; warp (i, j) the WM×WN piece at (i·WM, j·WN),
+// made of kTilesM × kTilesN MMA tiles of 16×8.
+template <int BM_, int BN_, int WarpsM_, int WarpsN_>
+struct MmaConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = 32;
+  static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kThreads = 32 * WarpsM_ * WarpsN_;
+  static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;
+  static constexpr int kTilesM = WM / 16, kTilesN = WN / 8;
+  static constexpr int kLd = BK + 4;
+  static constexpr int kStageFloats = (BM + BN) * kLd;  // As[BM][kLd], then Bs[BN][kLd]
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
+  static_assert(kThreads >= BM, "one thread per tile row sums op(A) (backward_weight's dbias)");
+};
+
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return r;
+}
+
+// d += a·b on one 16×8×8 tile.
+__device__ __forceinline__ void mma_16x8x8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // unreachable: the host enables TF32 only on sm_80+ (engine/context.cpp)
+#endif
+}
+
+// acc += As·Bsᵀ over one BK-deep slab. wm, wn: the warp's first row and column in the block tile.
+template <class Cfg>
+__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const float* As,
+                                              const float* Bs, int wm, int wn) {
+  constexpr int kLd = Cfg::kLd;
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BK; kk += 8) {
+    uint32_t a[Cfg::kTilesM][4], b[Cfg::kTilesN][2];
+#pragma unroll
+    for (int i = 0; i < Cfg::kTilesM; ++i) {
+      const float* p = As + (wm + 16 * i + g) * kLd + kk + t;
+      a[i][0] = to_tf32(p[0]), a[i][1] = to_tf32(p[8 * kLd]), a[i][2] = to_tf32(p[4]), a[i][3] = to_tf32(p[8 * kLd + 4]);
+    }
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j) {
+      const float* p = Bs + (wn + 8 * j + g) * kLd + kk + t;
+      b[j][0] = to_tf32(p[0]), b[j][1] = to_tf32(p[4]);
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesN; ++j) mma_16x8x8(acc[i][j], a[i], b[j]);
+  }
+}
+
+// Accumulator e of MMA tile (i, j) lies at tile row wm + 16i + row_of(e), column wn + 8j + col_of(e).
+__device__ __forceinline__ int row_of(int e) { return threadIdx.x % 32 / 4 + (e >= 2 ? 8 : 0); }
+__device__ __forceinline__ int col_of(int e) { return 2 * (threadIdx.x % 4) + (e & 1); }
+
+}  // namespace nt::kernels::cuda::mma_tf32
