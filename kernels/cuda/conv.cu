@@ -241,7 +241,20 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
   __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
 };
 
-// ---- the implicit-GEMM kernel ------------------------------------------------------------------------------
+// ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
+
+// A thread's share of one Kg slab, into registers: slab column kl of rows rl + j·RowStep, of A (output rows
+// m0 + ...) and of B (the block's column table).
+template <class Pass, int BK, int RowStep, int ElemsA, int ElemsB>
+__device__ __forceinline__ void load_slab_elements(const ConvArgs& a, int slab, int kl, int rl, int m0,
+                                                   const int4* columns, float (&a_next)[ElemsA],
+                                                   float (&b_next)[ElemsB]) {
+  const auto ki = Pass::k_info(a, slab * BK + kl);
+#pragma unroll
+  for (int j = 0; j < ElemsA; ++j) a_next[j] = load_or_zero(Pass::a_at(a, ki, m0 + rl + j * RowStep));
+#pragma unroll
+  for (int j = 0; j < ElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * RowStep]));
+}
 
 // grid (tiles_n, tiles_m, S): block (x, y, z) computes C tile (y, x) over the z-th share of Kg.
 // smem: two stages of As[BK][BM+4], Bs[BK][BN+4] and the BN-entry column table; after the last slab the
@@ -282,13 +295,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = 0.f;
 
   float a_next[kElemsA], b_next[kElemsB];
-  auto load_slab = [&](int slab) {
-    const auto ki = Pass::k_info(a, slab * BK + kl);
-#pragma unroll
-    for (int j = 0; j < kElemsA; ++j) a_next[j] = load_or_zero(Pass::a_at(a, ki, m0 + rl + j * kRowStep));
-#pragma unroll
-    for (int j = 0; j < kElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * kRowStep]));
-  };
+  auto load_slab = [&](int slab) { load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next); };
   auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
   auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BK * Cfg::kLdA; };
   auto store_slab = [&](int st) {
@@ -382,13 +389,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   float a_next[kElemsA], b_next[kElemsB];
-  auto load_slab = [&](int slab) {
-    const auto ki = Pass::k_info(a, slab * BK + kl);
-#pragma unroll
-    for (int j = 0; j < kElemsA; ++j) a_next[j] = load_or_zero(Pass::a_at(a, ki, m0 + rl + j * kRowStep));
-#pragma unroll
-    for (int j = 0; j < kElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * kRowStep]));
-  };
+  auto load_slab = [&](int slab) { load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next); };
   auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
   auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BM * kLd; };
   auto store_slab = [&](int st) {
