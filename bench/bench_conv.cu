@@ -36,6 +36,7 @@ namespace {
 
 using nt::kernels::Conv2dShape;
 using nt::kernels::Exec;
+using nt::kernels::rounded_to_tf32;
 
 constexpr int kReps = 50;
 constexpr int kCalls = 100;
@@ -51,21 +52,23 @@ Conv2dShape conv_shape(int n, int c, int hw, int k) {
   return s;
 }
 
-std::vector<float> rounded_to_tf32(std::vector<float> v) {
-  nt::kernels::round_to_tf32(v);
-  return v;
-}
-
-// The CPU twin's three passes (fp32) of one shape, indexed by the lab's pass: y, dx, dw.
+// The CPU twin's three passes (fp32) of one shape, out[tf32][pass] (pass as the lab's: y, dx, dw); for tf32,
+// on the operands rounded by round_to_tf32.
 struct References {
-  std::vector<float> out[3];
+  std::vector<float> out[2][3];
 };
 References cpu_passes(const Exec& cpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
                       const std::vector<float>& dy) {
-  References r{{std::vector<float>(s.y_size()), std::vector<float>(s.x_size()), std::vector<float>(s.w_size())}};
-  nt::kernels::conv2d_forward(cpu, s, x.data(), w.data(), nullptr, r.out[0].data(), nullptr);
-  nt::kernels::conv2d_backward_data(cpu, s, dy.data(), w.data(), r.out[1].data(), nullptr);
-  nt::kernels::conv2d_backward_weight(cpu, s, x.data(), dy.data(), r.out[2].data(), nullptr, nullptr);
+  References r;
+  for (const bool tf32 : {false, true}) {
+    const auto xm = tf32 ? rounded_to_tf32(x) : x, wm = tf32 ? rounded_to_tf32(w) : w;
+    const auto dym = tf32 ? rounded_to_tf32(dy) : dy;
+    auto& out = r.out[tf32];
+    out[0].resize(s.y_size()), out[1].resize(s.x_size()), out[2].resize(s.w_size());
+    nt::kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), nullptr, out[0].data(), nullptr);
+    nt::kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), out[1].data(), nullptr);
+    nt::kernels::conv2d_backward_weight(cpu, s, xm.data(), dym.data(), out[2].data(), nullptr, nullptr);
+  }
   return r;
 }
 
@@ -130,8 +133,7 @@ int main(int argc, char** argv) {
     const size_t ws_floats = nt::kernels::conv2d_workspace_floats(nt::kernels::Backend::cuda, s);
     float* ws = to_device(std::vector<float>(ws_floats));
 
-    const References refs[2] = {cpu_passes(cpu, s, hx, hw, hdy),
-                                cpu_passes(cpu, s, rounded_to_tf32(hx), rounded_to_tf32(hw), rounded_to_tf32(hdy))};
+    const References refs = cpu_passes(cpu, s, hx, hw, hdy);
 
     const int P = s.p(), Q = s.q();
     struct Pass {
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
         exec.tf32 = tf32;
         p.call();
         nt::kernels::synchronize(exec);
-        const double diff = relative_difference(p.out, refs[tf32].out[p.ref]);
+        const double diff = relative_difference(p.out, refs.out[tf32][p.ref]);
         const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
         const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
         const double gflops = flops / (us_graph * 1e3);
@@ -210,14 +212,13 @@ int main(int argc, char** argv) {
     size_t ws_floats = 1;
     for (const auto& v : variants) ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
     float* ws = to_device(std::vector<float>(ws_floats));
-    const References refs[2] = {cpu_passes(cpu, s, hx, hw, hdy),
-                                cpu_passes(cpu, s, rounded_to_tf32(hx), rounded_to_tf32(hw), rounded_to_tf32(hdy))};
+    const References refs = cpu_passes(cpu, s, hx, hw, hdy);
     for (const auto& v : variants) {
       auto call = [&] { lab::conv2d_variant(exec, v.pass, s, x, w, dy, out, ws, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
       const bool tf32 = v.tile >= lab::mma_64x64;
-      const double diff = relative_difference(out, refs[tf32].out[v.pass]);
+      const double diff = relative_difference(out, refs.out[tf32][v.pass]);
       const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
       std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,
                   us_graph, diff);

@@ -39,8 +39,10 @@ inline float round_to_tf32(float v) {
 #endif
 }
 
-inline void round_to_tf32(std::vector<float>& values) {
+// A copy of `values`, each rounded (the operands a CPU reference multiplies).
+inline std::vector<float> rounded_to_tf32(std::vector<float> values) {
   for (float& v : values) v = round_to_tf32(v);
+  return values;
 }
 
 }  // namespace nt::kernels

@@ -256,6 +256,35 @@ __device__ __forceinline__ void load_slab_elements(const ConvArgs& a, int slab, 
   for (int j = 0; j < ElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * RowStep]));
 }
 
+// The block's n_slabs slabs from slab_begin, two stages: load(slab) fetches a slab into registers, store(stage)
+// puts them into a stage of shared memory, multiply(stage) consumes one. The next slab's global loads are in
+// flight while the current one is multiplied; one barrier per slab.
+template <class Load, class Store, class Multiply>
+__device__ __forceinline__ void run_two_stages(int slab_begin, int n_slabs, Load load, Store store, Multiply multiply) {
+  if (n_slabs > 0) {
+    load(slab_begin);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) load(slab_begin + t + 1);
+    multiply(cur);
+    if (has_next) store(cur ^ 1);  // the other stage was last read before the previous barrier
+    __syncthreads();
+  }
+}
+
+// backward_weight's dbias: row m's sum goes to out_rows, or (split > 1) after the block's (M, N) partial.
+__device__ __forceinline__ void store_row_sum(const ConvArgs& a, float* part, int m, float v) {
+  if (a.split == 1) {
+    a.out_rows[m] = v;
+  } else {
+    part[static_cast<size_t>(a.M) * a.N + m] = v;
+  }
+}
+
 // grid (tiles_n, tiles_m, S): block (x, y, z) computes C tile (y, x) over the z-th share of Kg.
 // smem: two stages of As[BK][BM+4], Bs[BK][BN+4] and the BN-entry column table; after the last slab the
 // stages park the k-groups' partial tiles (Cfg::KG > 1, gemm_tile.cuh).
@@ -307,28 +336,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     for (int j = 0; j < kElemsB; ++j) Bs[kl * Cfg::kLdB + rl + j * kRowStep] = b_next[j];
   };
 
-  if (n_slabs > 0) {
-    load_slab(slab_begin);
-    store_slab(0);
-  }
-  __syncthreads();
-
-  for (int t = 0; t < n_slabs; ++t) {
-    const int cur = t & 1;
-    const bool has_next = t + 1 < n_slabs;
-    if (has_next) load_slab(slab_begin + t + 1);  // global loads in flight while this slab is multiplied
+  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur) {
     const float* As = stage_a(cur);
     if (row_sums) {
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) row_sum += As[kk * Cfg::kLdA + threadIdx.x];
     }
     multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
-    if (has_next) store_slab(cur ^ 1);  // the other stage was last read before the previous barrier
-    __syncthreads();
-  }
+  });
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
   if (group != 0) return;                  // k-group 0 holds the sums (and the row sums: threads < BM)
 
+  float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
   if (a.split == 1) {
 #pragma unroll
     for (int i = 0; i < Cfg::TM; ++i) {
@@ -340,12 +359,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
         if (n0 + cl < a.N) Pass::store(a, m, n0 + cl, columns[cl], acc[i][j]);
       }
     }
-    if (row_sums && m0 + threadIdx.x < a.M) a.out_rows[m0 + threadIdx.x] = row_sum;
   } else {
-    float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // (M, N) row-major, then M rows
     gemm_tile::store_partial<Cfg>(acc, part, a.M, a.N, m0 + a_off, n0 + b_off);
-    if (row_sums && m0 + threadIdx.x < a.M) part[static_cast<size_t>(a.M) * a.N + m0 + threadIdx.x] = row_sum;
   }
+  if (row_sums && m0 + threadIdx.x < a.M) store_row_sum(a, part, m0 + threadIdx.x, row_sum);
 }
 
 // ---- the TF32 tensor-core kernel (Exec::tf32) ----------------------------------------------------------------
@@ -401,25 +418,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
     for (int j = 0; j < kElemsB; ++j) Bs[(rl + j * kRowStep) * kLd + kl] = b_next[j];
   };
 
-  if (n_slabs > 0) {
-    load_slab(slab_begin);
-    store_slab(0);
-  }
-  __syncthreads();
-
-  for (int t = 0; t < n_slabs; ++t) {
-    const int cur = t & 1;
-    const bool has_next = t + 1 < n_slabs;
-    if (has_next) load_slab(slab_begin + t + 1);  // global loads in flight while this slab is multiplied
+  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur) {
     const float* As = stage_a(cur);
     if (row_sums) {  // dbias in fp32, from the unrounded dy
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) row_sum += As[threadIdx.x * kLd + kk];
     }
     mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
-    if (has_next) store_slab(cur ^ 1);  // the other stage was last read before the previous barrier
-    __syncthreads();
-  }
+  });
 
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
 #pragma unroll
@@ -439,13 +445,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
         }
       }
     }
-  if (row_sums && m0 + threadIdx.x < a.M) {
-    if (a.split == 1) {
-      a.out_rows[m0 + threadIdx.x] = row_sum;
-    } else {
-      part[static_cast<size_t>(a.M) * a.N + m0 + threadIdx.x] = row_sum;
-    }
-  }
+  if (row_sums && m0 + threadIdx.x < a.M) store_row_sum(a, part, m0 + threadIdx.x, row_sum);
 }
 
 // Split-K reduction (gemm_tile::sum_split_partials): one thread per output of the flattened (M·N [+ M])
@@ -639,6 +639,17 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 // k-groups. bench_conv's variant table (H100, graph µs, conv2 at batch 64): forward 23.0 as Tall against
 // 26.5 as NarrowGrouped; backward_weight split 44 ways 27.0 against 30.5 as SmallGrouped split 22 (batch
 // 256: 86.2 against 105.1). backward_data (32 rows) stays SmallGrouped: 31.1 against 38.5 for the 4×8 tile.
+// Kg split over S blocks per tile so that tiles·S reaches `target` blocks, each block keeping at least
+// kMinSplitDepth of Kg: the blocks fill the GPU once, where a second, partial wave would leave most SMs idle
+// while it runs (288 blocks of the grouped tile, three per SM, ran as 2.2 waves on 132 SMs).
+int split_to_fill(int64_t tiles, int K, Tile tile, int64_t target) {
+  const int depth = slab_depth(tile);
+  const int64_t slabs = (int64_t(K) + depth - 1) / depth;
+  const int64_t min_slabs = (kMinSplitDepth + depth - 1) / depth;
+  const int64_t most = std::min<int64_t>(kMaxSplit, std::max<int64_t>(slabs / min_slabs, 1));
+  return static_cast<int>(std::clamp<int64_t>((target + tiles - 1) / tiles, 1, most));
+}
+
 Plan choose_fp32_plan(int M, int N, int K) {
   if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
   const bool tall = M > ConvNarrow::BM && K >= 2 * ConvTallGrouped::BK;
@@ -648,15 +659,8 @@ Plan choose_fp32_plan(int M, int N, int K) {
     return {K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow, 1};
   Plan plan{tall ? Tile::tall_grouped : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small, 1};
   const int64_t tiles = tall ? tall_tiles : tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
-  const int depth = slab_depth(plan.tile);
-  const int64_t slabs = (int64_t(K) + depth - 1) / depth;
-  const int64_t min_slabs = (kMinSplitDepth + depth - 1) / depth;
-  if (tiles >= kTargetBlocks) return plan;
-  // Split until the blocks fill the GPU once: a second, partial wave would leave most SMs idle while it runs
-  // (288 blocks of the grouped tile, three per SM, ran as 2.2 waves on 132 SMs).
-  const int64_t target = plan.tile == Tile::small ? kTargetBlocks : kGroupedSplitBlocks;
-  const int64_t most = std::min<int64_t>(kMaxSplit, std::max<int64_t>(slabs / min_slabs, 1));
-  plan.split = static_cast<int>(std::clamp<int64_t>((target + tiles - 1) / tiles, 1, most));
+  if (tiles < kTargetBlocks)
+    plan.split = split_to_fill(tiles, K, plan.tile, plan.tile == Tile::small ? kTargetBlocks : kGroupedSplitBlocks);
   return plan;
 }
 
@@ -669,11 +673,7 @@ Plan choose_mma_plan(int M, int N, int K) {
   const bool wide = tiles_for(M, N, tall ? 64 : 32, 64) >= kGroupedSplitBlocks;
   Plan plan{tall ? (wide ? Tile::mma_64x64 : Tile::mma_64x32) : (wide ? Tile::mma_32x64 : Tile::mma_32x32), 1};
   const int64_t tiles = tiles_for(M, N, tall ? 64 : 32, wide ? 64 : 32);
-  if (tiles >= kTargetBlocks) return plan;
-  const int depth = slab_depth(plan.tile);
-  const int64_t slabs = (int64_t(K) + depth - 1) / depth;
-  const int64_t most = std::min<int64_t>(kMaxSplit, std::max<int64_t>(slabs / ((kMinSplitDepth + depth - 1) / depth), 1));
-  plan.split = static_cast<int>(std::clamp<int64_t>((kGroupedSplitBlocks + tiles - 1) / tiles, 1, most));
+  if (tiles < kTargetBlocks) plan.split = split_to_fill(tiles, K, plan.tile, kGroupedSplitBlocks);
   return plan;
 }
 

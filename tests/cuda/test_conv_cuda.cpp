@@ -48,11 +48,6 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
   return r;
 }
 
-std::vector<float> rounded_to_tf32(std::vector<float> v) {
-  kernels::round_to_tf32(v);
-  return v;
-}
-
 // v with its low 13 bits replaced by exactly half of their range: a tie for the rounding to TF32.
 float with_tie_bits(float v) {
   uint32_t u = 0;
@@ -69,8 +64,8 @@ void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, b
   const auto dy = random_floats(s.y_size());
   const std::vector<float>* b = with_bias ? &bias : nullptr;
   // What the products see: the operands themselves, or rounded to TF32 (the bias is added in fp32).
-  const auto xm = tf32 ? rounded_to_tf32(x) : x, wm = tf32 ? rounded_to_tf32(w) : w;
-  const auto dym = tf32 ? rounded_to_tf32(dy) : dy;
+  const auto xm = tf32 ? kernels::rounded_to_tf32(x) : x, wm = tf32 ? kernels::rounded_to_tf32(w) : w;
+  const auto dym = tf32 ? kernels::rounded_to_tf32(dy) : dy;
 
   std::vector<float> y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()),
                      db = poisoned(with_bias ? size_t(s.k) : 0), unused = poisoned(s.w_size());
