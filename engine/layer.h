@@ -32,6 +32,7 @@ struct ParamSpec {
   std::string name;   // PyTorch's name within the layer: "weight", "bias"
   Shape shape;        // PyTorch's shape: Linear weight is (out, in)
   std::function<void(std::span<float>, Rng&)> init;
+  int module = 0;     // a fused layer's module it belongs to: its full name is (sequential_index + module).name
 };
 
 struct Param {
@@ -47,6 +48,7 @@ struct BufferSpec {
   Shape shape;
   bool integer = false; // i64 (a counter); else floating, in the model's dtype
   double fill = 0;      // initial value of every element
+  int module = 0;       // as ParamSpec::module
 };
 
 struct Buffer {

@@ -40,7 +40,7 @@ std::vector<Entry> named_entries(const std::vector<std::unique_ptr<Layer>>& laye
   std::vector<Entry> entries;
   for (const auto& layer : layers) {
     first.push_back(entries.size());
-    for (auto& spec : specs_of(*layer)) entries.push_back({spec, cat(layer->sequential_index, ".", spec.name)});
+    for (auto& spec : specs_of(*layer)) entries.push_back({spec, cat(layer->sequential_index + spec.module, ".", spec.name)});
   }
   first.push_back(entries.size());
   return entries;

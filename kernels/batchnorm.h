@@ -35,11 +35,25 @@
 //                  argmax); y (pooled) is read only with relu. dx, dgamma, dbeta as backward.
 // workspace: batchnorm_pool_workspace_floats(backend, s, pool) (the CPU runs the two ops through a
 // full-resolution scratch; the GPU needs only batchnorm_workspace_floats).
+//
+// Fused convolution stem (conv_batchnorm_pool_*): a model's first convolution, when it has few taps and no
+// bias (conv_batchnorm_pool_fits: C·R·S <= 32 taps and a zero-padded image of at most 8192 values), then
+// batchnorm_pool_* on its output, as one op that never writes that output (n, K, P, Q): the GPU recomputes each
+// value from x's C·R·S taps (the direct convolution's arithmetic, TF32 with Exec::tf32) wherever the BatchNorm
+// reads one. With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of batchnorm_pool_backward:
+//   forward_train / forward_eval  y, argmax = batchnorm_pool_*(conv): the statistics and running statistics
+//                  of conv, argmax an index into conv's (P, Q) plane
+//   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a
+//                  stem is its model's first layer.
+// The arguments travel in ConvBatchNormPoolTensors (each op's comment says which fields it reads and writes);
+// workspace: conv_batchnorm_pool_workspace_floats(backend, s) elements per call (the CPU runs the ops through
+// full-resolution scratch; the GPU needs the statistics' partials and the weight gradient's).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/conv.h"
 #include "kernels/exec.h"
 
 namespace nt::kernels {
@@ -59,6 +73,39 @@ struct BatchNormPool {
   int window = 2;    // and stride
   int p() const { return h / window; }
   int q() const { return w / window; }
+};
+
+struct ConvBatchNormPoolShape {
+  Conv2dShape conv;  // x (n, C, H, W), w (K, C, R, S), no bias
+  int window = 2;    // the max-pool's window and stride
+  BatchNormShape batchnorm() const { return {conv.n, conv.k, int64_t(conv.p()) * conv.q(), Layout::nchw}; }
+  BatchNormPool pool() const { return {conv.p(), conv.q(), window}; }
+  int taps() const { return conv.c * conv.r * conv.s; }
+};
+constexpr int kConvBatchNormPoolMaxTaps = 32;      // a GPU thread keeps the filter in registers
+constexpr int kConvBatchNormPoolMaxImage = 8192;   // C·(H+2·pad)·(W+2·pad) values: a GPU block stages an image
+inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
+  return int64_t(conv.c) * conv.r * conv.s <= kConvBatchNormPoolMaxTaps &&
+         int64_t(conv.c) * (conv.h + 2 * conv.pad) * (conv.w + 2 * conv.pad) <= kConvBatchNormPoolMaxImage;
+}
+template <class T>
+struct ConvBatchNormPoolTensors {
+  const T* x = nullptr;       // (n, C, H, W)
+  const T* w = nullptr;       // (K, C, R, S)
+  const T* gamma = nullptr;   // (K), nullable: affine = false
+  const T* beta = nullptr;
+  T* y = nullptr;             // (n, K, P/window, Q/window): the pooled output
+  int32_t* argmax = nullptr;  // the same shape
+  T* save_mean = nullptr;     // (K)
+  T* save_invstd = nullptr;
+  T* running_mean = nullptr;  // (K), nullable in forward_train
+  T* running_var = nullptr;
+  int64_t* num_batches_tracked = nullptr;
+  const T* dy = nullptr;      // backward: the pooled output's gradient
+  T* dw = nullptr;            // backward: (K, C, R, S)
+  T* dgamma = nullptr;        // backward, nullable
+  T* dbeta = nullptr;
+  T* workspace = nullptr;
 };
 
 inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& pool) {
@@ -114,6 +161,22 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
                              const BatchNormHyper& h, const double* x, const double* y, const double* dy,
                              const int32_t* argmax, const double* gamma, const double* save_mean,
                              const double* save_invstd, double* dx, double* dgamma, double* dbeta, double* workspace);
+size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s);
+// forward_train reads x, w, gamma, beta, running_*; writes y, argmax, save_*, running_*, num_batches_tracked.
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<float>& t);
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<double>& t);
+// forward_eval reads x, w, gamma, beta, running_*; writes y, argmax.
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<float>& t);
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<double>& t);
+// backward reads x, w, y (with relu), dy, argmax, gamma, save_*; writes dw, dgamma, dbeta.
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<float>& t);
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<double>& t);
 }  // namespace cpu
 
 namespace cuda {
@@ -140,6 +203,13 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
                              const BatchNormHyper& h, const float* x, const float* y, const float* dy,
                              const int32_t* argmax, const float* gamma, const float* save_mean,
                              const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace);
+size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s);
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<float>& t);
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<float>& t);
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<float>& t);
 }  // namespace cuda
 
 // Workspace elements one forward_train or backward call needs on `backend` (0 on the CPU).
@@ -245,6 +315,39 @@ inline void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, c
                                     double* workspace) {
   NT_CPU_ONLY(exec, batchnorm_pool_backward, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma,
               dbeta, workspace);
+}
+
+inline size_t conv_batchnorm_pool_workspace_floats(Backend backend, const ConvBatchNormPoolShape& s) {
+#if NT_WITH_CUDA
+  if (backend == Backend::cuda) return cuda::conv_batchnorm_pool_workspace_floats(s);
+#else
+  if (backend == Backend::cuda) throw Error("this build of nanotrain has no CUDA backend");
+#endif
+  return cpu::conv_batchnorm_pool_workspace_floats(s);
+}
+inline void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s,
+                                              const BatchNormHyper& h, const ConvBatchNormPoolTensors<float>& t) {
+  NT_DISPATCH(exec, conv_batchnorm_pool_forward_train, s, h, t);
+}
+inline void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s,
+                                             const BatchNormHyper& h, const ConvBatchNormPoolTensors<float>& t) {
+  NT_DISPATCH(exec, conv_batchnorm_pool_forward_eval, s, h, t);
+}
+inline void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                         const ConvBatchNormPoolTensors<float>& t) {
+  NT_DISPATCH(exec, conv_batchnorm_pool_backward, s, h, t);
+}
+inline void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s,
+                                              const BatchNormHyper& h, const ConvBatchNormPoolTensors<double>& t) {
+  NT_CPU_ONLY(exec, conv_batchnorm_pool_forward_train, s, h, t);
+}
+inline void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s,
+                                             const BatchNormHyper& h, const ConvBatchNormPoolTensors<double>& t) {
+  NT_CPU_ONLY(exec, conv_batchnorm_pool_forward_eval, s, h, t);
+}
+inline void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                         const ConvBatchNormPoolTensors<double>& t) {
+  NT_CPU_ONLY(exec, conv_batchnorm_pool_backward, s, h, t);
 }
 
 }  // namespace nt::kernels

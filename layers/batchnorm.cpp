@@ -79,12 +79,19 @@ kernels::BatchNormPool BatchNorm::pool_for(const Shape& sample) const {
   return {static_cast<int>(sample[1]), static_cast<int>(sample[2]), pool_};
 }
 
-void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+kernels::BatchNormHyper BatchNorm::hyper(bool relu) const { return {kEps, kMomentum, relu}; }
+
+void BatchNorm::plan_state(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   require_trainable(s.n * s.hw, input.prepend(info.batch));
   plan.request(&save_mean_, Shape{channels_}, info.dtype);
   plan.request(&save_invstd_, Shape{channels_}, info.dtype);
   if (pool_) plan.request(&argmax_, output_shape(input).prepend(info.batch), DType::i32);
+}
+
+void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+  plan_state(plan, info, input);
+  const auto s = shape_for(info.batch, input);
   const size_t floats = pool_ ? kernels::batchnorm_pool_workspace_floats(info.backend, s, pool_for(input))
                               : kernels::batchnorm_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
@@ -104,7 +111,7 @@ void BatchNorm::backward(const kernels::Exec& exec, const Tensor& x, const Tenso
 template <class T>
 void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
   const auto s = shape_for(x.shape()[0], x.shape().drop_front());
-  const kernels::BatchNormHyper hyper{kEps, kMomentum, relu_};
+  const kernels::BatchNormHyper hyper = this->hyper(relu_);
   const T* gamma = affine_ ? gamma_->value.data<T>() : nullptr;
   const T* beta = affine_ ? beta_->value.data<T>() : nullptr;
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
@@ -135,7 +142,7 @@ void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const
   const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   // Through the fused ReLU here, unless the next layer's GEMM already masked dy.
   const bool relu = relu_ && !dy_is_preactivation_;
-  const kernels::BatchNormHyper hyper{kEps, kMomentum, relu};
+  const kernels::BatchNormHyper hyper = this->hyper(relu);
   if (pool_)
     return kernels::batchnorm_pool_backward(
         exec, s, pool_for(x.shape().drop_front()), hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),

@@ -39,6 +39,10 @@ class BatchNorm final : public Layer {
   bool ends_in_relu() const override { return relu_; }
 
  private:
+  friend class ConvBatchNormPool;  // runs this BatchNorm inside its fused kernels
+  kernels::BatchNormHyper hyper(bool relu) const;  // PyTorch's eps and momentum
+  // save_mean, save_invstd and (pool) argmax for `info.batch` samples of `input`: the state the backward reads.
+  void plan_state(ArenaPlan& plan, const PlanInfo& info, const Shape& input);
   kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
   kernels::BatchNormPool pool_for(const Shape& sample) const;  // sample: the input (C, H, W)
   void require_trainable(int64_t values_per_channel, const Shape& input) const;  // as PyTorch: more than one

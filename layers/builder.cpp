@@ -7,6 +7,7 @@
 
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
+#include "layers/conv_batchnorm_pool.h"
 #include "layers/dropout.h"
 #include "layers/linear.h"
 #include "layers/pooling.h"
@@ -62,6 +63,20 @@ std::string known_names() {
   std::string names;
   for (const auto& [name, spec] : named_models()) names += (names.empty() ? "" : ", ") + name;
   return names;
+}
+
+// A leading convolution with few taps and the BatchNorm (+ ReLU + max-pool) after it become one layer, whose
+// GPU kernels never write the convolution's output (layers/conv_batchnorm_pool.h).
+void fuse_stem(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input) {
+  if (layers.size() < 2) return;
+  auto* conv = dynamic_cast<Conv2d*>(layers[0].get());
+  auto* bn = dynamic_cast<BatchNorm*>(layers[1].get());
+  if (!conv || !bn || !ConvBatchNormPool::fuses(*conv, *bn, input)) return;
+  auto stem = std::make_unique<ConvBatchNormPool>(std::unique_ptr<Conv2d>(static_cast<Conv2d*>(layers[0].release())),
+                                                  std::unique_ptr<BatchNorm>(static_cast<BatchNorm*>(layers[1].release())),
+                                                  input);
+  layers.erase(layers.begin());
+  layers[0] = std::move(stem);
 }
 
 }  // namespace
@@ -144,6 +159,7 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   }
   if (shape != Shape{classes})
     throw Error(cat("--model: the model ends in ", shape.str(), " but the data has ", classes, " classes"));
+  fuse_stem(layers, input_shape);
   const std::string name = named_models().count(name_or_spec) ? name_or_spec : "custom";
   return std::make_unique<Model>(name, input_shape, std::move(layers));
 }

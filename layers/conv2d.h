@@ -26,6 +26,7 @@ class Conv2d final : public Layer {
                 const Tensor* dx) override;
 
  private:
+  friend class ConvBatchNormPool;  // runs this convolution inside its fused kernels
   kernels::Conv2dShape shape_for(int64_t rows, const Shape& sample) const;  // the op's shape; sample (C, H, W)
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y);

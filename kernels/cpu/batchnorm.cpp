@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/batchnorm.h"
+#include "kernels/conv.h"
 #include "kernels/cpu/op_scope.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/pool.h"
@@ -235,7 +236,83 @@ void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
                 dbeta);
 }
 
+// The fused convolution stem: conv2d_forward into a full-resolution scratch, then the pooled BatchNorm; the
+// backward recomputes that scratch, runs the pooled BatchNorm's backward into a second one (dconv), and the
+// convolution's weight gradient from it. Workspace: conv, dconv, then batchnorm_pool's.
+template <class T>
+struct StemScratch {
+  T* conv;
+  T* dconv;
+  T* batchnorm;
+};
+template <class T>
+StemScratch<T> stem_scratch(const ConvBatchNormPoolShape& s, T* workspace) {
+  const size_t full = s.conv.y_size();
+  NT_CHECK(workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
+  return {workspace, workspace + full, workspace + 2 * full};
+}
+
+template <class T>
+void stem_forward_train_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                             const ConvBatchNormPoolTensors<T>& t) {
+  const StemScratch<T> ws = stem_scratch(s, t.workspace);
+  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  pool_forward_train_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta, t.y,
+                          t.argmax, t.save_mean, t.save_invstd, t.running_mean, t.running_var, t.num_batches_tracked,
+                          ws.batchnorm);
+}
+
+template <class T>
+void stem_forward_eval_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                            const ConvBatchNormPoolTensors<T>& t) {
+  const StemScratch<T> ws = stem_scratch(s, t.workspace);
+  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  pool_forward_eval_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta,
+                         static_cast<const T*>(t.running_mean), static_cast<const T*>(t.running_var), t.y, t.argmax,
+                         ws.batchnorm);
+}
+
+template <class T>
+void stem_backward_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                        const ConvBatchNormPoolTensors<T>& t) {
+  const StemScratch<T> ws = stem_scratch(s, t.workspace);
+  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  pool_backward_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), static_cast<const T*>(t.y),
+                     t.dy, static_cast<const int32_t*>(t.argmax), t.gamma, static_cast<const T*>(t.save_mean),
+                     static_cast<const T*>(t.save_invstd), ws.dconv, t.dgamma, t.dbeta, ws.batchnorm);
+  cpu::conv2d_backward_weight(exec, s.conv, t.x, static_cast<const T*>(ws.dconv), t.dw, static_cast<T*>(nullptr),
+                              nullptr);
+}
+
 }  // namespace
+
+size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
+  return 2 * s.conv.y_size() + batchnorm_pool_workspace_floats(s.batchnorm(), s.pool());
+}
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<float>& t) {
+  stem_forward_train_impl(exec, s, h, t);
+}
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<double>& t) {
+  stem_forward_train_impl(exec, s, h, t);
+}
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<float>& t) {
+  stem_forward_eval_impl(exec, s, h, t);
+}
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<double>& t) {
+  stem_forward_eval_impl(exec, s, h, t);
+}
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<float>& t) {
+  stem_backward_impl(exec, s, h, t);
+}
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<double>& t) {
+  stem_backward_impl(exec, s, h, t);
+}
 
 size_t batchnorm_workspace_floats(const BatchNormShape&) { return 0; }
 

@@ -62,6 +62,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/tf32.h"
 
 namespace nt::kernels::cuda {
 
@@ -1329,6 +1330,544 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
     else
       launch_finalize_backward(exec, finalize_cost, pg.parts, b);
   });
+}
+
+}  // namespace nt::kernels::cuda
+
+// ---- fused convolution stem (NCHW) -------------------------------------------------------------------------
+// The pooled BatchNorm whose input is conv2d_forward(x, w) of a first layer with few taps, never written: each
+// kernel recomputes a value from x's C·R·S taps where the pooled kernels above would read it. Block (g, p) serves
+// channels [g·Kb, (g+1)·Kb) (Kb = stem_channels: 4 for up to 9 taps, else 1) over images [p·I, (p+1)·I)
+// (StemGeometry): it stages those images of x in shared memory, zero-padded (and rounded to TF32 under
+// Exec::tf32, as the direct convolution rounds its operands), keeps its channels' filters in registers, and
+// for each conv output position loads the taps once and runs Kb dot products on them. Each sum is the direct
+// forward kernel's chain (conv.cu: fmaf over taps t = (c·R + r)·S + s ascending, from 0). Launches:
+//   forward_train  stem_stats (each channel's (mean, M2) partial per image group, the pooled statistics'
+//                  [field][k][p] layout) → stem_pool (normalize each window, write its maximum and argmax);
+//                  forward_eval: stem_pool alone.
+//   backward       stem_pool_backward_reduce (S1, S2 over the pooled outputs: one value at each argmax)
+//                  → stem_weight (a thread owns a cell: each value's dconv = dx_of(...), TF32 with tf32 as the
+//                  direct weight-gradient kernel rounds dy, times its taps into the thread's dw sums; the block
+//                  adds them into partials [p][k·C·R·S]) → stem_weight_reduce (partials added in p order).
+// Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
+// floats) is read, from L2, once per channel group. Deterministic: fixed orders, no atomics.
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+constexpr int kStemStageFloats = kConvBatchNormPoolMaxImage;  // a block's staged images, at most (32 KB)
+
+// Channels per block: a position's taps, loaded once, serve Kb dot products. With many taps one: the filters,
+// the taps and (backward) the dw sums of Kb channels would not fit the registers.
+constexpr int stem_channels(int taps) { return taps <= 9 ? 4 : 1; }
+
+struct StemConv {
+  const float* x;        // (n, C, H, W)
+  const float* filters;  // (K, C·R·S)
+  int channels, in_h, in_w, r, s, stride, pad, taps;
+  int padded_h, padded_w;  // H + 2·pad, W + 2·pad: a staged plane
+  FastDivmod by_padded_plane, by_padded_w;
+  bool tf32;
+};
+
+struct StemGeometry {
+  Geometry parts;      // C = K and chunks = image groups: the layout of the statistics' and backward sums' partials
+  int images = 0;      // n
+  int per_block = 1;   // I: images per block
+  int p = 0, q = 0;    // the conv's output plane
+  int window = 1, pooled_p = 0, pooled_q = 0;  // MaxPool2d(window, stride window): (P/window, Q/window)
+  int cell_p = 0, cell_q = 0;                  // cells per plane: ceil(P/window) x ceil(Q/window)
+  FastDivmod by_plane, by_q, by_pooled, by_pooled_q, by_cells, by_cell_q;
+  __device__ int block_images(int chunk) const { return min(per_block, images - chunk * per_block); }
+  // Pooled output (image, ij) of channel k in a block of chunk `chunk`: its index in y / dy / argmax.
+  __device__ int64_t pooled_at(int chunk, int image, int64_t k, int ij) const {
+    return (int64_t(chunk * per_block + image) * parts.C + k) * (int64_t(pooled_p) * pooled_q) + ij;
+  }
+};
+
+// Every thread of the block: the block's images of x into `staged` ([image][c][padded_h][padded_w], zeros in the
+// padding), rounded to TF32 with tf32, kUnroll loads in flight per thread. The caller synchronizes.
+__device__ void stage_images(const StemConv& cv, int first_image, int images, float* staged) {
+  const int total = images * cv.channels * cv.padded_h * cv.padded_w;
+  const float* x = cv.x + int64_t(first_image) * cv.channels * cv.in_h * cv.in_w;  // < 2^31 values (checked)
+  for (int i0 = threadIdx.x; i0 < total; i0 += kUnroll * kThreads) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * kThreads;
+      int plane, e, hp, wp;
+      cv.by_padded_plane.divmod(i, plane, e);
+      cv.by_padded_w.divmod(e, hp, wp);
+      const int h = hp - cv.pad, w = wp - cv.pad;
+      const bool inside = i < total && static_cast<unsigned>(h) < static_cast<unsigned>(cv.in_h) &&
+                          static_cast<unsigned>(w) < static_cast<unsigned>(cv.in_w);
+      v[u] = inside ? __ldg(x + (plane * cv.in_h + h) * cv.in_w + w) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (i0 + u * kThreads < total) staged[i0 + u * kThreads] = cv.tf32 ? round_to_tf32(v[u]) : v[u];
+  }
+}
+
+// Taps: C·R·S exactly, or kConvBatchNormPoolMaxTaps with a guard for any smaller count.
+template <int Taps>
+__device__ __forceinline__ bool tap_in_use(int t, int taps) {
+  return Taps != kConvBatchNormPoolMaxTaps || t < taps;
+}
+
+// The block's channels' filters (TF32 with tf32; 0 past K) and each tap's offset in a staged image.
+template <int Taps>
+struct StemFilters {
+  static constexpr int kChannels = stem_channels(Taps);
+  float weight[kChannels][Taps];
+  int offset[Taps];  // c·padded_h·padded_w + r·padded_w + s
+};
+
+template <int Taps>
+__device__ __forceinline__ StemFilters<Taps> load_filters(const StemConv& cv, int64_t k0, int64_t K) {
+  StemFilters<Taps> f;
+  int c = 0, r = 0, s = 0;  // tap t's (c, r, s), counted up rather than divided out
+#pragma unroll
+  for (int t = 0; t < Taps; ++t) {
+    const bool used = tap_in_use<Taps>(t, cv.taps);
+#pragma unroll
+    for (int j = 0; j < f.kChannels; ++j) {
+      const float v = used && k0 + j < K ? __ldg(cv.filters + (k0 + j) * cv.taps + t) : 0.f;
+      f.weight[j][t] = cv.tf32 ? round_to_tf32(v) : v;
+    }
+    f.offset[t] = used ? (c * cv.padded_h + r) * cv.padded_w + s : 0;
+    if (++s == cv.s) {
+      s = 0;
+      if (++r == cv.r) r = 0, ++c;
+    }
+  }
+  return f;
+}
+
+// The taps of output (oh, ow) of staged image `image`.
+template <int Taps>
+__device__ __forceinline__ void load_taps(const StemConv& cv, const float* staged, const StemFilters<Taps>& f,
+                                          int image, int oh, int ow, float (&v)[Taps]) {
+  const float* corner = staged + (image * cv.channels * cv.padded_h + oh * cv.stride) * cv.padded_w + ow * cv.stride;
+#pragma unroll
+  for (int t = 0; t < Taps; ++t) v[t] = tap_in_use<Taps>(t, cv.taps) ? corner[f.offset[t]] : 0.f;
+}
+
+// The block's channel j's conv value from the taps v.
+template <int Taps>
+__device__ __forceinline__ float dot(const StemFilters<Taps>& f, int j, const float (&v)[Taps]) {
+  float acc = 0.f;
+#pragma unroll
+  for (int t = 0; t < Taps; ++t) acc = fmaf(f.weight[j][t], v[t], acc);
+  return acc;
+}
+
+// The block's staged images (dynamic shared memory), its channels' filters, and its share of the work.
+template <int Taps>
+struct StemBlock {
+  static constexpr int kChannels = stem_channels(Taps);
+  float* staged;
+  StemFilters<Taps> filters;
+  int64_t k0;  // the first channel
+  int chunk, images;
+  __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
+};
+
+// Every thread of the block, first thing: stages the images (after the kernels before have written x and w).
+template <int Taps>
+__device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg) {
+  extern __shared__ float stem_staged[];
+  begin_dependent_kernel();
+  StemBlock<Taps> b;
+  b.staged = stem_staged;
+  b.k0 = int64_t(blockIdx.x) * b.kChannels;
+  b.chunk = static_cast<int>(blockIdx.y);
+  b.images = sg.block_images(b.chunk);
+  stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
+  b.filters = load_filters<Taps>(cv, b.k0, sg.parts.C);
+  __syncthreads();
+  return b;
+}
+
+// Warp j < Kb runs finalize(channel k0 + j) (a whole-warp call; lane 0's result counts); every thread of the
+// block gets all Kb results. Every thread calls it.
+template <int Kb, class Params, class Finalize>
+__device__ __forceinline__ void from_warps(int64_t k0, int64_t K, Params (&out)[Kb], const Finalize& finalize) {
+  __shared__ Params shared[Kb];
+  const int warp = threadIdx.x / kWarpSize;
+  if (warp < Kb && k0 + warp < K) {
+    const Params r = finalize(k0 + warp);
+    if (threadIdx.x % kWarpSize == 0) shared[warp] = r;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < Kb; ++j) out[j] = shared[j];
+}
+
+// grid (K / Kb, chunks): block (g, p) writes the partials (mean, M2, count) of its channels over its images.
+template <int Taps>
+__global__ void __launch_bounds__(kThreads) stem_stats_kernel(const StemGeometry sg, const StemConv cv,
+                                                              float* __restrict__ ws) {
+  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg);
+  constexpr int Kb = StemBlock<Taps>::kChannels;
+  Shifted acc[Kb];
+  int n = 0;
+  for (int j = threadIdx.x; j < b.images * sg.p * sg.q; j += kThreads) {
+    int image, at, oh, ow;
+    sg.by_plane.divmod(j, image, at);
+    sg.by_q.divmod(at, oh, ow);
+    float v[Taps];
+    load_taps(cv, b.staged, b.filters, image, oh, ow, v);
+#pragma unroll
+    for (int c = 0; c < Kb; ++c) {
+      const float value = dot(b.filters, c, v);
+      if (n == 0) acc[c].shift = value;
+      acc[c].add(value);
+    }
+    ++n;
+  }
+  // The block's combination per channel: every thread parks its Kb statistics, then warp c combines channel c's
+  // (lane l chains threads l, l + 32, ... in order, then warp_combine). A block_combine per channel ran every
+  // merge, a division each, in all 8 warps: half of this kernel's time.
+  __shared__ Stat parked[Kb][kThreads];
+#pragma unroll
+  for (int c = 0; c < Kb; ++c) parked[c][threadIdx.x] = acc[c].stat(n);
+  __syncthreads();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (warp < Kb && b.has(warp, sg.parts.C)) {
+    Stat st = parked[warp][lane];
+    for (int i = lane + kWarpSize; i < kThreads; i += kWarpSize) st = combine(st, parked[warp][i]);
+    st = warp_combine(st);
+    if (lane == 0) {
+      const int64_t pc = int64_t(sg.parts.chunks) * sg.parts.C, at = partial_at(sg.parts, b.chunk, b.k0 + warp);
+      ws[at] = st.mean;
+      ws[pc + at] = st.m2;
+      ws[2 * pc + at] = st.n;
+    }
+  }
+}
+
+// grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values.
+template <bool kTrain, bool kRelu, int Taps>
+__global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a,
+                                                                     const StemConv cv, int32_t* argmax) {
+  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg);
+  constexpr int Kb = StemBlock<Taps>::kChannels;
+  FwdParams params[Kb];
+  from_warps<Kb>(b.k0, sg.parts.C, params, [&](int64_t c) {
+    if constexpr (kTrain) return finalize_forward(sg.parts, a, c, b.chunk == 0);
+    else return eval_params(a, c);
+  });
+  const int win = sg.window;
+  for (int j = threadIdx.x; j < b.images * sg.pooled_p * sg.pooled_q; j += kThreads) {
+    int image, ij, i, jq;
+    sg.by_pooled.divmod(j, image, ij);
+    sg.by_pooled_q.divmod(ij, i, jq);
+    float best[Kb];
+    int best_at[Kb];
+#pragma unroll
+    for (int c = 0; c < Kb; ++c) best[c] = -INFINITY, best_at[c] = i * win * sg.q + jq * win;
+    for (int dr = 0; dr < win; ++dr)
+      for (int ds = 0; ds < win; ++ds) {
+        const int oh = i * win + dr, ow = jq * win + ds;
+        float v[Taps];
+        load_taps(cv, b.staged, b.filters, image, oh, ow, v);
+#pragma unroll
+        for (int c = 0; c < Kb; ++c) {
+          const float y = normalize<kRelu>(dot(b.filters, c, v), params[c]);
+          if (y > best[c] || isnan(y)) best[c] = y, best_at[c] = oh * sg.q + ow;  // maxpool2d's rule, row-major
+        }
+      }
+#pragma unroll
+    for (int c = 0; c < Kb; ++c)
+      if (b.has(c, sg.parts.C)) {
+        const int64_t out = sg.pooled_at(b.chunk, image, b.k0 + c, ij);
+        __stcs(a.y + out, best[c]);
+        __stcs(argmax + out, best_at[c]);
+      }
+  }
+}
+
+// grid (K / Kb, chunks): nchw_pool_backward_reduce_kernel's sums with the value at each argmax recomputed.
+template <bool kRelu, int Taps>
+__global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(const StemGeometry sg,
+                                                                             const BackwardArgs b, const StemConv cv,
+                                                                             const int32_t* argmax) {
+  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg);
+  constexpr int Kb = StemBlock<Taps>::kChannels;
+  float2 acc[Kb];
+  float mean[Kb];
+#pragma unroll
+  for (int c = 0; c < Kb; ++c) acc[c] = make_float2(0.f, 0.f), mean[c] = blk.has(c, sg.parts.C) ? b.save_mean[blk.k0 + c] : 0.f;
+  for (int j = threadIdx.x; j < blk.images * sg.pooled_p * sg.pooled_q; j += kThreads) {
+    int image, ij;
+    sg.by_pooled.divmod(j, image, ij);
+#pragma unroll
+    for (int c = 0; c < Kb; ++c) {
+      if (!blk.has(c, sg.parts.C)) continue;
+      const int64_t out = sg.pooled_at(blk.chunk, image, blk.k0 + c, ij);
+      float d = __ldg(b.dy + out);
+      if constexpr (kRelu) d = __ldg(b.y + out) > 0.f ? d : 0.f;
+      int oh, ow;
+      sg.by_q.divmod(__ldg(argmax + out), oh, ow);
+      float v[Taps];
+      load_taps(cv, blk.staged, blk.filters, image, oh, ow, v);
+      acc[c].x += d;
+      acc[c].y = fmaf(d, dot(blk.filters, c, v) - mean[c], acc[c].y);
+    }
+  }
+  const int64_t pc = int64_t(sg.parts.chunks) * sg.parts.C;
+#pragma unroll
+  for (int c = 0; c < Kb; ++c) {
+    const float2 sums = block_sum2(acc[c]);
+    if (threadIdx.x == 0 && blk.has(c, sg.parts.C)) {
+      const int64_t at = partial_at(sg.parts, blk.chunk, blk.k0 + c);
+      b.ws[at] = sums.x;
+      b.ws[pc + at] = sums.y;
+    }
+    __syncthreads();  // block_sum2's shared slots are reused by the next channel
+  }
+}
+
+// grid (K / Kb, chunks): block (g, p) writes its channels' dw over its images to partials[p][k·taps + t]; warps
+// j < Kb first finalize channel k0 + j from the pooled sums (blocks p == 0 store dgamma/dbeta). A thread owns a
+// cell (nchw_pool_backward_apply_kernel's): for each of its positions, each channel's dx there (dconv) times
+// the taps.
+template <bool kRelu, int Taps>
+__global__ void __launch_bounds__(kThreads) stem_weight_kernel(const StemGeometry sg, const BackwardArgs b,
+                                                               const StemConv cv, const int32_t* argmax,
+                                                               float* __restrict__ partials) {
+  constexpr int Kb = StemBlock<Taps>::kChannels;
+  __shared__ float warp_sums[kWarps][Kb * Taps];
+  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg);
+  BwdParams params[Kb];
+  from_warps<Kb>(blk.k0, sg.parts.C, params,
+                 [&](int64_t c) { return finalize_backward(sg.parts, b, c, blk.chunk == 0); });
+  const int win = sg.window;
+  float acc[Kb][Taps];
+#pragma unroll
+  for (int c = 0; c < Kb; ++c)
+#pragma unroll
+    for (int t = 0; t < Taps; ++t) acc[c][t] = 0.f;
+  for (int j = threadIdx.x; j < blk.images * sg.cell_p * sg.cell_q; j += kThreads) {
+    int image, cell, ci, cj;
+    sg.by_cells.divmod(j, image, cell);
+    sg.by_cell_q.divmod(cell, ci, cj);
+    int chosen[Kb];  // -1 where no window covers the cell (every dy' is 0)
+    float d[Kb];
+#pragma unroll
+    for (int c = 0; c < Kb; ++c) {
+      chosen[c] = -1, d[c] = 0.f;
+      if (ci < sg.pooled_p && cj < sg.pooled_q && blk.has(c, sg.parts.C)) {
+        const int64_t out = sg.pooled_at(blk.chunk, image, blk.k0 + c, ci * sg.pooled_q + cj);
+        chosen[c] = __ldg(argmax + out);
+        d[c] = __ldg(b.dy + out);
+        if constexpr (kRelu) d[c] = __ldg(b.y + out) > 0.f ? d[c] : 0.f;
+      }
+    }
+    for (int dr = 0; dr < win; ++dr)
+      for (int ds = 0; ds < win; ++ds) {
+        const int oh = ci * win + dr, ow = cj * win + ds;
+        if (oh >= sg.p || ow >= sg.q) continue;  // a partial cell at the plane's edge
+        float v[Taps];
+        load_taps(cv, blk.staged, blk.filters, image, oh, ow, v);
+#pragma unroll
+        for (int c = 0; c < Kb; ++c) {
+          const float g = dx_of(oh * sg.q + ow == chosen[c] ? d[c] : 0.f, dot(blk.filters, c, v), params[c]);
+          const float gm = cv.tf32 ? round_to_tf32(g) : g;
+#pragma unroll
+          for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(gm, v[t], acc[c][t]);
+        }
+      }
+  }
+  // The block's sums: a shuffle-down tree per (channel, tap), then the warps in order.
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+#pragma unroll
+  for (int c = 0; c < Kb; ++c)
+#pragma unroll
+    for (int t = 0; t < Taps; ++t) {
+      const float sum = warp_sum(acc[c][t]);
+      if (lane == 0) warp_sums[warp][c * Taps + t] = sum;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < Kb * Taps; i += kThreads) {
+    const int c = i / Taps, t = i % Taps;
+    if (t >= cv.taps || !blk.has(c, sg.parts.C)) continue;
+    float sum = warp_sums[0][i];
+    for (int w = 1; w < kWarps; ++w) sum += warp_sums[w][i];
+    partials[(int64_t(blk.chunk) * sg.parts.C + blk.k0 + c) * cv.taps + t] = sum;
+  }
+}
+
+// dw[i] = Σ_p partials[p][i], p ascending, for i < outputs (K·C·R·S).
+__global__ void __launch_bounds__(kThreads) stem_weight_reduce_kernel(const float* __restrict__ partials, int chunks,
+                                                                      int outputs, float* __restrict__ dw) {
+  begin_dependent_kernel();
+  const int i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= outputs) return;
+  float sum = 0.f;
+  for (int p = 0; p < chunks; ++p) sum += __ldg(partials + int64_t(p) * outputs + i);
+  dw[i] = sum;
+}
+
+// ---- stem plan and launchers
+
+int64_t padded_image_floats(const Conv2dShape& cs) { return int64_t(cs.c) * (cs.h + 2 * cs.pad) * (cs.w + 2 * cs.pad); }
+
+// Images per block: about kStemTargetBlocks blocks in all, as many images as the staging area holds at most.
+// Fewer blocks than the other kernels' one full wave: each block stages its images and loads its filters
+// first, and more positions per thread amortize that. The cnn at batch 64 on the H100 (--tf32): 2 images per
+// block, 256 blocks, 39.4 us of stem kernels per step and 145.7 ms per epoch; at 192 target blocks 47.9 us and
+// 151.0 ms.
+constexpr int64_t kStemTargetBlocks = 256;
+int stem_images_per_block(const Conv2dShape& cs) {
+  const int64_t most = std::max<int64_t>(1, kStemStageFloats / padded_image_floats(cs));
+  const int64_t groups = div_up<int64_t>(cs.k, stem_channels(cs.c * cs.r * cs.s));
+  return static_cast<int>(std::clamp<int64_t>(div_up<int64_t>(int64_t(cs.n) * groups, kStemTargetBlocks), 1, most));
+}
+int stem_chunks(const Conv2dShape& cs) { return static_cast<int>(div_up<int64_t>(cs.n, stem_images_per_block(cs))); }
+
+// The most chunks of any batch up to cs.n (a planned workspace serves every smaller batch).
+int64_t most_stem_chunks(Conv2dShape cs) {
+  int64_t most = 0;
+  for (int n = 1, last = cs.n; n <= last; ++n) cs.n = n, most = std::max<int64_t>(most, stem_chunks(cs));
+  return most;
+}
+
+struct Stem {
+  StemGeometry sg;
+  StemConv cv;
+  size_t smem;  // bytes of staged images
+  double values, pooled, x_bytes;  // for the launches' costs
+};
+
+Stem make_stem(const Exec& exec, const ConvBatchNormPoolShape& shape, const ConvBatchNormPoolTensors<float>& t) {
+  const Conv2dShape& cs = shape.conv;
+  NT_CHECK(conv_batchnorm_pool_fits(cs), "conv_batchnorm_pool: ", shape.taps(), " taps and a padded image of ",
+           padded_image_floats(cs), " values exceed ", kConvBatchNormPoolMaxTaps, " and ", kConvBatchNormPoolMaxImage);
+  NT_CHECK(cs.x_size() < (size_t(1) << 31) && cs.y_size() < (size_t(1) << 31),
+           "conv_batchnorm_pool: the tensors exceed the kernels' 32-bit index range");
+  const BatchNormShape bn = shape.batchnorm();
+  const BatchNormPool pool = shape.pool();
+  check_batchnorm_pool(bn, pool);
+  Stem st;
+  StemGeometry& sg = st.sg;
+  sg.images = cs.n, sg.per_block = stem_images_per_block(cs);
+  sg.parts.C = cs.k, sg.parts.chunks = stem_chunks(cs);
+  sg.p = cs.p(), sg.q = cs.q(), sg.window = pool.window, sg.pooled_p = pool.p(), sg.pooled_q = pool.q();
+  sg.cell_p = static_cast<int>(div_up(sg.p, sg.window)), sg.cell_q = static_cast<int>(div_up(sg.q, sg.window));
+  sg.by_plane = FastDivmod(sg.p * sg.q), sg.by_q = FastDivmod(sg.q);
+  sg.by_pooled = FastDivmod(sg.pooled_p * sg.pooled_q), sg.by_pooled_q = FastDivmod(sg.pooled_q);
+  sg.by_cells = FastDivmod(sg.cell_p * sg.cell_q), sg.by_cell_q = FastDivmod(sg.cell_q);
+  const int padded_h = cs.h + 2 * cs.pad, padded_w = cs.w + 2 * cs.pad;
+  st.cv = {t.x, t.w, cs.c, cs.h, cs.w, cs.r, cs.s, cs.stride, cs.pad, shape.taps(), padded_h, padded_w,
+           FastDivmod(padded_h * padded_w), FastDivmod(padded_w), exec.tf32};
+  st.smem = size_t(sg.per_block) * padded_image_floats(cs) * sizeof(float);
+  st.values = double(bn.n * bn.hw) * double(bn.c);
+  st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();
+  st.x_bytes = double(cs.x_size()) * 4;
+  return st;
+}
+
+dim3 stem_grid(const StemGeometry& sg, int taps) {
+  return dim3(static_cast<unsigned>(div_up<int64_t>(sg.parts.C, stem_channels(taps))),
+              static_cast<unsigned>(sg.parts.chunks));
+}
+
+// Calls f(std::bool_constant<relu>, std::integral_constant<int, Taps>) for the run-time choice.
+template <class F>
+void with_relu_taps(bool relu, int taps, const F& f) {
+  using Nine = std::integral_constant<int, 9>;
+  using Any = std::integral_constant<int, kConvBatchNormPoolMaxTaps>;
+  auto go = [&](auto t) { relu ? f(std::true_type{}, t) : f(std::false_type{}, t); };
+  if (taps == 9) go(Nine{});
+  else go(Any{});
+}
+
+template <bool kTrain>
+void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
+                      int32_t* argmax) {
+  const profile::OpCost cost{st.x_bytes + st.pooled * 8, st.values * (2.0 * st.cv.taps + 4)};
+  with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
+    launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value>,
+           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, argmax);
+  });
+}
+
+}  // namespace
+
+size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
+  const BatchNormShape bn = s.batchnorm();
+  check_batchnorm_pool(bn, s.pool());
+  if (bn.c <= 0 || bn.n * bn.hw <= 0) return 0;
+  // The statistics' partials (the backward sums fit in them), then dw's: one per chunk, channel and tap.
+  const int64_t chunks = most_stem_chunks(s.conv);
+  return static_cast<size_t>(3 * chunks * bn.c + chunks * bn.c * s.taps());
+}
+
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
+                                       const ConvBatchNormPoolTensors<float>& t) {
+  const BatchNormShape bn = shape.batchnorm();
+  const int64_t count = bn.n * bn.hw;
+  if (count == 1)
+    throw Error(cat("conv_batchnorm_pool_forward_train: expected more than 1 value per channel when training, got n=",
+                    bn.n, " hw=", bn.hw));
+  if (bn.c == 0 || count == 0) return;
+  const Stem st = make_stem(exec, shape, t);
+  NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_forward_train needs conv_batchnorm_pool_workspace_floats()");
+  const ForwardArgs a{nullptr,        t.gamma,       t.beta,
+                      t.y,            t.workspace,   t.save_mean,
+                      t.save_invstd,  t.running_mean, t.running_var,
+                      t.num_batches_tracked, nullptr, nullptr,
+                      static_cast<float>(h.eps), static_cast<float>(h.momentum), static_cast<float>(count),
+                      static_cast<float>(count - 1)};
+  const profile::OpCost stats_cost{st.x_bytes, st.values * (2.0 * st.cv.taps + 3)};
+  with_relu_taps(false, st.cv.taps, [&](auto, auto taps) {
+    launch(exec, "conv_batchnorm_stats", stats_cost, stem_stats_kernel<decltype(taps)::value>, stem_grid(st.sg, st.cv.taps),
+           dim3(kThreads), st.smem, st.sg, st.cv, t.workspace);
+  });
+  launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, t.argmax);
+}
+
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
+                                      const ConvBatchNormPoolTensors<float>& t) {
+  const BatchNormShape bn = shape.batchnorm();
+  if (bn.c == 0 || bn.n * bn.hw == 0) return;
+  const Stem st = make_stem(exec, shape, t);
+  const ForwardArgs a{nullptr, t.gamma, t.beta,         t.y,           nullptr,      nullptr, nullptr, nullptr,
+                      nullptr, nullptr, t.running_mean, t.running_var, static_cast<float>(h.eps), 0.f, 0.f, 0.f};
+  launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, t.argmax);
+}
+
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
+                                  const ConvBatchNormPoolTensors<float>& t) {
+  const BatchNormShape bn = shape.batchnorm();
+  const int64_t count = bn.n * bn.hw;
+  if (bn.c == 0 || count == 0) return;
+  const Stem st = make_stem(exec, shape, t);
+  NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_backward needs conv_batchnorm_pool_workspace_floats()");
+  NT_CHECK(!h.relu || t.y != nullptr, "conv_batchnorm_pool_backward with relu needs the pooled forward output y");
+  NT_CHECK(t.argmax != nullptr && t.dw != nullptr, "conv_batchnorm_pool_backward needs the forward's argmax and dw");
+  const BackwardArgs b{nullptr, h.relu ? t.y : nullptr, t.dy, t.gamma, t.save_mean, t.save_invstd, nullptr,
+                       t.dgamma, t.dbeta, t.workspace, static_cast<float>(count)};
+  const int chunks = st.sg.parts.chunks, outputs = static_cast<int>(bn.c) * st.cv.taps;
+  float* partials = t.workspace + 3 * int64_t(chunks) * bn.c;
+  const double pooled_reads = h.relu ? 3 : 2;  // dy, argmax (and y) per pooled output
+  const profile::OpCost reduce_cost{st.x_bytes + st.pooled * 4 * pooled_reads, st.pooled * (2.0 * st.cv.taps + 3)};
+  const profile::OpCost weight_cost{st.x_bytes + st.pooled * 4 * pooled_reads + double(chunks) * outputs * 4,
+                                    st.values * (4.0 * st.cv.taps + 6)};
+  const profile::OpCost sum_cost{double(chunks + 1) * outputs * 4, double(chunks) * outputs};
+  with_relu_taps(h.relu, st.cv.taps, [&](auto relu, auto taps) {
+    constexpr bool kRelu = decltype(relu)::value;
+    constexpr int Taps = decltype(taps)::value;
+    launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost, stem_pool_backward_reduce_kernel<kRelu, Taps>,
+           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax);
+    launch(exec, "conv_batchnorm_pool_backward_weight", weight_cost, stem_weight_kernel<kRelu, Taps>,
+           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax, partials);
+  });
+  launch(exec, "conv_batchnorm_pool_backward_weight_reduce", sum_cost, stem_weight_reduce_kernel,
+         dim3(static_cast<unsigned>(div_up(outputs, kThreads))), dim3(kThreads), 0, partials, chunks, outputs, t.dw);
 }
 
 }  // namespace nt::kernels::cuda

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "engine/checkpoint.h"
+#include "layers/builder.h"
+#include "layers/conv_batchnorm_pool.h"
 #include "rig.h"
 
 using namespace nt;
@@ -47,6 +49,23 @@ TEST_CASE("the cnn has PyTorch's nn.Sequential names and shapes, buffers include
   CHECK(cnn.model->params().count() == 32 * 9 + 64 + 64 * 32 * 9 + 128 + 3136 * 128 + 128 + 1280 + 10);
 }
 
+TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer; others stay apart", "[cpu][cnn]") {
+  auto first_is_stem = [](const char* spec, Shape input) {
+    const auto model = layers::build_model(spec, std::move(input), 10);
+    return dynamic_cast<const layers::ConvBatchNormPool*>(model->layers()[0].get()) != nullptr;
+  };
+  CHECK(first_is_stem("cnn", Shape{1, 28, 28}));
+  CHECK(first_is_stem("conv:8:3,bn,maxpool:2,flatten,linear:10", Shape{3, 8, 8}));        // 27 taps
+  CHECK_FALSE(first_is_stem("conv:8:3,bn,maxpool:2,flatten,linear:10", Shape{4, 8, 8}));  // 36 taps
+  CHECK_FALSE(first_is_stem("conv:8:3,bn,relu,flatten,linear:10", Shape{1, 8, 8}));       // no max-pool
+  CHECK_FALSE(first_is_stem("conv:8:3,relu,bn,maxpool:2,flatten,linear:10", Shape{1, 8, 8}));
+  CHECK_FALSE(first_is_stem("conv:8:3,maxpool:2,bn,flatten,linear:10", Shape{1, 8, 8}));
+  CHECK_FALSE(first_is_stem("conv:8:3,bn,maxpool:3:2,flatten,linear:10", Shape{1, 8, 8}));  // stride != window
+  const auto cnn = layers::build_model("cnn", Shape{1, 28, 28}, 10);
+  CHECK(cnn->layers()[0]->describe() == "conv 1->32 3x3 stride 1 pad 1 (no bias) + batchnorm2d 32 +relu +maxpool 2");
+  CHECK(cnn->layers()[1]->describe() == "conv 32->64 3x3 stride 1 pad 1 (no bias)");
+}
+
 TEST_CASE("bad cnn specs fail with one message naming --model and the item", "[cpu][cnn]") {
   auto build = [](const std::string& spec) { layers::build_model(spec, Shape{1, 28, 28}, 10); };
   using Catch::Matchers::Contains;
@@ -62,10 +81,11 @@ TEST_CASE("bad cnn specs fail with one message naming --model and the item", "[c
 TEST_CASE("Flatten is a view: its output aliases its input", "[cpu][cnn]") {
   CnnOnCpu cnn;
   cnn.model->compile(cnn.ctx, 4);
-  // Layers: 0 conv, 1 bn+relu+maxpool, 2 conv, 3 bn+relu+maxpool, 4 flatten, 5 linear+relu, 6 linear.
-  REQUIRE(cnn.model->layers()[4]->is_view());
-  CHECK(cnn.model->activation(5).raw() == cnn.model->activation(4).raw());
-  CHECK(cnn.model->activation(5).shape() == Shape{4, 3136});
+  // Layers: 0 conv+bn+relu+maxpool (the fused stem), 1 conv, 2 bn+relu+maxpool, 3 flatten, 4 linear+relu,
+  // 5 linear.
+  REQUIRE(cnn.model->layers()[3]->is_view());
+  CHECK(cnn.model->activation(4).raw() == cnn.model->activation(3).raw());
+  CHECK(cnn.model->activation(4).shape() == Shape{4, 3136});
 }
 
 TEST_CASE("BatchNorm in eval mode uses the running statistics that training moved", "[cpu][cnn][batchnorm]") {

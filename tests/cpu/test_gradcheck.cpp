@@ -20,6 +20,7 @@
 #include "layers/builder.h"
 #include "layers/conv2d.h"
 #include "layers/linear.h"
+#include "layers/conv_batchnorm_pool.h"
 #include "layers/pooling.h"
 #include "layers/relu.h"
 #include "layers/softmax_xent.h"
@@ -276,6 +277,23 @@ TEST_CASE("BatchNorm1d gradients match finite differences, affine and not", "[cp
     add<layers::BatchNorm>(layers, 5, false, kernels::Layout::nchw, /*relu=*/true, affine);
     add<layers::Linear>(layers, 5, 3, false);
     Problem(model_of(std::move(layers), 7), 6).check_all_parameters();
+  }
+}
+
+TEST_CASE("the fused conv + BatchNorm + max-pool stem matches finite differences (5x5 stride 2, 3 channels, window 3)",
+          "[cpu][grad][batchnorm]") {
+  // The builder fuses a leading conv, bn, [relu], maxpool; every parameter, conv weight included, is checked.
+  struct Case {
+    const char* spec;
+    Shape input;
+  };
+  const Case cases[] = {{"conv:2:5:2:2,bn,relu,maxpool:2,flatten,linear:3", Shape{1, 9, 7}},  // (2,5,4) -> (2,2,2)
+                        {"conv:3:3:1:1,bn,maxpool:3,flatten,linear:3", Shape{3, 7, 8}}};     // 27 taps, (3,2,2)
+  for (const Case& c : cases) {
+    INFO(c.spec);
+    auto model = layers::build_model(c.spec, c.input, 3);
+    REQUIRE(dynamic_cast<const layers::ConvBatchNormPool*>(model->layers()[0].get()) != nullptr);
+    Problem(std::move(model), 3).check_all_parameters();
   }
 }
 

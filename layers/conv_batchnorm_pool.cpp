@@ -1,0 +1,111 @@
+#include "layers/conv_batchnorm_pool.h"
+
+namespace nt::layers {
+
+bool ConvBatchNormPool::fuses(const Conv2d& conv, const BatchNorm& bn, const Shape& input) {
+  return input.rank() == 3 && !conv.bias_ && bn.pool_ > 0 && bn.spatial_ && bn.layout_ == kernels::Layout::nchw &&
+         bn.channels_ == conv.out_ && kernels::conv_batchnorm_pool_fits(conv.shape_for(1, input));
+}
+
+ConvBatchNormPool::ConvBatchNormPool(std::unique_ptr<Conv2d> conv, std::unique_ptr<BatchNorm> bn, const Shape& input)
+    : conv_(std::move(conv)), bn_(std::move(bn)) {
+  NT_CHECK(fuses(*conv_, *bn_, input), "ConvBatchNormPool: ", conv_->describe(), " and ", bn_->describe(),
+           " do not fuse on input ", input.str());
+  sequential_index = conv_->sequential_index;
+  conv_params_ = conv_->param_specs().size();
+}
+
+std::string ConvBatchNormPool::describe() const { return cat(conv_->describe(), " + ", bn_->describe()); }
+
+Shape ConvBatchNormPool::output_shape(const Shape& input) const {
+  return bn_->output_shape(conv_->output_shape(input));
+}
+
+std::vector<ParamSpec> ConvBatchNormPool::param_specs() const {
+  auto specs = conv_->param_specs();
+  for (ParamSpec spec : bn_->param_specs()) {
+    spec.module = bn_->sequential_index - conv_->sequential_index;
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+void ConvBatchNormPool::bind_params(std::span<Param*> params) {
+  conv_->bind_params(params.first(conv_params_));
+  bn_->bind_params(params.subspan(conv_params_));
+}
+
+std::vector<BufferSpec> ConvBatchNormPool::buffer_specs() const {
+  auto specs = bn_->buffer_specs();
+  for (BufferSpec& spec : specs) spec.module = bn_->sequential_index - conv_->sequential_index;
+  return specs;
+}
+
+void ConvBatchNormPool::bind_buffers(std::span<Buffer*> buffers) { bn_->bind_buffers(buffers); }
+
+kernels::ConvBatchNormPoolShape ConvBatchNormPool::shape_for(int64_t rows, const Shape& sample) const {
+  return {conv_->shape_for(rows, sample), bn_->pool_};
+}
+
+void ConvBatchNormPool::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+  bn_->plan_state(plan, info, conv_->output_shape(input));
+  const size_t floats = kernels::conv_batchnorm_pool_workspace_floats(info.backend, shape_for(info.batch, input));
+  if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+}
+
+template <class T>
+kernels::ConvBatchNormPoolTensors<T> ConvBatchNormPool::tensors(const Tensor& x, const Tensor& y) const {
+  const BatchNorm& bn = *bn_;
+  kernels::ConvBatchNormPoolTensors<T> t;
+  t.x = x.data<T>();
+  t.w = conv_->weight_->value.template data<T>();
+  t.gamma = bn.affine_ ? bn.gamma_->value.template data<T>() : nullptr;
+  t.beta = bn.affine_ ? bn.beta_->value.template data<T>() : nullptr;
+  t.y = y.data<T>();
+  t.argmax = bn.argmax_.i32();
+  t.save_mean = bn.save_mean_.data<T>();
+  t.save_invstd = bn.save_invstd_.data<T>();
+  t.running_mean = bn.running_mean_.data<T>();
+  t.running_var = bn.running_var_.data<T>();
+  t.num_batches_tracked = bn.num_batches_tracked_.data<int64_t>();
+  t.workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
+  return t;
+}
+
+void ConvBatchNormPool::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
+  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y, mode);
+  forward_typed<float>(exec, x, y, mode);
+}
+
+void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                 const Tensor* dx) {
+  NT_CHECK(dx == nullptr, "layer ", sequential_index, " (", describe(), ") is a model's first layer: no input gradient");
+  if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, y, dy);
+  backward_typed<float>(exec, x, y, dy);
+}
+
+template <class T>
+void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
+  const auto hyper = bn_->hyper(bn_->relu_);
+  if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, s, hyper, tensors<T>(x, y));
+  const kernels::BatchNormShape bn = s.batchnorm();
+  bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));
+  kernels::conv_batchnorm_pool_forward_train(exec, s, hyper, tensors<T>(x, y));
+}
+
+template <class T>
+void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy) {
+  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
+  // Through the fused ReLU here, unless the next layer's kernel already masked dy.
+  const bool relu = bn_->relu_ && !dy_is_preactivation_;
+  auto t = tensors<T>(x, y);
+  if (!relu) t.y = nullptr;
+  t.dy = dy.data<T>();
+  t.dw = conv_->weight_->grad.template data<T>();
+  t.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;
+  t.dbeta = bn_->affine_ ? bn_->beta_->grad.template data<T>() : nullptr;
+  kernels::conv_batchnorm_pool_backward(exec, s, bn_->hyper(relu), t);
+}
+
+}  // namespace nt::layers

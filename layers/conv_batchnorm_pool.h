@@ -1,0 +1,54 @@
+// A first Conv2d with few taps, its BatchNorm2d, ReLU and MaxPool2d as one layer (kernels/batchnorm.h,
+// conv_batchnorm_pool_*): on the GPU the convolution's output is never written; the BatchNorm's kernels
+// recompute it from the input image wherever they read it. On the CPU the same op runs the unfused
+// kernels through scratch.
+//
+//   x: (rows, C, H, W)   conv (K, C, R, R), no bias   y: (rows, K, P/pool, Q/pool)
+// The builder forms it from a model's leading "conv, bn, [relu], maxpool" when the BatchNorm takes the
+// max-pool (stride = window) and the op fits (kernels::conv_batchnorm_pool_fits: few taps, a small image;
+// ConvBatchNormPool::fuses). Parameters,
+// buffers and checkpoints are those of the two layers it holds, under their own nn.Sequential indices
+// ("0.weight", "1.weight", "1.running_mean", ...). Being first, it computes no input gradient.
+#pragma once
+
+#include <memory>
+
+#include "layers/batchnorm.h"
+#include "layers/conv2d.h"
+
+namespace nt::layers {
+
+class ConvBatchNormPool final : public Layer {
+ public:
+  // True when conv (first in the model, on samples of shape input) and bn (right after it) make a fused stem.
+  static bool fuses(const Conv2d& conv, const BatchNorm& bn, const Shape& input);
+  ConvBatchNormPool(std::unique_ptr<Conv2d> conv, std::unique_ptr<BatchNorm> bn, const Shape& input);
+
+  std::string describe() const override;
+  Shape output_shape(const Shape& input) const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind_params(std::span<Param*> params) override;
+  std::vector<BufferSpec> buffer_specs() const override;
+  void bind_buffers(std::span<Buffer*> buffers) override;
+  void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
+  void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
+  void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
+                const Tensor* dx) override;
+  bool ends_in_relu() const override { return bn_->ends_in_relu(); }
+
+ private:
+  kernels::ConvBatchNormPoolShape shape_for(int64_t rows, const Shape& sample) const;  // sample (C, H, W)
+  template <class T>
+  kernels::ConvBatchNormPoolTensors<T> tensors(const Tensor& x, const Tensor& y) const;
+  template <class T>
+  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
+  template <class T>
+  void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy);
+
+  std::unique_ptr<Conv2d> conv_;
+  std::unique_ptr<BatchNorm> bn_;
+  size_t conv_params_ = 0;  // how many of param_specs() are the convolution's
+  Tensor workspace_;
+};
+
+}  // namespace nt::layers
