@@ -17,6 +17,9 @@
 // workspace, the reference the GPU's fused kernels are checked against: forward = maxpool2d_forward of the
 // BatchNorm's output; backward = the pooled gradient masked by (y > 0) with relu, scattered to the argmax by
 // maxpool2d_backward, then the BatchNorm backward without its ReLU.
+// Fused convolution stem (conv_batchnorm_pool_*): conv2d_forward into a scratch, then the pooled BatchNorm; the
+// backward recomputes that scratch, takes the pooled BatchNorm's dx into a second one and conv2d_backward_weight
+// of it: the reference for the GPU's fused kernels.
 //
 // Threads: the tasks are channel groups (one channel in NCHW, whose planes are contiguous; kGroup
 // adjacent channels in NHWC, so that a task reads whole cache lines of each row). A channel is summed by
@@ -236,9 +239,7 @@ void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
                 dbeta);
 }
 
-// The fused convolution stem: conv2d_forward into a full-resolution scratch, then the pooled BatchNorm; the
-// backward recomputes that scratch, runs the pooled BatchNorm's backward into a second one (dconv), and the
-// convolution's weight gradient from it. Workspace: conv, dconv, then batchnorm_pool's.
+// The fused convolution stem's workspace: conv, dconv (full resolution), then batchnorm_pool's.
 template <class T>
 struct StemScratch {
   T* conv;

@@ -340,6 +340,25 @@ int bad_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, con
   return bad;
 }
 
+// Checks the GPU's argmax choices (training and eval) against the CPU's full-resolution BatchNorm outputs of
+// in.x with the statistics the CPU twin computed: each choice must be its window's maximum within twice the
+// pooled y's tolerance.
+void check_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, const BatchNormHyper& h,
+                   const Inputs& in, const PoolResults& cpu, const PoolResults& gpu, const Tolerance& y_tol,
+                   const Tolerance& eval_tol) {
+  std::vector<float> full(in.x.size()), full_eval(in.x.size());
+  Results unfused = cpu.r;
+  unfused.rm = in.rm, unfused.rv = in.rv;
+  int64_t batches = 5;
+  kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), full.data(),
+                                   unfused.mean.data(), unfused.invstd.data(), unfused.rm.data(), unfused.rv.data(),
+                                   &batches, nullptr);
+  kernels::batchnorm_forward_eval(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
+                                  cpu.r.rm.data(), cpu.r.rv.data(), full_eval.data());
+  CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(full))) == 0);
+  CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval, 2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
+}
+
 TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda][batchnorm]") {
   // Odd planes (rows and columns outside every window; 7x10 with 8-byte pairs), windows 2, 3 and 4, a 2x2 plane,
   // the vector path of the backward (w % 4 == 0), and the cnn's two shapes.
@@ -366,19 +385,7 @@ TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda
           const Tolerance y_tol = train_y_tolerance(scale, x_unit), eval_tol = eval_y_tolerance(scale, x_unit);
           NT_REQUIRE_CLOSE(gpu.r.y, cpu.r.y, y_tol);
           NT_REQUIRE_CLOSE(gpu.r.y_eval, cpu.r.y_eval, eval_tol);
-          // The CPU's full-resolution outputs, from the unfused op with the same statistics.
-          std::vector<float> full(in.x.size()), full_eval(in.x.size());
-          Results unfused_stats = cpu.r;
-          unfused_stats.rm = in.rm, unfused_stats.rv = in.rv;
-          int64_t batches = 5;
-          kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                           full.data(), unfused_stats.mean.data(), unfused_stats.invstd.data(),
-                                           unfused_stats.rm.data(), unfused_stats.rv.data(), &batches, nullptr);
-          kernels::batchnorm_forward_eval(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                          cpu.r.rm.data(), cpu.r.rv.data(), full_eval.data());
-          const double y_abs = y_tol.abs_tol + y_tol.rel_tol * max_abs(full), eval_abs = eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval);
-          CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * y_abs) == 0);
-          CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval, 2 * eval_abs) == 0);
+          check_choices(s, pool, h, in, cpu, gpu, y_tol, eval_tol);
           compare_gradients(s, in, max_abs(dy), cpu.r, gpu.r);
         }
 }
@@ -479,18 +486,7 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   y_tol.abs_tol += 2 * scale * conv_err, eval_tol.abs_tol += scale * conv_err;
   NT_REQUIRE_CLOSE(g.r.y, cpu.r.y, y_tol);
   NT_REQUIRE_CLOSE(g.r.y_eval, cpu.r.y_eval, eval_tol);
-  // The CPU's full-resolution BatchNorm outputs, for the argmax choices.
-  std::vector<float> full(in.x.size()), full_eval(in.x.size());
-  Results unfused = cpu.r;
-  unfused.rm = in.rm, unfused.rv = in.rv;
-  int64_t count_batches = 5;
-  kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), full.data(),
-                                   unfused.mean.data(), unfused.invstd.data(), unfused.rm.data(), unfused.rv.data(),
-                                   &count_batches, nullptr);
-  kernels::batchnorm_forward_eval(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                  cpu.r.rm.data(), cpu.r.rv.data(), full_eval.data());
-  CHECK(bad_choices(s, pool, full, g.argmax, 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(full))) == 0);
-  CHECK(bad_choices(s, pool, full_eval, g.argmax_eval, 2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
+  check_choices(s, pool, h, in, cpu, g, y_tol, eval_tol);
 
   const double count = double(s.n * s.hw), dconv_unit = max_abs(cpu.r.dx), xs = max_abs(x);
   const Tolerance dw_tol{64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
