@@ -1367,7 +1367,7 @@ struct StemConv {
   const float* filters;  // (K, C·R·S)
   int channels, in_h, in_w, r, s, stride, pad, taps;
   int padded_h, padded_w;  // H + 2·pad, W + 2·pad: a staged plane
-  FastDivmod by_padded_plane, by_padded_w;
+  FastDivmod by_in_plane, by_in_w;  // x's H·W and W: element -> (image·C + c, h, w)
   bool tf32;
 };
 
@@ -1387,26 +1387,27 @@ struct StemGeometry {
 };
 
 // Every thread of the block: the block's images of x into `staged` ([image][c][padded_h][padded_w], zeros in the
-// padding), rounded to TF32 with tf32, kUnroll loads in flight per thread. The caller synchronizes.
+// padding), rounded to TF32 with tf32. First the whole area is zeroed, then x's values (consecutive, so the loads
+// coalesce; kUnroll in flight per thread) land inside it. The caller synchronizes.
 __device__ void stage_images(const StemConv& cv, int first_image, int images, float* staged) {
-  const int total = images * cv.channels * cv.padded_h * cv.padded_w;
-  const float* x = cv.x + int64_t(first_image) * cv.channels * cv.in_h * cv.in_w;  // < 2^31 values (checked)
-  for (int i0 = threadIdx.x; i0 < total; i0 += kUnroll * kThreads) {
+  const int padded_plane = cv.padded_h * cv.padded_w, area = images * cv.channels * padded_plane;
+  for (int i = threadIdx.x; i < area; i += kThreads) staged[i] = 0.f;
+  __syncthreads();
+  const int count = images * cv.channels * cv.in_h * cv.in_w;
+  const float* x = cv.x + int64_t(first_image) * cv.channels * cv.in_h * cv.in_w;
+  for (int i0 = threadIdx.x; i0 < count; i0 += kUnroll * kThreads) {
     float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i0 + u * kThreads < count ? __ldg(x + i0 + u * kThreads) : 0.f;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * kThreads;
-      int plane, e, hp, wp;
-      cv.by_padded_plane.divmod(i, plane, e);
-      cv.by_padded_w.divmod(e, hp, wp);
-      const int h = hp - cv.pad, w = wp - cv.pad;
-      const bool inside = i < total && static_cast<unsigned>(h) < static_cast<unsigned>(cv.in_h) &&
-                          static_cast<unsigned>(w) < static_cast<unsigned>(cv.in_w);
-      v[u] = inside ? __ldg(x + (plane * cv.in_h + h) * cv.in_w + w) : 0.f;
+      if (i >= count) break;
+      int plane, e, h, w;
+      cv.by_in_plane.divmod(i, plane, e);
+      cv.by_in_w.divmod(e, h, w);
+      staged[plane * padded_plane + (h + cv.pad) * cv.padded_w + w + cv.pad] = cv.tf32 ? round_to_tf32(v[u]) : v[u];
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (i0 + u * kThreads < total) staged[i0 + u * kThreads] = cv.tf32 ? round_to_tf32(v[u]) : v[u];
   }
 }
 
@@ -1416,7 +1417,9 @@ __device__ __forceinline__ bool tap_in_use(int t, int taps) {
   return Taps != kConvBatchNormPoolMaxTaps || t < taps;
 }
 
-// The block's channels' filters (TF32 with tf32; 0 past K) and each tap's offset in a staged image.
+// The block's channels' filters (TF32 with tf32; 0 past K) and each tap's offset in a staged image: loaded once
+// per block into shared memory (fill_filters), then copied into every thread's registers; each thread loading
+// and rounding its own copy took about 700 instructions, as many as its share of the work.
 template <int Taps>
 struct StemFilters {
   static constexpr int kChannels = stem_channels(Taps);
@@ -1424,25 +1427,20 @@ struct StemFilters {
   int offset[Taps];  // c·padded_h·padded_w + r·padded_w + s
 };
 
+// Every thread of the block: the filters into `table` (threads i < Kb·Taps load one weight each, threads t < taps
+// one offset each), then, after the caller's barrier, each thread copies the table into its registers.
 template <int Taps>
-__device__ __forceinline__ StemFilters<Taps> load_filters(const StemConv& cv, int64_t k0, int64_t K) {
-  StemFilters<Taps> f;
-  int c = 0, r = 0, s = 0;  // tap t's (c, r, s), counted up rather than divided out
-#pragma unroll
-  for (int t = 0; t < Taps; ++t) {
-    const bool used = tap_in_use<Taps>(t, cv.taps);
-#pragma unroll
-    for (int j = 0; j < f.kChannels; ++j) {
-      const float v = used && k0 + j < K ? __ldg(cv.filters + (k0 + j) * cv.taps + t) : 0.f;
-      f.weight[j][t] = cv.tf32 ? round_to_tf32(v) : v;
-    }
-    f.offset[t] = used ? (c * cv.padded_h + r) * cv.padded_w + s : 0;
-    if (++s == cv.s) {
-      s = 0;
-      if (++r == cv.r) r = 0, ++c;
-    }
+__device__ __forceinline__ void fill_filters(const StemConv& cv, int64_t k0, int64_t K, StemFilters<Taps>& table) {
+  constexpr int Kb = StemFilters<Taps>::kChannels;
+  for (int i = threadIdx.x; i < Kb * Taps; i += kThreads) {
+    const int j = i / Taps, t = i % Taps;
+    const float v = tap_in_use<Taps>(t, cv.taps) && k0 + j < K ? __ldg(cv.filters + (k0 + j) * cv.taps + t) : 0.f;
+    table.weight[j][t] = cv.tf32 ? round_to_tf32(v) : v;
   }
-  return f;
+  for (int t = threadIdx.x; t < Taps; t += kThreads) {
+    const int rs = cv.r * cv.s, c = t / rs, r = t % rs / cv.s, s = t % cv.s;
+    table.offset[t] = tap_in_use<Taps>(t, cv.taps) ? (c * cv.padded_h + r) * cv.padded_w + s : 0;
+  }
 }
 
 // The taps of output (oh, ow) of staged image `image`.
@@ -1478,15 +1476,17 @@ struct StemBlock {
 template <int Taps>
 __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg) {
   extern __shared__ float stem_staged[];
+  __shared__ StemFilters<Taps> table;
   begin_dependent_kernel();
   StemBlock<Taps> b;
   b.staged = stem_staged;
   b.k0 = int64_t(blockIdx.x) * b.kChannels;
   b.chunk = static_cast<int>(blockIdx.y);
   b.images = sg.block_images(b.chunk);
+  fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
-  b.filters = load_filters<Taps>(cv, b.k0, sg.parts.C);
   __syncthreads();
+  b.filters = table;
   return b;
 }
 
@@ -1634,8 +1634,9 @@ __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(con
 // j < Kb first finalize channel k0 + j from the pooled sums (blocks p == 0 store dgamma/dbeta). A thread owns a
 // cell (nchw_pool_backward_apply_kernel's): for each of its positions, each channel's dx there (dconv) times
 // the taps.
+// Two blocks per SM (at most 128 registers): at 139 only one fit, and the kernel ran 10.7 -> 16.5 us.
 template <bool kRelu, int Taps>
-__global__ void __launch_bounds__(kThreads) stem_weight_kernel(const StemGeometry sg, const BackwardArgs b,
+__global__ void __launch_bounds__(kThreads, 2) stem_weight_kernel(const StemGeometry sg, const BackwardArgs b,
                                                                const StemConv cv, const int32_t* argmax,
                                                                float* __restrict__ partials) {
   constexpr int Kb = StemBlock<Taps>::kChannels;
@@ -1762,7 +1763,7 @@ Stem make_stem(const Exec& exec, const ConvBatchNormPoolShape& shape, const Conv
   sg.by_cells = FastDivmod(sg.cell_p * sg.cell_q), sg.by_cell_q = FastDivmod(sg.cell_q);
   const int padded_h = cs.h + 2 * cs.pad, padded_w = cs.w + 2 * cs.pad;
   st.cv = {t.x, t.w, cs.c, cs.h, cs.w, cs.r, cs.s, cs.stride, cs.pad, shape.taps(), padded_h, padded_w,
-           FastDivmod(padded_h * padded_w), FastDivmod(padded_w), exec.tf32};
+           FastDivmod(cs.h * cs.w), FastDivmod(cs.w), exec.tf32};
   st.smem = size_t(sg.per_block) * padded_image_floats(cs) * sizeof(float);
   st.values = double(bn.n * bn.hw) * double(bn.c);
   st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();
