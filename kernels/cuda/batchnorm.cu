@@ -41,6 +41,8 @@
 //   with a fused max-pool (NCHW, batchnorm_pool_*; see "fused max-pool" below): forward_train stats → pool
 //                 (normalize each window, write its maximum and argmax); forward_eval pool; backward
 //                 reduce over the pooled outputs → apply over the windows' cells.
+//   with the convolution before it fused in too (conv_batchnorm_pool_*, the last section): the same passes on
+//                 values recomputed from the convolution's input, and the weight gradient instead of dx.
 // L2 reuse: the apply launches walk the grid and each chunk in REVERSE order of the statistics pass, so
 // the first data they read are the last the statistics pass left in the (50 MB) L2.
 //
