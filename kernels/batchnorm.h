@@ -45,6 +45,10 @@
 //                  of conv, argmax an index into conv's (P, Q) plane
 //   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a
 //                  stem is its model's first layer.
+// On the GPU the training forward's pooled pass and the backward's two passes read x and w before they wait for
+// the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
+// right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
+// training step x comes from the batch gather and w from the last update, both earlier).
 // The arguments travel in ConvBatchNormPoolTensors (each op's comment says which fields it reads and writes);
 // workspace: conv_batchnorm_pool_workspace_floats(backend, s) elements per call (the CPU runs the ops through
 // full-resolution scratch; the GPU needs the statistics' partials and the weight gradient's).

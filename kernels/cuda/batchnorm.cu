@@ -1474,12 +1474,16 @@ struct StemBlock {
   __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
 };
 
-// Every thread of the block, first thing: stages the images (after the kernels before have written x and w).
-template <int Taps>
+// Every thread of the block, first thing: stages the images and the filters. kEarly: x and w come from kernels
+// before this one's predecessor, which had completed when the predecessor passed its own wait and let this
+// kernel launch (kernels/cuda/launch.cuh), so the staging overlaps the predecessor's tail and the wait comes
+// after it; else (x written by the predecessor: the batch gather before the statistics and the evaluation)
+// the wait comes first.
+template <int Taps, bool kEarly>
 __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg) {
   extern __shared__ float stem_staged[];
   __shared__ StemFilters<Taps> table;
-  begin_dependent_kernel();
+  if constexpr (!kEarly) begin_dependent_kernel();
   StemBlock<Taps> b;
   b.staged = stem_staged;
   b.k0 = int64_t(blockIdx.x) * b.kChannels;
@@ -1488,6 +1492,7 @@ __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, 
   fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
   __syncthreads();
+  if constexpr (kEarly) begin_dependent_kernel();
   b.filters = table;
   return b;
 }
@@ -1511,7 +1516,7 @@ __device__ __forceinline__ void from_warps(int64_t k0, int64_t K, Params (&out)[
 template <int Taps>
 __global__ void __launch_bounds__(kThreads) stem_stats_kernel(const StemGeometry sg, const StemConv cv,
                                                               float* __restrict__ ws) {
-  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg);
+  const StemBlock<Taps> b = enter_stem_block<Taps, false>(cv, sg);  // x: the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
   Shifted acc[Kb];
   int n = 0;
@@ -1554,7 +1559,7 @@ __global__ void __launch_bounds__(kThreads) stem_stats_kernel(const StemGeometry
 template <bool kTrain, bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a,
                                                                      const StemConv cv, int32_t* argmax) {
-  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg);
+  const StemBlock<Taps> b = enter_stem_block<Taps, kTrain>(cv, sg);  // evaluation: x from the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
   from_warps<Kb>(b.k0, sg.parts.C, params, [&](int64_t c) {
@@ -1596,7 +1601,7 @@ template <bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(const StemGeometry sg,
                                                                              const BackwardArgs b, const StemConv cv,
                                                                              const int32_t* argmax) {
-  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg);
+  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg);
   constexpr int Kb = StemBlock<Taps>::kChannels;
   float2 acc[Kb];
   float mean[Kb];
@@ -1643,7 +1648,7 @@ __global__ void __launch_bounds__(kThreads, 2) stem_weight_kernel(const StemGeom
                                                                float* __restrict__ partials) {
   constexpr int Kb = StemBlock<Taps>::kChannels;
   __shared__ float warp_sums[kWarps][Kb * Taps];
-  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg);
+  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg);
   BwdParams params[Kb];
   from_warps<Kb>(blk.k0, sg.parts.C, params,
                  [&](int64_t c) { return finalize_backward(sg.parts, b, c, blk.chunk == 0); });

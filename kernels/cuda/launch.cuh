@@ -15,7 +15,9 @@
 // what overlaps is only the next kernel's launch and block scheduling with this kernel's execution, the
 // microseconds that dominate a step of many small kernels. The edges survive CUDA graph capture.
 // The one exception, a kernel declared independent of its predecessor, is below (begin_overlapping_kernel).
-// Consequence used there: when a kernel starts, every kernel before its predecessor has completed.
+// Consequence used there: when a kernel starts, every kernel before its predecessor has completed. The fused
+// convolution stem's later passes use it too: they stage x and w, written by earlier kernels, before their
+// wait (kernels/cuda/batchnorm.cu, enter_stem_block).
 #pragma once
 
 #include <cuda_runtime.h>
