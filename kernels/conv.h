@@ -48,6 +48,8 @@ void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* d
                           float* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, float* workspace);
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                     float* dw, float* dbias, float* dx, float* workspace);
 // f64, for finite-difference gradient checks (plain loops)
 void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
                     double* y, double* workspace);
@@ -55,6 +57,8 @@ void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* 
                           double* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, double* dw,
                             double* dbias, double* workspace);
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
+                     double* dw, double* dbias, double* dx, double* workspace);
 }  // namespace cpu
 
 namespace cuda {
@@ -65,6 +69,8 @@ void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* d
                           float* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, float* workspace);
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                     float* dw, float* dbias, float* dx, float* workspace);
 }  // namespace cuda
 
 inline size_t conv2d_workspace_floats(Backend backend, const Conv2dShape& s) {
@@ -102,4 +108,15 @@ inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const
   NT_CPU_ONLY(exec, conv2d_backward_weight, s, x, dy, dw, dbias, workspace);
 }
 
+// Both backward passes of a layer (dx nullable: backward_weight alone): backward_weight then backward_data on the
+// CPU; on the GPU backward_data's kernel runs beside backward_weight's GEMM (the two are independent), then
+// the split-K reductions. The same outputs as the two calls.
+inline void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                            float* dw, float* dbias, float* dx, float* workspace) {
+  NT_DISPATCH(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
+}
+inline void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
+                            const double* w, double* dw, double* dbias, double* dx, double* workspace) {
+  NT_CPU_ONLY(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
+}
 }  // namespace nt::kernels

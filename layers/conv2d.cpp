@@ -77,9 +77,8 @@ template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
   const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  kernels::conv2d_backward_weight(exec, s, x.data<T>(), dy.data<T>(), weight_->grad.data<T>(),
-                                  bias_ ? bias_param_->grad.data<T>() : nullptr, workspace);
-  if (dx) kernels::conv2d_backward_data(exec, s, dy.data<T>(), weight_->value.data<T>(), dx->data<T>(), workspace);
+  kernels::conv2d_backward(exec, s, x.data<T>(), dy.data<T>(), weight_->value.data<T>(), weight_->grad.data<T>(),
+                           bias_ ? bias_param_->grad.data<T>() : nullptr, dx ? dx->data<T>() : nullptr, workspace);
 }
 
 }  // namespace nt::layers

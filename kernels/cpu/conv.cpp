@@ -302,4 +302,20 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double
   backward_weight_impl(exec, s, x, dy, dw, dbias);
 }
 
+
+template <class T>
+void backward_both(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, const T* w, T* dw, T* dbias, T* dx,
+                   T* workspace) {
+  cpu::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
+  if (dx) cpu::conv2d_backward_data(exec, s, dy, w, dx, workspace);
+}
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w, float* dw,
+                     float* dbias, float* dx, float* workspace) {
+  backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
+}
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
+                     double* dw, double* dbias, double* dx, double* workspace) {
+  backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
+}
+
 }  // namespace nt::kernels::cpu

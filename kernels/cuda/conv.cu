@@ -53,6 +53,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
@@ -97,6 +98,7 @@ struct ConvArgs {
   int split, slabs_per_split;                  // split-K: S and L (S == 1: no split)
   int partial_stride;                          // floats per split in the workspace
   bool tf32;                                   // the direct kernels: round the operands of every product
+  bool overlaps_previous;                      // runs beside its predecessor (launch.cuh; conv2d_backward)
   const float* a_src;                          // forward: w   backward_data: w   backward_weight: dy
   const float* b_src;                          // forward: x   backward_data: dy  backward_weight: x
   const float* bias;                           // forward, nullable
@@ -243,6 +245,17 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
 
 // ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
 
+// Every thread of a GEMM kernel opens with begin_pass and passes end_pass before its stores: after its
+// predecessor (begin_dependent_kernel), or, declared independent of it (conv2d_backward's backward_data beside
+// backward_weight), beside it, waiting for it only at the end (launch.cuh: begin/end_overlapping_kernel).
+__device__ __forceinline__ void begin_pass(const ConvArgs& a) {
+  if (a.overlaps_previous) begin_overlapping_kernel();
+  else begin_dependent_kernel();
+}
+__device__ __forceinline__ void end_pass(const ConvArgs& a) {
+  if (a.overlaps_previous) end_overlapping_kernel();
+}
+
 // A thread's share of one Kg slab, into registers: slab column kl of rows rl + j·RowStep, of A (output rows
 // m0 + ...) and of B (the block's column table).
 template <class Pass, int BK, int RowStep, int ElemsA, int ElemsB>
@@ -290,7 +303,7 @@ __device__ __forceinline__ void store_row_sum(const ConvArgs& a, float* part, in
 // stages park the k-groups' partial tiles (Cfg::KG > 1, gemm_tile.cuh).
 template <class Cfg, class Pass>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a) {
-  begin_dependent_kernel();
+  begin_pass(a);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kRowStep = kThreads / BK;                      // rows between one thread's slab elements
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;  // slab elements per thread
@@ -344,6 +357,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     }
     multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
   });
+  end_pass(a);
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
   if (group != 0) return;                  // k-group 0 holds the sums (and the row sums: threads < BM)
 
@@ -373,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
 // nearly free, so what is left is the gathers and their latency (docs/conv.md: tried with cp.async, slower).
 template <class Cfg, class Pass>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
-  begin_dependent_kernel();
+  begin_pass(a);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads, kLd = Cfg::kLd;
   constexpr int kRowStep = kThreads / BK;
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;
@@ -426,6 +440,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
     }
     mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
   });
+  end_pass(a);
 
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
 #pragma unroll
@@ -626,6 +641,24 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
   return ((M + bm - 1) / bm) * std::max<int64_t>((N + bn - 1) / bn, 1);
 }
 
+// The tile's rows and columns (BM, BN).
+std::pair<int, int> tile_extent(Tile tile) {
+  switch (tile) {
+    case Tile::medium: return {ConvMedium::BM, ConvMedium::BN};
+    case Tile::narrow: return {ConvNarrow::BM, ConvNarrow::BN};
+    case Tile::small: return {ConvSmall::BM, ConvSmall::BN};
+    case Tile::narrow_grouped: return {ConvNarrowGrouped::BM, ConvNarrowGrouped::BN};
+    case Tile::small_grouped: return {ConvSmallGrouped::BM, ConvSmallGrouped::BN};
+    case Tile::tall_grouped: return {ConvTallGrouped::BM, ConvTallGrouped::BN};
+    case Tile::wide_grouped: return {ConvWideGrouped::BM, ConvWideGrouped::BN};
+    case Tile::mma_64x64: return {ConvMma64x64::BM, ConvMma64x64::BN};
+    case Tile::mma_64x32: return {ConvMma64x32::BM, ConvMma64x32::BN};
+    case Tile::mma_32x64: return {ConvMma32x64::BM, ConvMma32x64::BN};
+    case Tile::mma_32x32: return {ConvMma32x32::BM, ConvMma32x32::BN};
+  }
+  return {1, 1};
+}
+
 // The small tile holds one warp per SM quadrant at the cnn's sizes (a few hundred blocks of 64 threads), too few
 // to hide the gathers' latency; where Kg spans at least two of its grouped twin's slabs, the twin runs 4 copies
 // of the warp grid over the k-rows of each slab instead (same FMAs and loads per thread, 4x fewer slab round
@@ -694,12 +727,13 @@ size_t split_floats(const PassGemm& g, int extra_rows) {
   return split > 1 ? size_t(split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
 }
 
+// conv2d_backward runs backward_data beside the backward_weight GEMM: their partials take separate parts.
 size_t workspace_for(const Conv2dShape& s) {
   const PassGemm bw = backward_weight_gemm(s);
   const size_t weight = direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M)
                                        : split_floats(bw, s.k);
-  return std::max({direct_taps(s) ? 0 : split_floats(forward_gemm(s), 0), split_floats(backward_data_gemm(s), 0),
-                   weight});
+  return std::max({direct_taps(s) ? 0 : split_floats(forward_gemm(s), 0),
+                   (direct_taps(s) ? 0 : weight) + split_floats(backward_data_gemm(s), 0), weight});
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -740,11 +774,13 @@ void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost
 // 26.8 against 18.2 us, backward_data 41.3 against 29.4) and the epoch took 183.3 against 155.2 ms; in
 // bench_conv, back to back, they ran as fast either way. The FFMA tiles, tried the same way, gain nothing at
 // batch 64 (docs/conv.md).
+// Launched after its predecessor has completed (not placed early by programmatic dependent launch: docs/conv.md),
+// unless it overlaps its predecessor by design.
 template <class Cfg, class Pass>
 void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& cost, const ConvArgs& a) {
-  Exec after_predecessor = exec;
-  after_predecessor.programmatic_launch = false;
-  launch(after_predecessor, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
+  Exec placed = exec;
+  placed.programmatic_launch = exec.programmatic_launch && a.overlaps_previous;
+  launch(placed, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
 }
 
 // Adds the a.split partials of a.partial (stride a.partial_stride) into the pass's outputs: the M·N of C,
@@ -758,9 +794,11 @@ void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvAr
 }
 
 // Runs one pass: the GEMM kernel, then (split > 1) the reduction. rows: the bias rows written (0 or M).
+// A pass in two halves, so that another kernel can go between them (conv2d_backward): launch_pass launches the
+// GEMM kernel and returns its args (the plan's split set), finish_pass the split-K reduction where there is one.
 template <class Pass>
-void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
-              double bytes, float* workspace, const Plan* forced = nullptr) {
+ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, double flops, double bytes,
+                     float* workspace, const Plan* forced = nullptr) {
   const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K, exec.tf32);
   const int slabs = (a.K + slab_depth(plan.tile) - 1) / slab_depth(plan.tile);
   a.split = plan.split;
@@ -782,8 +820,18 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
     case Tile::mma_32x64: launch_mma_tile<ConvMma32x64, Pass>(exec, name, cost, a); break;
     case Tile::mma_32x32: launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a); break;
   }
-  if (plan.split == 1) return;
-  launch_split_reduce<Pass>(exec, reduce_name, a, rows);
+  return a;
+}
+
+template <class Pass>
+void finish_pass(const Exec& exec, const char* reduce_name, const ConvArgs& a, int rows) {
+  if (a.split > 1) launch_split_reduce<Pass>(exec, reduce_name, a, rows);
+}
+
+template <class Pass>
+void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvArgs a, int rows, double flops,
+              double bytes, float* workspace, const Plan* forced = nullptr) {
+  finish_pass<Pass>(exec, reduce_name, launch_pass<Pass>(exec, name, a, rows, flops, bytes, workspace, forced), rows);
 }
 
 double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
@@ -860,6 +908,36 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
 }
 
 // Kernel-lab entry (kernels/conv_lab.h): one pass with the tile and split forced.
+void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+                     float* dw, float* dbias, float* dx, float* workspace) {
+  check_shape(s);
+  const PassGemm gw = backward_weight_gemm(s), gd = backward_data_gemm(s);
+  if (!dx || gd.M == 0 || gd.N == 0 || direct_taps(s) || gw.M == 0 || gw.N == 0 || gw.K == 0) {
+    cuda::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
+    if (dx) cuda::conv2d_backward_data(exec, s, dy, w, dx, workspace);
+    return;
+  }
+  // backward_weight's GEMM, then backward_data beside it (it reads dy and w, writes dx and its own part of the
+  // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
+  // TF32 GEMMs of the cnn's conv2 hold about 18% of the SMs' warps each, gather-bound (docs/conv.md).
+  const int rows = dbias ? gw.M : 0;
+  ConvArgs wa = make_args(exec, s, gw);
+  wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
+  wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s), workspace);
+  // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
+  // other's blocks (cnn --tf32, H100, one call: batch 64 138.6 -> 133.0 ms per epoch overlapped; batch 256, whose
+  // backward_data has 1568 blocks, 85.1 -> 87.2).
+  const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.tf32);
+  const auto [bm, bn] = tile_extent(data_plan.tile);
+  const bool beside = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
+  ConvArgs da = make_args(exec, s, gd);
+  da.a_src = w, da.b_src = dy, da.out = dx, da.overlaps_previous = exec.programmatic_launch && beside;
+  float* data_workspace = workspace ? workspace + split_floats(gw, s.k) : nullptr;
+  da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s), data_workspace);
+  finish_pass<BackwardDataPass>(exec, "conv2d_backward_data_reduce", da, 0);
+  finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+}
+
 namespace lab {
 size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split) {
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);

@@ -5,7 +5,8 @@
 // GEMM), since both backends sum the same K products in fp32 in different fixed orders. TF32 (Exec::tf32): the
 // reference is the CPU's fp32 pass on operands rounded by round_to_tf32 (exact products, kernels/tf32.h), so
 // the same tolerance holds; dbias stays an fp32 sum of the unrounded dy. Determinism: each pass run twice gives
-// the same bits. Workspace: sized for the full batch, enough for a partial one.
+// the same bits, and conv2d_backward (both backward passes, overlapped) the bits of the two passes. Workspace:
+// sized for the full batch, enough for a partial one.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -32,17 +33,24 @@ struct GpuResults {
   std::vector<float> y, dx, dw, db;
 };
 
+// together: the backward as conv2d_backward (backward_data beside backward_weight) instead of the two passes.
 GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                   const std::vector<float>* bias, const std::vector<float>& dy, size_t workspace_floats) {
+                   const std::vector<float>* bias, const std::vector<float>& dy, size_t workspace_floats,
+                   bool together = false) {
   DeviceBuffer<float> d_x(gpu, at_least_one(x)), d_w(gpu, at_least_one(w)), d_dy(gpu, at_least_one(dy));
   DeviceBuffer<float> d_bias(gpu, at_least_one(bias ? *bias : std::vector<float>{}));
   DeviceBuffer<float> d_y(gpu, at_least_one(poisoned(s.y_size()))), d_dx(gpu, at_least_one(poisoned(s.x_size())));
   DeviceBuffer<float> d_dw(gpu, at_least_one(poisoned(s.w_size()))), d_db(gpu, at_least_one(poisoned(size_t(s.k))));
   DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(workspace_floats)));
   kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), bias ? d_bias.get() : nullptr, d_y.get(), d_ws.get());
-  kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
-  kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), bias ? d_db.get() : nullptr,
-                                  d_ws.get());
+  if (together) {
+    kernels::conv2d_backward(gpu, s, d_x.get(), d_dy.get(), d_w.get(), d_dw.get(), bias ? d_db.get() : nullptr,
+                             d_dx.get(), d_ws.get());
+  } else {
+    kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
+    kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), bias ? d_db.get() : nullptr,
+                                    d_ws.get());
+  }
   GpuResults r{d_y.download(), d_dx.download(), d_dw.download(), d_db.download()};
   r.y.resize(s.y_size()), r.dx.resize(s.x_size()), r.dw.resize(s.w_size()), r.db.resize(bias ? size_t(s.k) : 0);
   return r;
@@ -89,6 +97,11 @@ void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, b
   CHECK(same_bits(first.dx, second.dx));
   CHECK(same_bits(first.dw, second.dw));
   CHECK(same_bits(first.db, second.db));
+  // conv2d_backward runs the same kernels, backward_data beside backward_weight: the same bits.
+  const GpuResults together = run_gpu(gpu, s, x, w, b, dy, ws, true);
+  CHECK(same_bits(first.dx, together.dx));
+  CHECK(same_bits(first.dw, together.dw));
+  CHECK(same_bits(first.db, together.db));
 }
 
 TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]") {
