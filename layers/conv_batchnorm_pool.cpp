@@ -12,7 +12,6 @@ ConvBatchNormPool::ConvBatchNormPool(std::unique_ptr<Conv2d> conv, std::unique_p
   NT_CHECK(fuses(*conv_, *bn_, input), "ConvBatchNormPool: ", conv_->describe(), " and ", bn_->describe(),
            " do not fuse on input ", input.str());
   sequential_index = conv_->sequential_index;
-  conv_params_ = conv_->param_specs().size();
 }
 
 std::string ConvBatchNormPool::describe() const { return cat(conv_->describe(), " + ", bn_->describe()); }
@@ -24,20 +23,21 @@ Shape ConvBatchNormPool::output_shape(const Shape& input) const {
 std::vector<ParamSpec> ConvBatchNormPool::param_specs() const {
   auto specs = conv_->param_specs();
   for (ParamSpec spec : bn_->param_specs()) {
-    spec.module = bn_->sequential_index - conv_->sequential_index;
+    spec.module = bn_module();
     specs.push_back(std::move(spec));
   }
   return specs;
 }
 
 void ConvBatchNormPool::bind_params(std::span<Param*> params) {
-  conv_->bind_params(params.first(conv_params_));
-  bn_->bind_params(params.subspan(conv_params_));
+  const size_t conv_params = conv_->param_specs().size();  // in param_specs() order: the convolution's first
+  conv_->bind_params(params.first(conv_params));
+  bn_->bind_params(params.subspan(conv_params));
 }
 
 std::vector<BufferSpec> ConvBatchNormPool::buffer_specs() const {
   auto specs = bn_->buffer_specs();
-  for (BufferSpec& spec : specs) spec.module = bn_->sequential_index - conv_->sequential_index;
+  for (BufferSpec& spec : specs) spec.module = bn_module();
   return specs;
 }
 

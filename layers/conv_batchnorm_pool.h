@@ -38,6 +38,8 @@ class ConvBatchNormPool final : public Layer {
 
  private:
   kernels::ConvBatchNormPoolShape shape_for(int64_t rows, const Shape& sample) const;  // sample (C, H, W)
+  // The BatchNorm's module within this layer's run of nn.Sequential modules (ParamSpec::module).
+  int bn_module() const { return bn_->sequential_index - conv_->sequential_index; }
   template <class T>
   kernels::ConvBatchNormPoolTensors<T> tensors(const Tensor& x, const Tensor& y) const;
   template <class T>
@@ -47,7 +49,6 @@ class ConvBatchNormPool final : public Layer {
 
   std::unique_ptr<Conv2d> conv_;
   std::unique_ptr<BatchNorm> bn_;
-  size_t conv_params_ = 0;  // how many of param_specs() are the convolution's
   Tensor workspace_;
 };
 

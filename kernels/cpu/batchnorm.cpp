@@ -246,18 +246,20 @@ struct StemScratch {
   T* dconv;
   T* batchnorm;
 };
+// The workspace's parts, with conv2d_forward(x, w) in conv (every pass starts from it).
 template <class T>
-StemScratch<T> stem_scratch(const ConvBatchNormPoolShape& s, T* workspace) {
+StemScratch<T> convolved_scratch(const Exec& exec, const ConvBatchNormPoolShape& s, const ConvBatchNormPoolTensors<T>& t) {
   const size_t full = s.conv.y_size();
-  NT_CHECK(workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
-  return {workspace, workspace + full, workspace + 2 * full};
+  NT_CHECK(t.workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
+  const StemScratch<T> ws{t.workspace, t.workspace + full, t.workspace + 2 * full};
+  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  return ws;
 }
 
 template <class T>
 void stem_forward_train_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                              const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = stem_scratch(s, t.workspace);
-  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  const StemScratch<T> ws = convolved_scratch(exec, s, t);
   pool_forward_train_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta, t.y,
                           t.argmax, t.save_mean, t.save_invstd, t.running_mean, t.running_var, t.num_batches_tracked,
                           ws.batchnorm);
@@ -266,8 +268,7 @@ void stem_forward_train_impl(const Exec& exec, const ConvBatchNormPoolShape& s, 
 template <class T>
 void stem_forward_eval_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                             const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = stem_scratch(s, t.workspace);
-  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  const StemScratch<T> ws = convolved_scratch(exec, s, t);
   pool_forward_eval_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta,
                          static_cast<const T*>(t.running_mean), static_cast<const T*>(t.running_var), t.y, t.argmax,
                          ws.batchnorm);
@@ -276,8 +277,7 @@ void stem_forward_eval_impl(const Exec& exec, const ConvBatchNormPoolShape& s, c
 template <class T>
 void stem_backward_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                         const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = stem_scratch(s, t.workspace);
-  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
+  const StemScratch<T> ws = convolved_scratch(exec, s, t);
   pool_backward_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), static_cast<const T*>(t.y),
                      t.dy, static_cast<const int32_t*>(t.argmax), t.gamma, static_cast<const T*>(t.save_mean),
                      static_cast<const T*>(t.save_invstd), ws.dconv, t.dgamma, t.dbeta, ws.batchnorm);

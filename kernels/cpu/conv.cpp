@@ -302,7 +302,6 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double
   backward_weight_impl(exec, s, x, dy, dw, dbias);
 }
 
-
 template <class T>
 void backward_both(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, const T* w, T* dw, T* dbias, T* dx,
                    T* workspace) {
