@@ -197,9 +197,12 @@ int main(int argc, char** argv) {
       {lab::backward_weight, lab::mma_64x32, 11}, {lab::backward_weight, lab::mma_64x32, 22},
       {lab::backward_weight, lab::mma_64x32, 44}, {lab::backward_weight, lab::mma_64x64, 44},
       {lab::backward_weight, lab::mma_32x32, 22}, {lab::backward_weight, lab::mma_32x32, 44},
+      {lab::forward, lab::halo_64, 1},          {lab::forward, lab::halo_32, 1},
+      {lab::backward_data, lab::halo_32, 1},    {lab::backward_data, lab::halo_64, 1},
   };
   const char* tile_names[] = {"medium", "narrow", "narrow_grouped", "small", "small_grouped", "tall_grouped",
-                              "wide_grouped", "mma_64x64", "mma_64x32", "mma_32x64", "mma_32x32"};
+                              "wide_grouped", "mma_64x64", "mma_64x32", "mma_32x64", "mma_32x32",
+                              "halo_64",   "halo_32"};
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",

@@ -12,10 +12,11 @@ namespace nt::kernels::cuda::lab {
 enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // Block tiles (M × N, micro-tile per thread, k-groups): medium 64×64 (8×4), narrow 32×64 (4×4), narrow_grouped
 // (×2), small 32×32 (4×4), small_grouped (×4), tall_grouped 64×32 (8×4, ×3), wide_grouped 32×64 (4×8, ×3);
-// TF32 tensor cores (4 warps, BK 32): mma_64x64, mma_64x32, mma_32x64, mma_32x32.
+// TF32 tensor cores (4 warps, BK 32): mma_64x64, mma_64x32, mma_32x64, mma_32x32; the halo tile (stride 1,
+// forward and backward_data, split ignored; kernels/cuda/conv_halo.cuh) with 64 or 32 rows: halo_64, halo_32.
 enum ConvTile : int {
   medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped,
-  mma_64x64, mma_64x32, mma_32x64, mma_32x32
+  mma_64x64, mma_64x32, mma_32x64, mma_32x32, halo_64, halo_32
 };
 
 // forward: x, w -> out = y; backward_data: dy, w -> out = dx; backward_weight: x, dy -> out = dw (no bias).

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cuda/conv_halo.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -618,7 +619,8 @@ int direct_weight_blocks(const Conv2dShape& s) {
 
 enum class Tile {
   medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped,  // fp32 FFMA
-  mma_64x64, mma_64x32, mma_32x64, mma_32x32                                         // TF32 MMA
+  mma_64x64, mma_64x32, mma_32x64, mma_32x32,                                        // TF32 MMA
+  halo_64, halo_32                                    // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
 };
 
 struct Plan {
@@ -655,6 +657,8 @@ std::pair<int, int> tile_extent(Tile tile) {
     case Tile::mma_64x32: return {ConvMma64x32::BM, ConvMma64x32::BN};
     case Tile::mma_32x64: return {ConvMma32x64::BM, ConvMma32x64::BN};
     case Tile::mma_32x32: return {ConvMma32x32::BM, ConvMma32x32::BN};
+    case Tile::halo_64: return {64, halo::kTileColumns};
+    case Tile::halo_32: return {32, halo::kTileColumns};
   }
   return {1, 1};
 }
@@ -783,6 +787,45 @@ void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& 
   launch(placed, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
 }
 
+// ---- stride 1 on TF32 tensor cores from a halo tile (kernels/cuda/conv_halo.cuh) ------------------------------
+
+// The forward and backward_data as the halo kernel's stride-1 convolution of a source with a filter bank.
+halo::Args halo_forward_args(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
+  halo::Args a{};
+  a.n = s.n, a.cs = s.c, a.hs = s.h, a.ws = s.w, a.m = s.k, a.ho = s.p(), a.wo = s.q();
+  a.r = s.r, a.s = s.s, a.pad_h = s.pad, a.pad_w = s.pad, a.flipped = false;
+  a.src = x, a.w = w, a.bias = bias, a.dst = y;
+  return a;
+}
+halo::Args halo_backward_data_args(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  halo::Args a{};
+  a.n = s.n, a.cs = s.k, a.hs = s.p(), a.ws = s.q(), a.m = s.c, a.ho = s.h, a.wo = s.w;
+  a.r = s.r, a.s = s.s, a.pad_h = s.r - 1 - s.pad, a.pad_w = s.s - 1 - s.pad, a.flipped = true;
+  a.src = dy, a.w = w, a.dst = dx;
+  return a;
+}
+
+// The halo kernel serves a pass in TF32 at stride 1 where its padded source row fits the tile (halo_plan). The
+// kernel lab's only: slower than the implicit GEMM at the cnn's shapes (conv_halo.cuh, docs/conv.md).
+halo::Plan halo_plan_for(const Exec& exec, const Conv2dShape& s, const halo::Args& a, int bm = 0) {
+  if (!exec.tf32 || s.stride != 1) return {};
+  return halo::halo_plan(a, bm);
+}
+
+void launch_halo(const Exec& exec, const char* name, const profile::OpCost& cost, const halo::Plan& plan) {
+  const auto kernel = plan.bm == 64 ? halo::conv_halo_kernel<64> : halo::conv_halo_kernel<32>;
+  static const bool opted_in = [] {  // dynamic shared memory above the default 48 KB
+    for (auto k : {halo::conv_halo_kernel<64>, halo::conv_halo_kernel<32>})
+      NT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(halo::kSharedBudget)));
+    return true;
+  }();
+  (void)opted_in;
+  Exec placed = exec;  // after its predecessor, as the other TF32 kernels (launch_mma_tile)
+  placed.programmatic_launch = false;
+  launch(placed, name, cost, kernel, halo::halo_grid(plan), dim3(halo::kThreads), plan.smem_bytes, plan.args);
+}
+
 // Adds the a.split partials of a.partial (stride a.partial_stride) into the pass's outputs: the M·N of C,
 // then `rows` bias rows (0 or M).
 template <class Pass>
@@ -819,6 +862,7 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
     case Tile::mma_64x32: launch_mma_tile<ConvMma64x32, Pass>(exec, name, cost, a); break;
     case Tile::mma_32x64: launch_mma_tile<ConvMma32x64, Pass>(exec, name, cost, a); break;
     case Tile::mma_32x32: launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a); break;
+    case Tile::halo_64: case Tile::halo_32: NT_CHECK(false, name, ": the halo tile is no implicit GEMM"); break;
   }
   return a;
 }
@@ -947,10 +991,20 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
 void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
                     const float* dy, float* out, float* workspace, int tile, int split) {
   check_shape(s);
-  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::mma_32x32) && split >= 1,
+  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::halo_32) && split >= 1,
            "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
   const Plan plan{static_cast<Tile>(tile), split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
+  if (plan.tile == Tile::halo_64 || plan.tile == Tile::halo_32) {
+    NT_CHECK(pass != 2, "conv lab: the halo kernel has no backward_weight");
+    Exec tf32 = exec;
+    tf32.tf32 = true;
+    const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, nullptr, out) : halo_backward_data_args(s, dy, w, out);
+    const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
+    NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
+    return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", profile::OpCost{bytes, flops},
+                       halo_plan);
+  }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));
     a.a_src = w, a.b_src = x, a.out = out;

@@ -6,13 +6,15 @@
 // reference is the CPU's fp32 pass on operands rounded by round_to_tf32 (exact products, kernels/tf32.h), so
 // the same tolerance holds; dbias stays an fp32 sum of the unrounded dy. Determinism: each pass run twice gives
 // the same bits, and conv2d_backward (both backward passes, overlapped) the bits of the two passes. Workspace:
-// sized for the full batch, enough for a partial one.
+// sized for the full batch, enough for a partial one. The kernel lab's halo tile (not chosen by the engine) is
+// checked the same way through its lab entry.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/conv.h"
+#include "kernels/conv_lab.h"
 #include "kernels/tf32.h"
 #include "support/test_support.h"
 
@@ -140,6 +142,40 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
     if (s.p() == 0 || s.q() == 0) continue;
     check_against_cpu(cuda.exec, s, checked % 2 == 1, checked % 4 >= 2);
     ++checked;
+  }
+}
+
+TEST_CASE("conv2d's halo tile (kernel lab) matches the CPU twin", "[cuda][conv]") {
+  namespace lab = kernels::cuda::lab;
+  CudaExec cuda;
+  const Exec& gpu = cuda.exec;
+  const std::vector<Conv2dShape> shapes = {
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},      // odd sizes, channels padded to 8
+      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},     // 5x5
+      Conv2dShape{2, 6, 8, 5, 4, 3, 2, 1, 2},      // R != S, pad > S - 1: backward_data's source pads differ
+      Conv2dShape{2, 4, 6, 7, 3, 1, 1, 1, 1},      // 1x1, pad 1: backward_data's source pad is -1 (a crop)
+      Conv2dShape{1, 70, 4, 5, 33, 3, 3, 1, 1},    // channels in three chunks of shared memory, 33 of 64 rows
+      Conv2dShape{2, 3, 10, 30, 40, 3, 3, 1, 1},   // bands of 3 output rows, the last of 1
+      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+  };
+  for (const auto& s : shapes) {
+    INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
+              << " pad=" << s.pad);
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
+    const auto xm = kernels::rounded_to_tf32(x), wm = kernels::rounded_to_tf32(w), dym = kernels::rounded_to_tf32(dy);
+    std::vector<float> y(s.y_size()), dx(s.x_size());
+    const Exec cpu;
+    kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), nullptr, y.data(), nullptr);
+    kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), dx.data(), nullptr);
+    DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
+    for (const int tile : {lab::halo_64, lab::halo_32}) {
+      INFO("tile " << tile);
+      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size()));
+      lab::conv2d_variant(gpu, lab::forward, s, d_x.get(), d_w.get(), d_dy.get(), d_y.get(), nullptr, tile, 1);
+      lab::conv2d_variant(gpu, lab::backward_data, s, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), nullptr, tile, 1);
+      NT_REQUIRE_CLOSE(d_y.download(), y, fp32_dot(s.c * s.r * s.s));
+      NT_REQUIRE_CLOSE(d_dx.download(), dx, fp32_dot(s.k * s.r * s.s));
+    }
   }
 }
 
