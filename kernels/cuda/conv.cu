@@ -790,11 +790,11 @@ void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& 
 // ---- stride 1 on TF32 tensor cores from a halo tile (kernels/cuda/conv_halo.cuh) ------------------------------
 
 // The forward and backward_data as the halo kernel's stride-1 convolution of a source with a filter bank.
-halo::Args halo_forward_args(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y) {
+halo::Args halo_forward_args(const Conv2dShape& s, const float* x, const float* w, float* y) {
   halo::Args a{};
   a.n = s.n, a.cs = s.c, a.hs = s.h, a.ws = s.w, a.m = s.k, a.ho = s.p(), a.wo = s.q();
   a.r = s.r, a.s = s.s, a.pad_h = s.pad, a.pad_w = s.pad, a.flipped = false;
-  a.src = x, a.w = w, a.bias = bias, a.dst = y;
+  a.src = x, a.w = w, a.dst = y;
   return a;
 }
 halo::Args halo_backward_data_args(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
@@ -951,7 +951,6 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
                                dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
 }
 
-// Kernel-lab entry (kernels/conv_lab.h): one pass with the tile and split forced.
 void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
                      float* dw, float* dbias, float* dx, float* workspace) {
   check_shape(s);
@@ -982,6 +981,7 @@ void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, con
   finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
 }
 
+// Kernel-lab entry (kernels/conv_lab.h): one pass with the tile and split forced.
 namespace lab {
 size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split) {
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
@@ -999,7 +999,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const floa
     NT_CHECK(pass != 2, "conv lab: the halo kernel has no backward_weight");
     Exec tf32 = exec;
     tf32.tf32 = true;
-    const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, nullptr, out) : halo_backward_data_args(s, dy, w, out);
+    const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, out) : halo_backward_data_args(s, dy, w, out);
     const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
     return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", profile::OpCost{bytes, flops},

@@ -13,7 +13,8 @@
 //   backward_data    dy (K)            w[c, m, R−1−r, S−1−s]    R−1−pad, S−1−pad        dx (C)
 //
 // (the data gradient of a stride-1 convolution is the convolution of dy with the filters transposed and
-// turned by 180°; a pad above R − 1 makes the source pad negative, which crops instead). Bias: forward only.
+// turned by 180°; a pad above R − 1 makes the source pad negative, which crops instead). No bias: the lab times
+// the passes without one.
 //
 // The idea: the implicit-GEMM kernel gathers every operand element with its own address and range checks, about
 // 9 times per source value (once per tap). Here a block stages the source rows its outputs need once, zero
@@ -48,7 +49,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/fast_divmod.cuh"
@@ -73,7 +73,6 @@ struct Args {
   FastDivmod by_wp, by_plane, by_bands, by_chunk_taps, by_block_taps, by_rs;
   const float* src;
   const float* w;
-  const float* bias;  // nullable
   float* dst;
 };
 
@@ -207,8 +206,7 @@ __global__ void __launch_bounds__(kThreads) conv_halo_kernel(Args a) {
         for (int hi = 0; hi < 2; ++hi) {
           const int m = m0 + wm + 16 * i + g + 8 * hi;
           if (m >= a.m) continue;
-          const float v = acc[i][j][2 * hi + half];
-          dst_img[(m * a.ho + p) * a.wo + q] = a.bias ? v + __ldg(&a.bias[m]) : v;
+          dst_img[(m * a.ho + p) * a.wo + q] = acc[i][j][2 * hi + half];
         }
     }
 }
@@ -221,8 +219,6 @@ struct Plan {
   size_t smem_bytes = 0;
 };
 
-inline int round_up(int v, int to) { return (v + to - 1) / to * to; }
-
 // a: the pass (n, cs, hs, ws, m, ho, wo, r, s, pad_h, pad_w, flipped) without the plan's fields. bm: the row block (32 or
 // 64), 0 to choose: 64 where M exceeds 32.
 inline Plan halo_plan(Args a, int bm = 0) {
@@ -232,18 +228,18 @@ inline Plan halo_plan(Args a, int bm = 0) {
   plan.bm = bm ? bm : a.m > 32 ? 64 : 32;
   a.rs = a.r * a.s;
   const int most_rows = kTileColumns / a.wp;
-  a.bands = (a.ho + most_rows - 1) / most_rows;
-  a.rows = (a.ho + a.bands - 1) / a.bands;
+  a.bands = div_up(a.ho, most_rows);
+  a.rows = div_up(a.ho, a.bands);
   // L: past the furthest tap of the last column, ≡ 8 (mod 32)
   const int need = kTileColumns + (a.r - 1) * a.wp + a.s - 1;
-  a.plane = need <= 8 ? 8 : round_up(need - 8, 32) + 8;
+  a.plane = need <= 8 ? 8 : div_up(need - 8, 32) * 32 + 8;
   auto bytes = [&](int chunk) { return 4 * (size_t(plan.bm) * (chunk * a.rs + 4) + size_t(chunk) * a.plane); };
-  const int channels = round_up(a.cs, 8);
+  const int channels = div_up(a.cs, 8) * 8;
   int most = channels;
   while (most >= 8 && bytes(most) > kSharedBudget) most -= 8;
   if (most < 8) return plan;
-  const int chunks = (channels + most - 1) / most;
-  a.chunk = round_up((channels + chunks - 1) / chunks, 8);
+  const int chunks = div_up(channels, most);
+  a.chunk = div_up(div_up(channels, chunks), 8) * 8;
   a.a_ld = a.chunk * a.rs + 4;
   a.by_wp = FastDivmod(a.wp), a.by_plane = FastDivmod(a.plane), a.by_bands = FastDivmod(a.bands);
   a.by_chunk_taps = FastDivmod(a.chunk * a.rs), a.by_block_taps = FastDivmod(plan.bm * a.rs), a.by_rs = FastDivmod(a.rs);
@@ -254,7 +250,7 @@ inline Plan halo_plan(Args a, int bm = 0) {
 }
 
 inline dim3 halo_grid(const Plan& plan) {
-  return dim3(static_cast<unsigned>(plan.args.n * plan.args.bands), static_cast<unsigned>((plan.args.m + plan.bm - 1) / plan.bm));
+  return dim3(static_cast<unsigned>(plan.args.n * plan.args.bands), static_cast<unsigned>(div_up(plan.args.m, plan.bm)));
 }
 
 }  // namespace nt::kernels::cuda::halo
