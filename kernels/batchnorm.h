@@ -40,18 +40,21 @@
 // bias (conv_batchnorm_pool_fits: C·R·S <= 32 taps and a zero-padded image of at most 8192 values), then
 // batchnorm_pool_* on its output, as one op that never writes that output (n, K, P, Q): the GPU recomputes each
 // value from x's C·R·S taps (the direct convolution's arithmetic, TF32 with Exec::tf32) wherever the BatchNorm
-// reads one. With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of batchnorm_pool_backward:
+// reads one, and takes the statistics and the weight gradient from moments of x's patches (kernels/cuda/
+// batchnorm.cu). With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of batchnorm_pool_backward:
 //   forward_train / forward_eval  y, argmax = batchnorm_pool_*(conv): the statistics and running statistics
 //                  of conv, argmax an index into conv's (P, Q) plane
 //   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a
 //                  stem is its model's first layer.
-// On the GPU the training forward's pooled pass and the backward's two passes read x and w before they wait for
+// On the GPU the training forward's pooled pass and the backward's reduce read x and w before they wait for
 // the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
 // right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
 // training step x comes from the batch gather and w from the last update, both earlier).
 // The arguments travel in ConvBatchNormPoolTensors (each op's comment says which fields it reads and writes);
-// workspace: conv_batchnorm_pool_workspace_floats(backend, s) elements per call (the CPU runs the ops through
-// full-resolution scratch; the GPU needs the statistics' partials and the weight gradient's).
+// workspace: conv_batchnorm_pool_workspace_floats(backend, s) elements, 8-byte aligned (the CPU runs the ops
+// through full-resolution scratch; the GPU keeps x's patch moments and the passes' partials). The backward
+// reads the moments that the training forward of the same x left in it: pass the same workspace to both and
+// nothing else in between (a layer's own workspace, as the static memory plan gives it).
 #pragma once
 
 #include <cstddef>
@@ -166,7 +169,8 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
                              const int32_t* argmax, const double* gamma, const double* save_mean,
                              const double* save_invstd, double* dx, double* dgamma, double* dbeta, double* workspace);
 size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s);
-// forward_train reads x, w, gamma, beta, running_*; writes y, argmax, save_*, running_*, num_batches_tracked.
+// forward_train reads x, w, gamma, beta, running_*; writes y, argmax, save_*, running_*, num_batches_tracked
+// (and, on the GPU, the workspace's moments that backward reads).
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                                        const ConvBatchNormPoolTensors<float>& t);
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
@@ -176,7 +180,8 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolS
                                       const ConvBatchNormPoolTensors<float>& t);
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                                       const ConvBatchNormPoolTensors<double>& t);
-// backward reads x, w, y (with relu), dy, argmax, gamma, save_*; writes dw, dgamma, dbeta.
+// backward reads x, w, y (with relu), dy, argmax, gamma, save_* (and the forward's moments); writes dw, dgamma,
+// dbeta.
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
                                   const ConvBatchNormPoolTensors<float>& t);
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
