@@ -62,10 +62,11 @@ void DeviceBatcher::begin_epoch(const kernels::Exec& exec, int epoch) {
   kernels::copy_host_to_device(exec, order_.raw(), perm.data(), perm.size() * sizeof(int32_t));
 }
 
-void DeviceBatcher::gather(const kernels::Exec& exec, int64_t first, int rows, const Tensor& x, const Tensor& y) {
+void DeviceBatcher::gather(const kernels::Exec& exec, int64_t first, int rows, const Tensor& x, const Tensor& y,
+                           bool beside_previous) {
   NT_CHECK(first >= 0 && first + rows <= count_, "batch [", first, ", ", first + rows, ") of ", count_);
   NT_CHECK(x.numel() >= int64_t(rows) * source_.D, "batch input too small");
-  kernels::gather_batch(exec, source_, first, rows, x.f32(), y.i32());
+  kernels::gather_batch(exec, source_, first, rows, x.f32(), y.i32(), beside_previous);
 }
 
 }  // namespace nt::data

@@ -29,7 +29,8 @@ class DeviceBatcher final : public BatchSource {
 
   int64_t examples() const override { return count_; }
   void begin_epoch(const kernels::Exec& exec, int epoch) override;
-  void gather(const kernels::Exec& exec, int64_t first, int rows, const Tensor& x, const Tensor& y) override;
+  void gather(const kernels::Exec& exec, int64_t first, int rows, const Tensor& x, const Tensor& y,
+              bool beside_previous) override;
 
   // The order of examples in `epoch` (what begin_epoch uploads), for reproducing a run elsewhere.
   std::vector<int32_t> order(int epoch) const;

@@ -66,7 +66,9 @@ void Trainer::enqueue_train_step(int64_t step) {
   const int rows = options_.batch;
   profile::StepScope step_scope("train_step");  // the phases label the profiler's table and NVTX ranges
   profile::PhaseScope phase("data");
-  train_.gather(exec, step * rows, rows, model_.input(), labels_);
+  // After the first step the kernel just before is the previous step's optimizer update, which touches no
+  // batch or data: the gather runs beside it.
+  train_.gather(exec, step * rows, rows, model_.input(), labels_, step > 0);
   phase.next("forward");
   model_.forward(exec, rows, Mode::train, body_layers());
   phase.next("loss");
@@ -135,7 +137,7 @@ void Trainer::enqueue_eval(BatchSource& data) {
   for (int64_t first = 0; first < data.examples(); first += batch) {
     profile::StepScope step_scope("eval_batch");
     const int rows = static_cast<int>(std::min<int64_t>(batch, data.examples() - first));
-    data.gather(exec, first, rows, model_.input(), labels_);
+    data.gather(exec, first, rows, model_.input(), labels_, false);
     model_.forward(exec, rows, Mode::eval, body_layers());
     enqueue_loss(rows, false, eval_totals_);
   }

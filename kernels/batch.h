@@ -51,14 +51,20 @@ NT_HOST_DEVICE inline PixelShift batch_shift(uint64_t epoch_key, uint64_t positi
   return {static_cast<int>(((bits & 0xFFFFFFFFull) * n) >> 32) - k, static_cast<int>(((bits >> 32) * n) >> 32) - k};
 }
 
+// overlaps_previous: the kernel launched just before reads and writes nothing that the gather reads or writes
+// (a training step's optimizer update); on the GPU the gather then runs beside it (kernels/cuda/launch.cuh,
+// begin_overlapping_kernel). The CPU runs in order anyway.
 namespace cpu {
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y);
+void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
+                  bool overlaps_previous = false);
 }
 namespace cuda {
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y);
+void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
+                  bool overlaps_previous = false);
 }
-inline void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y) {
-  NT_DISPATCH(exec, gather_batch, src, first, B, x, y);
+inline void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
+                         bool overlaps_previous = false) {
+  NT_DISPATCH(exec, gather_batch, src, first, B, x, y, overlaps_previous);
 }
 
 }  // namespace nt::kernels

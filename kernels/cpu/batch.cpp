@@ -58,7 +58,7 @@ void shift_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, float m
 
 }  // namespace
 
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y) {
+void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y, bool) {
   if (B <= 0 || src.D <= 0) return;
   const int D = src.D;
   const double values = double(B) * D;

@@ -23,6 +23,10 @@
 // W > blockDim.x), threads y and blockIdx.x over the image rows i, blockIdx.z over the channels, blockIdx.y
 // over the batch rows (grid-stride). A warp reads one contiguous source row segment and writes one
 // contiguous output row segment; no integer division in the index math.
+//
+// Overlapping (overlaps_previous, kernels/batch.h): the kernels open with begin_overlapping_kernel instead of the
+// dependency wait and end with end_overlapping_kernel, so a training step's gather runs beside the previous
+// step's optimizer update (which touches neither the data nor the batch) rather than after it.
 #include <algorithm>
 #include <cstdint>
 
@@ -36,6 +40,15 @@ namespace {
 constexpr int kMaxThreads = 256;
 constexpr int kMaxRowBlocks = 65535;  // the grid's y limit; more rows stride
 
+// The dependency wait at a kernel's start, or (overlap) the successor's early launch; every thread calls both.
+__device__ __forceinline__ void enter_gather(bool overlap) {
+  if (overlap) begin_overlapping_kernel();
+  else begin_dependent_kernel();
+}
+__device__ __forceinline__ void leave_gather(bool overlap) {
+  if (overlap) end_overlapping_kernel();
+}
+
 struct Normalize {
   float mean, std;
   __device__ float operator()(uint8_t pixel) const { return (static_cast<float>(pixel) / 255.0f - mean) / std; }
@@ -48,11 +61,11 @@ struct Normalize {
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_vec4_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                              const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
-                             float* __restrict__ x, int32_t* __restrict__ y) {
+                             bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
   __shared__ float value_of[256];  // value_of[p] = norm(p)
   for (int p = threadIdx.x; p < 256; p += blockDim.x) value_of[p] = norm(static_cast<uint8_t>(p));
   __syncthreads();
-  begin_dependent_kernel();
+  enter_gather(overlap);
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // which 4 values of the row
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
@@ -64,14 +77,15 @@ __global__ void __launch_bounds__(kMaxThreads)
           float4{value_of[px.x], value_of[px.y], value_of[px.z], value_of[px.w]};
     }
   }
+  leave_gather(overlap);
 }
 
 // x: (B,D) fp32; threads over the D columns (blockIdx.x, threadIdx.x), rows over blockIdx.y.
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                         const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
-                        float* __restrict__ x, int32_t* __restrict__ y) {
-  begin_dependent_kernel();
+                        bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
+  enter_gather(overlap);
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
@@ -79,15 +93,16 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (row_leader) y[b] = labels[r];
     if (d < D) x[int64_t(b) * D + d] = norm(images[r * D + d]);
   }
+  leave_gather(overlap);
 }
 
 // x: (B,C,H,W) fp32, translated images; see the file's comment for the thread mapping.
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_shift_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                               const int32_t* __restrict__ perm, int64_t first, int B, int D, int H, int W, int k,
-                              const uint64_t* __restrict__ shift_key, Normalize norm, float* __restrict__ x,
-                              int32_t* __restrict__ y) {
-  begin_dependent_kernel();
+                              const uint64_t* __restrict__ shift_key, Normalize norm, bool overlap,
+                              float* __restrict__ x, int32_t* __restrict__ y) {
+  enter_gather(overlap);
   const uint64_t key = *shift_key;
   const int i = blockIdx.x * blockDim.y + threadIdx.y;  // output image row
   const int64_t plane = int64_t(blockIdx.z) * H;        // first row of channel c in (C*H, W)
@@ -107,6 +122,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       out[j] = row_inside && sj >= 0 && sj < W ? norm(in[sj]) : fill;
     }
   }
+  leave_gather(overlap);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -117,7 +133,8 @@ int threads_for(int columns) { return std::min(kMaxThreads, div_up(columns, 32) 
 
 }  // namespace
 
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y) {
+void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
+                  bool overlaps_previous) {
   if (B <= 0 || src.D <= 0) return;
   const int D = src.D;
   const double values = double(B) * D;
@@ -131,7 +148,7 @@ void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B
     const int tx = std::min(128, div_up(W, 32) * 32), ty = std::min(kMaxThreads / tx, H);
     const dim3 grid(div_up(H, ty), std::min(B, kMaxRowBlocks), D / (H * W));
     launch(exec, "gather_batch", cost, gather_batch_shift_kernel, grid, dim3(tx, ty), 0, src.images, src.labels,
-           src.perm, first, B, D, H, W, src.shift, src.shift_key, norm, x, y);
+           src.perm, first, B, D, H, W, src.shift, src.shift_key, norm, overlaps_previous, x, y);
     return;
   }
   const bool vec = D % 4 == 0 && aligned(src.images, 4) && aligned(x, 16);
@@ -140,10 +157,10 @@ void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B
   const dim3 grid(div_up(columns, threads), std::min(B, kMaxRowBlocks));
   if (vec)
     launch(exec, "gather_batch", cost, gather_batch_vec4_kernel, grid, dim3(threads), 0, src.images, src.labels,
-           src.perm, first, B, D, norm, x, y);
+           src.perm, first, B, D, norm, overlaps_previous, x, y);
   else
     launch(exec, "gather_batch", cost, gather_batch_kernel, grid, dim3(threads), 0, src.images, src.labels, src.perm,
-           first, B, D, norm, x, y);
+           first, B, D, norm, overlaps_previous, x, y);
 }
 
 }  // namespace nt::kernels::cuda

@@ -47,7 +47,7 @@ Gathered gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const da
   for (int64_t first = 0; first < d.count; first += batch) {
     const int rows = static_cast<int>(std::min<int64_t>(batch, d.count - first));
     std::fill_n(x.f32(), x.numel(), kPoison);
-    batcher.gather(exec, first, rows, x, y);
+    batcher.gather(exec, first, rows, x, y, false);
     auto xs = x.to_host<float>(exec);
     auto ys = y.to_host<int32_t>(exec);
     g.x.insert(g.x.end(), xs.begin(), xs.begin() + rows * D);

@@ -212,12 +212,20 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     DeviceBuffer<float> d_x(gpu, padded(poisoned(n), k.x_offset, kPoison));
     DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(k.B, -1));
     kernels::BatchSource src{d_images.get() + k.image_offset, d_labels.get(), d_perm.get(), k.D, mean, std_dev};
+    // Twice: the second beside the first (it writes other buffers), as a training step's gather runs beside the
+    // optimizer update.
+    DeviceBuffer<float> d_x2(gpu, padded(poisoned(n), k.x_offset, kPoison));
+    DeviceBuffer<int32_t> d_y2(gpu, std::vector<int32_t>(k.B, -1));
     kernels::gather_batch(gpu, src, k.first, k.B, d_x.get() + k.x_offset, d_y.get());
+    kernels::gather_batch(gpu, src, k.first, k.B, d_x2.get() + k.x_offset, d_y2.get(), /*overlaps_previous=*/true);
 
-    const auto got_x = d_x.download();
-    REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
-    REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
+    for (const auto* out : {&d_x, &d_x2}) {
+      const auto got_x = out->download();
+      REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
+      REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
+    }
     REQUIRE(d_y.download() == cpu_y);
+    REQUIRE(d_y2.download() == cpu_y);
   }
 }
 
@@ -276,14 +284,20 @@ TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU t
     DeviceBuffer<uint64_t> d_key(gpu, std::vector<uint64_t>{key});
     DeviceBuffer<float> d_x(gpu, padded(poisoned(n), k.x_offset, kPoison));
     DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(k.B, -1));
-    kernels::gather_batch(gpu, shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get()), k.first,
-                          k.B, d_x.get() + k.x_offset, d_y.get());
+    const auto src = shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get());
+    DeviceBuffer<float> d_x2(gpu, padded(poisoned(n), k.x_offset, kPoison));  // twice, as above
+    DeviceBuffer<int32_t> d_y2(gpu, std::vector<int32_t>(k.B, -1));
+    kernels::gather_batch(gpu, src, k.first, k.B, d_x.get() + k.x_offset, d_y.get());
+    kernels::gather_batch(gpu, src, k.first, k.B, d_x2.get() + k.x_offset, d_y2.get(), /*overlaps_previous=*/true);
 
-    const auto got_x = d_x.download();
-    REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
-    REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
-    if (k.x_offset) REQUIRE(std::isnan(got_x.front()));
+    for (const auto* out : {&d_x, &d_x2}) {
+      const auto got_x = out->download();
+      REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
+      REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
+      if (k.x_offset) REQUIRE(std::isnan(got_x.front()));
+    }
     REQUIRE(d_y.download() == cpu_y);
+    REQUIRE(d_y2.download() == cpu_y);
   }
 }
 
