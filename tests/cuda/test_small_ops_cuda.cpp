@@ -178,6 +178,24 @@ TEST_CASE("sgd_update on CUDA is bit-identical to the CPU twin", "[cuda][optim]"
 
 // ---- batch gather --------------------------------------------------------------------------------------
 
+// The GPU gather twice, the second beside the first (it writes other buffers, as a training step's gather runs
+// beside the optimizer update), each checked against the CPU twin's x and y bit for bit, outputs poisoned.
+void check_gather_twice(const Exec& gpu, const kernels::BatchSource& src, int64_t first, int B, size_t x_offset,
+                        const std::vector<float>& cpu_x, const std::vector<int32_t>& cpu_y) {
+  const size_t n = cpu_x.size();
+  DeviceBuffer<float> d_x(gpu, padded(poisoned(n), x_offset, kPoison)), d_x2(gpu, padded(poisoned(n), x_offset, kPoison));
+  DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(B, -1)), d_y2(gpu, std::vector<int32_t>(B, -1));
+  kernels::gather_batch(gpu, src, first, B, d_x.get() + x_offset, d_y.get());
+  kernels::gather_batch(gpu, src, first, B, d_x2.get() + x_offset, d_y2.get(), /*overlaps_previous=*/true);
+  for (const auto* out : {&d_x, &d_x2}) {
+    const auto got_x = out->download();
+    REQUIRE(same_bits(got_x.data() + x_offset, cpu_x.data(), n));
+    REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
+    if (x_offset) REQUIRE(std::isnan(got_x.front()));
+  }
+  for (const auto* out : {&d_y, &d_y2}) REQUIRE(out->download() == cpu_y);
+}
+
 TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch]") {
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
@@ -209,23 +227,8 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     DeviceBuffer<uint8_t> d_images(gpu, padded(images, k.image_offset, uint8_t{0}));
     DeviceBuffer<uint8_t> d_labels(gpu, labels);
     DeviceBuffer<int32_t> d_perm(gpu, perm);
-    DeviceBuffer<float> d_x(gpu, padded(poisoned(n), k.x_offset, kPoison));
-    DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(k.B, -1));
-    kernels::BatchSource src{d_images.get() + k.image_offset, d_labels.get(), d_perm.get(), k.D, mean, std_dev};
-    // Twice: the second beside the first (it writes other buffers), as a training step's gather runs beside the
-    // optimizer update.
-    DeviceBuffer<float> d_x2(gpu, padded(poisoned(n), k.x_offset, kPoison));
-    DeviceBuffer<int32_t> d_y2(gpu, std::vector<int32_t>(k.B, -1));
-    kernels::gather_batch(gpu, src, k.first, k.B, d_x.get() + k.x_offset, d_y.get());
-    kernels::gather_batch(gpu, src, k.first, k.B, d_x2.get() + k.x_offset, d_y2.get(), /*overlaps_previous=*/true);
-
-    for (const auto* out : {&d_x, &d_x2}) {
-      const auto got_x = out->download();
-      REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
-      REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
-    }
-    REQUIRE(d_y.download() == cpu_y);
-    REQUIRE(d_y2.download() == cpu_y);
+    const kernels::BatchSource src{d_images.get() + k.image_offset, d_labels.get(), d_perm.get(), k.D, mean, std_dev};
+    check_gather_twice(gpu, src, k.first, k.B, k.x_offset, cpu_x, cpu_y);
   }
 }
 
@@ -282,22 +285,8 @@ TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU t
     DeviceBuffer<uint8_t> d_images(gpu, in.images), d_labels(gpu, in.labels);
     DeviceBuffer<int32_t> d_perm(gpu, in.perm);
     DeviceBuffer<uint64_t> d_key(gpu, std::vector<uint64_t>{key});
-    DeviceBuffer<float> d_x(gpu, padded(poisoned(n), k.x_offset, kPoison));
-    DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(k.B, -1));
-    const auto src = shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get());
-    DeviceBuffer<float> d_x2(gpu, padded(poisoned(n), k.x_offset, kPoison));  // twice, as above
-    DeviceBuffer<int32_t> d_y2(gpu, std::vector<int32_t>(k.B, -1));
-    kernels::gather_batch(gpu, src, k.first, k.B, d_x.get() + k.x_offset, d_y.get());
-    kernels::gather_batch(gpu, src, k.first, k.B, d_x2.get() + k.x_offset, d_y2.get(), /*overlaps_previous=*/true);
-
-    for (const auto* out : {&d_x, &d_x2}) {
-      const auto got_x = out->download();
-      REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
-      REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
-      if (k.x_offset) REQUIRE(std::isnan(got_x.front()));
-    }
-    REQUIRE(d_y.download() == cpu_y);
-    REQUIRE(d_y2.download() == cpu_y);
+    check_gather_twice(gpu, shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get()), k.first, k.B,
+                       k.x_offset, cpu_x, cpu_y);
   }
 }
 
