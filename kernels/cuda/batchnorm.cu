@@ -1845,10 +1845,10 @@ __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(con
   }
 }
 
-// grid (K / kWarps): warp w of block g finishes channel k = g·kWarps + w. The block first adds the chunks'
-// moments (in chunk order, double) and centres them; then the warp combines S1, S2 (finalize_backward, which
-// stores dgamma and dbeta) and lane t < taps writes dw[k][t] by the formula at the top of the section, with P_t
-// added in chunk order.
+// grid (K / kWarps): warp w of block g finishes channel k = g·kWarps + w. Lane t < taps adds its P_t over the chunks
+// (chunk order, double) and the block the chunks' moments (total_moments); then the warp combines S1, S2
+// (finalize_backward, which stores dgamma and dbeta) and lane t writes dw[k][t] by the formula at the top of the
+// section.
 template <int Taps>
 __global__ void __launch_bounds__(kThreads) stem_weight_kernel(const StemGeometry sg, const BackwardArgs b,
                                                                const StemConv cv, const double* __restrict__ moments,
@@ -1860,7 +1860,7 @@ __global__ void __launch_bounds__(kThreads) stem_weight_kernel(const StemGeometr
   const int t = threadIdx.x % kWarpSize;
   const bool mine = k < sg.parts.C && t < cv.taps;
   const int64_t pc = int64_t(chunks) * sg.parts.C;
-  // This lane's P_t first, so that its loads overlap the moments' (field 2 + t: chunk p at p_t[p]).
+  // P_t: field 2 + t, chunk p at [p].
   const double p_sum = mine ? sum_in_order<32>(b.ws + (2 + t) * pc + partial_at(sg.parts, 0, k), 1, chunks) : 0.0;
   const double n = b.count;
   total_moments<Taps>(moments, chunks, n, s);
