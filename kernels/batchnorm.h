@@ -41,7 +41,7 @@
 // batchnorm_pool_* on its output, as one op that never writes that output (n, K, P, Q): the GPU recomputes each
 // value from x's C·R·S taps (the direct convolution's arithmetic, TF32 with Exec::tf32) wherever the BatchNorm
 // reads one, and takes the statistics and the weight gradient from moments of x's patches (kernels/cuda/
-// batchnorm.cu). With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of batchnorm_pool_backward:
+// conv_batchnorm_pool.cu). With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of batchnorm_pool_backward:
 //   forward_train / forward_eval  y, argmax = batchnorm_pool_*(conv): the statistics and running statistics
 //                  of conv, argmax an index into conv's (P, Q) plane
 //   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a

@@ -1,4 +1,5 @@
-// BatchNorm on the CPU: the reference twin of kernels/cuda/batchnorm.cu (contract in kernels/batchnorm.h).
+// BatchNorm on the CPU: the reference twin of kernels/cuda/batchnorm.cu and conv_batchnorm_pool.cu (contract in
+// kernels/batchnorm.h).
 //
 // Layouts: NCHW x[(n·C + c)·hw + i], NHWC x[(n·hw + i)·C + c]; per channel the count = n·hw values are
 // visited in ONE order in both layouts, k = n·hw + i ascending, so NCHW and NHWC give the same bits.

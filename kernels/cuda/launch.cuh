@@ -17,7 +17,7 @@
 // The one exception, a kernel declared independent of its predecessor, is below (begin_overlapping_kernel).
 // Consequence used there: when a kernel starts, every kernel before its predecessor has completed. The fused
 // convolution stem's later passes use it too: they stage x and w, written by earlier kernels, before their
-// wait (kernels/cuda/batchnorm.cu, enter_stem_block).
+// wait (kernels/cuda/conv_batchnorm_pool.cu, enter_stem_block).
 #pragma once
 
 #include <cuda_runtime.h>
