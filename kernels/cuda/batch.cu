@@ -24,9 +24,9 @@
 // over the batch rows (grid-stride). A warp reads one contiguous source row segment and writes one
 // contiguous output row segment; no integer division in the index math.
 //
-// Overlapping (overlaps_previous, kernels/batch.h): the kernels open with begin_overlapping_kernel instead of the
-// dependency wait and end with end_overlapping_kernel, so a training step's gather runs beside the previous
-// step's optimizer update (which touches neither the data nor the batch) rather than after it.
+// Overlapping (overlaps_previous, kernels/batch.h): the kernels open and close with launch.cuh's begin_kernel and
+// end_kernel, so a training step's gather runs beside the previous step's optimizer update (which touches
+// neither the data nor the batch) rather than after it.
 #include <algorithm>
 #include <cstdint>
 
@@ -39,15 +39,6 @@ namespace {
 
 constexpr int kMaxThreads = 256;
 constexpr int kMaxRowBlocks = 65535;  // the grid's y limit; more rows stride
-
-// The dependency wait at a kernel's start, or (overlap) the successor's early launch; every thread calls both.
-__device__ __forceinline__ void enter_gather(bool overlap) {
-  if (overlap) begin_overlapping_kernel();
-  else begin_dependent_kernel();
-}
-__device__ __forceinline__ void leave_gather(bool overlap) {
-  if (overlap) end_overlapping_kernel();
-}
 
 struct Normalize {
   float mean, std;
@@ -65,7 +56,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ float value_of[256];  // value_of[p] = norm(p)
   for (int p = threadIdx.x; p < 256; p += blockDim.x) value_of[p] = norm(static_cast<uint8_t>(p));
   __syncthreads();
-  enter_gather(overlap);
+  begin_kernel(overlap);
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // which 4 values of the row
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
@@ -77,7 +68,7 @@ __global__ void __launch_bounds__(kMaxThreads)
           float4{value_of[px.x], value_of[px.y], value_of[px.z], value_of[px.w]};
     }
   }
-  leave_gather(overlap);
+  end_kernel(overlap);
 }
 
 // x: (B,D) fp32; threads over the D columns (blockIdx.x, threadIdx.x), rows over blockIdx.y.
@@ -85,7 +76,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                         const int32_t* __restrict__ perm, int64_t first, int B, int D, Normalize norm,
                         bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
-  enter_gather(overlap);
+  begin_kernel(overlap);
   const int d = blockIdx.x * blockDim.x + threadIdx.x;
   const bool row_leader = blockIdx.x == 0 && threadIdx.x == 0;
   for (int b = blockIdx.y; b < B; b += gridDim.y) {
@@ -93,7 +84,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (row_leader) y[b] = labels[r];
     if (d < D) x[int64_t(b) * D + d] = norm(images[r * D + d]);
   }
-  leave_gather(overlap);
+  end_kernel(overlap);
 }
 
 // x: (B,C,H,W) fp32, translated images; see the file's comment for the thread mapping.
@@ -102,7 +93,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                               const int32_t* __restrict__ perm, int64_t first, int B, int D, int H, int W, int k,
                               const uint64_t* __restrict__ shift_key, Normalize norm, bool overlap,
                               float* __restrict__ x, int32_t* __restrict__ y) {
-  enter_gather(overlap);
+  begin_kernel(overlap);
   const uint64_t key = *shift_key;
   const int i = blockIdx.x * blockDim.y + threadIdx.y;  // output image row
   const int64_t plane = int64_t(blockIdx.z) * H;        // first row of channel c in (C*H, W)
@@ -122,7 +113,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       out[j] = row_inside && sj >= 0 && sj < W ? norm(in[sj]) : fill;
     }
   }
-  leave_gather(overlap);
+  end_kernel(overlap);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

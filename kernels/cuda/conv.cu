@@ -246,16 +246,9 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
 
 // ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
 
-// Every thread of a GEMM kernel opens with begin_pass and passes end_pass before its stores: after its
-// predecessor (begin_dependent_kernel), or, declared independent of it (conv2d_backward's backward_data beside
-// backward_weight), beside it, waiting for it only at the end (launch.cuh: begin/end_overlapping_kernel).
-__device__ __forceinline__ void begin_pass(const ConvArgs& a) {
-  if (a.overlaps_previous) begin_overlapping_kernel();
-  else begin_dependent_kernel();
-}
-__device__ __forceinline__ void end_pass(const ConvArgs& a) {
-  if (a.overlaps_previous) end_overlapping_kernel();
-}
+// Every thread of a GEMM kernel opens with begin_kernel and passes end_kernel before its stores: after its
+// predecessor, or, declared independent of it (conv2d_backward's backward_data beside backward_weight), beside
+// it, waiting for it only at the end (launch.cuh).
 
 // A thread's share of one Kg slab, into registers: slab column kl of rows rl + j·RowStep, of A (output rows
 // m0 + ...) and of B (the block's column table).
@@ -304,7 +297,7 @@ __device__ __forceinline__ void store_row_sum(const ConvArgs& a, float* part, in
 // stages park the k-groups' partial tiles (Cfg::KG > 1, gemm_tile.cuh).
 template <class Cfg, class Pass>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a) {
-  begin_pass(a);
+  begin_kernel(a.overlaps_previous);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kRowStep = kThreads / BK;                      // rows between one thread's slab elements
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;  // slab elements per thread
@@ -358,7 +351,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     }
     multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
   });
-  end_pass(a);
+  end_kernel(a.overlaps_previous);
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
   if (group != 0) return;                  // k-group 0 holds the sums (and the row sums: threads < BM)
 
@@ -388,7 +381,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
 // nearly free, so what is left is the gathers and their latency (docs/conv.md: tried with cp.async, slower).
 template <class Cfg, class Pass>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
-  begin_pass(a);
+  begin_kernel(a.overlaps_previous);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads, kLd = Cfg::kLd;
   constexpr int kRowStep = kThreads / BK;
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;
@@ -441,7 +434,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
     }
     mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
   });
-  end_pass(a);
+  end_kernel(a.overlaps_previous);
 
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
 #pragma unroll

@@ -120,6 +120,12 @@ struct StemFilters {
   int offset[Taps];  // c·padded_h·padded_w + r·padded_w + s
 };
 
+// Tap t < taps of channel k's filter as the convolution uses it (TF32 with tf32).
+__device__ __forceinline__ float filter_tap(const StemConv& cv, int64_t k, int t) {
+  const float v = __ldg(cv.filters + k * cv.taps + t);
+  return cv.tf32 ? round_to_tf32(v) : v;
+}
+
 // Every thread of the block: the filters into `table` (threads i < Kb·Taps load one weight each, threads t < taps
 // one offset each), then, after the caller's barrier, each thread copies the table into its registers.
 template <int Taps>
@@ -127,8 +133,7 @@ __device__ __forceinline__ void fill_filters(const StemConv& cv, int64_t k0, int
   constexpr int Kb = StemFilters<Taps>::kChannels;
   for (int i = threadIdx.x; i < Kb * Taps; i += kThreads) {
     const int j = i / Taps, t = i % Taps;
-    const float v = tap_in_use<Taps>(t, cv.taps) && k0 + j < K ? __ldg(cv.filters + (k0 + j) * cv.taps + t) : 0.f;
-    table.weight[j][t] = cv.tf32 ? round_to_tf32(v) : v;
+    table.weight[j][t] = tap_in_use<Taps>(t, cv.taps) && k0 + j < K ? filter_tap(cv, k0 + j, t) : 0.f;
   }
   for (int t = threadIdx.x; t < Taps; t += kThreads) {
     const int rs = cv.r * cv.s, c = t / rs, r = t % rs / cv.s, s = t % cv.s;
@@ -160,6 +165,7 @@ struct StemBlock {
   static constexpr int kChannels = stem_channels(Taps);
   float* staged;
   StemFilters<Taps> filters;
+  const StemFilters<Taps>* table;  // the same filters in shared memory
   int64_t k0;  // the first channel
   int chunk, images;
   __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
@@ -185,6 +191,7 @@ __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, 
   __syncthreads();
   if constexpr (kEarly) begin_dependent_kernel();
   b.filters = table;
+  b.table = &table;
   return b;
 }
 
@@ -338,14 +345,11 @@ __device__ void total_moments(const double* moments, int chunks, double count, d
   centre_moments<Taps>(s, count);
 }
 
-// Channel k's filter as the convolution uses it (TF32 with tf32), 0 past taps.
+// Channel k's filter (filter_tap), 0 past taps.
 template <int Taps>
 __device__ __forceinline__ void load_filter(const StemConv& cv, int64_t k, float (&w)[Taps]) {
 #pragma unroll
-  for (int t = 0; t < Taps; ++t) {
-    const float v = tap_in_use<Taps>(t, cv.taps) ? __ldg(cv.filters + k * cv.taps + t) : 0.f;
-    w[t] = cv.tf32 ? round_to_tf32(v) : v;
-  }
+  for (int t = 0; t < Taps; ++t) w[t] = tap_in_use<Taps>(t, cv.taps) ? filter_tap(cv, k, t) : 0.f;
 }
 
 // (Cm w)_t from centred moments s (centre_moments), for a filter w: a row of the comoments times w.
@@ -399,34 +403,26 @@ __global__ void __launch_bounds__(kThreads) stem_moments_kernel(const StemGeomet
 }
 
 // Every thread of the block (a training stem_pool block): its channels' parameters from the batch's moments,
-// and blocks of chunk 0 store save_*, running_* (forward_params). Warp j < Kb serves channel k0 + j, lane t tap t,
-// with the filter in shared memory: the block's registers hold its filters for the pass that follows (100 or so
-// per thread, and two blocks of 256 threads per SM need at most 128).
+// and blocks of chunk 0 store save_*, running_* (forward_params). Warp j < Kb serves channel k0 + j, lane t its row
+// of (Cm w), with the filter from the block's shared table: the registers hold the block's filters for the pass
+// that follows (about 100 per thread, and two blocks of 256 threads per SM need at most 128).
 template <int Taps>
 __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a, const StemConv& cv,
                                     const StemBlock<Taps>& b, const double* moments,
                                     FwdParams (&out)[StemBlock<Taps>::kChannels]) {
   constexpr int Kb = StemBlock<Taps>::kChannels;
   __shared__ double s[moment_entries(Taps)];
-  __shared__ float w[Kb][Taps];
   __shared__ FwdParams shared[Kb];
-  for (int i = threadIdx.x; i < Kb * Taps; i += kThreads) {
-    const int j = i / Taps, t = i % Taps;
-    float v = b.has(j, sg.parts.C) && t < cv.taps ? __ldg(cv.filters + (b.k0 + j) * cv.taps + t) : 0.f;
-    w[j][t] = cv.tf32 ? round_to_tf32(v) : v;
-  }
-  total_moments<Taps>(moments, sg.parts.chunks, a.count, s);  // its barriers also publish w
+  total_moments<Taps>(moments, sg.parts.chunks, a.count, s);
   const int j = threadIdx.x / kWarpSize, t = threadIdx.x % kWarpSize;
   if (j < Kb && b.has(j, sg.parts.C)) {
-    double row = 0;  // (Cm w)_t
-    for (int u = 0; u < cv.taps; ++u)
-      if (t < cv.taps) row += double(w[j][u]) * s[product_entry(min(t, u), max(t, u), Taps)];
-    const double w_t = t < cv.taps ? w[j][t] : 0.f;
-    const double m2 = warp_sum_all(w_t * row), ws = warp_sum_all(w_t * (t < cv.taps ? s[t] : 0.0));
-    const double mean = double(moment_shift(cv)) * warp_sum_all(w_t) + ws / a.count;
-    if (t == 0)
-      shared[j] = forward_params(a, Stat{static_cast<float>(mean), static_cast<float>(fmax(m2, 0.0)), a.count},
-                                 b.k0 + j, b.chunk == 0);
+    const float (&w)[Taps] = b.table->weight[j];
+    const double m2 = warp_sum_all(t < cv.taps ? double(w[t]) * comoment_row(s, w, t) : 0.0);
+    if (t == 0) {
+      const Stat st{static_cast<float>(conv_mean(s, w, moment_shift(cv), a.count)), static_cast<float>(fmax(m2, 0.0)),
+                    a.count};
+      shared[j] = forward_params(a, st, b.k0 + j, b.chunk == 0);
+    }
   }
   __syncthreads();
 #pragma unroll

@@ -96,15 +96,6 @@ struct KernelArgs {
   int partial_stride;
 };
 
-// The kernel's first and last statements: an ordinary dependent kernel, or one that runs beside its predecessor.
-__device__ __forceinline__ void begin_gemm_kernel(const KernelArgs& p) {
-  if (p.overlaps_previous) begin_overlapping_kernel();
-  else begin_dependent_kernel();
-}
-__device__ __forceinline__ void end_gemm_kernel(const KernelArgs& p) {
-  if (p.overlaps_previous) end_overlapping_kernel();
-}
-
 // ---- tile configurations, slab loaders, microkernel: kernels/cuda/gemm_tile.cuh (shared with conv.cu) ---
 
 using gemm_tile::col_step;
@@ -339,22 +330,22 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 // grid: (tiles_m · tiles_n); one block per output tile.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_gemm_kernel(p);
+  begin_kernel(p.overlaps_previous);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, 1>];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
-  end_gemm_kernel(p);
+  end_kernel(p.overlaps_previous);
 }
 
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
     gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_gemm_kernel(p);
+  begin_kernel(p.overlaps_previous);
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_CLUSTERS
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, S>];
   gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
-  end_gemm_kernel(p);
+  end_kernel(p.overlaps_previous);
 #else
   __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
 #endif
@@ -364,10 +355,10 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_workspace_split_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_gemm_kernel(p);
+  begin_kernel(p.overlaps_previous);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, kWorkspaceSplit>];
   gemm_block<Cfg, TransA, TransB, Vec, kWorkspaceSplit>(p, smem, epilogue, static_cast<int>(blockIdx.z));
-  end_gemm_kernel(p);
+  end_kernel(p.overlaps_previous);
 }
 
 // The workspace split's second kernel: output e of (M·N, then M row sums) = the S partials added in a fixed

@@ -64,6 +64,15 @@ __device__ __forceinline__ void end_overlapping_kernel() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// The first and last statements of a kernel that is either, as its launch says (overlaps_previous): every thread
+// calls both.
+__device__ __forceinline__ void begin_kernel(bool overlaps_previous) {
+  if (overlaps_previous) begin_overlapping_kernel();
+  else begin_dependent_kernel();
+}
+__device__ __forceinline__ void end_kernel(bool overlaps_previous) {
+  if (overlaps_previous) end_overlapping_kernel();
+}
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer
 size_t max_shared_bytes_per_block();   // the current device's limit for a kernel that opts in (dynamic smem)
