@@ -56,6 +56,13 @@ struct Buffer {
   Tensor value;
 };
 
+// Per-channel statistics that a layer's training forward leaves for the BatchNorm right after it, so that the
+// BatchNorm need not read its input once more for them (Conv2d's GEMM epilogue; the builder links the two).
+struct ChannelStatistics {
+  Tensor partials;  // kernels::ChannelPartials' data, planned by the producer; undefined where it never gives any
+  int chunks = 0;   // what the latest forward wrote: > 0 only right after a training forward that gave them
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -90,6 +97,11 @@ class Layer {
   virtual bool can_mask_input_grad() const { return false; }
   void mask_input_grad() { mask_input_grad_ = true; }
   void receive_preactivation_grad() { dy_is_preactivation_ = true; }
+
+  // True when the last kernel the latest backward launched reads only this layer's own workspace and writes
+  // only its parameter gradients (Conv2d: the split-K reduction of dW), and is an ordinary kernel: the previous
+  // layer's backward may then start beside it (kernels::Exec::after_gradient_only_kernel).
+  virtual bool backward_ends_on_own_gradients() const { return false; }
 
   int sequential_index = -1;  // position of this layer's first module in the equivalent nn.Sequential
 

@@ -20,6 +20,10 @@
 //                  dx = gamma·invstd/count · (count·dy' - Σdy' - xhat·Σdy'·xhat)
 // gamma/beta null: affine = false (gamma 1, beta 0); dgamma/dbeta null: not computed; dx null: only the
 // parameter gradients. Everything is written with `=`, never accumulated. No pointer may alias another.
+// Statistics given (ChannelPartials, kernels/conv.h; the float forward_train ops): partials of x's per-channel
+// statistics that the kernel before already computed (conv2d_forward's epilogue), NCHW only; the GPU then skips
+// its statistics pass and combines them (same Chan combination, their count's order), the CPU computes its own.
+// They must be of this x, written by the training forward just before.
 // workspace: batchnorm_workspace_floats(backend, shape) elements of the op's element type, per call
 // (forward_train and backward); may be null when that is 0. It never grows when n shrinks, so the size
 // for the largest batch serves every smaller one. Deterministic: fixed reduction order, no
@@ -49,7 +53,9 @@
 // On the GPU the training forward's pooled pass and the backward's reduce read x and w before they wait for
 // the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
 // right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
-// training step x comes from the batch gather and w from the last update, both earlier).
+// training step x comes from the batch gather and w from the last update, both earlier). With
+// Exec::after_gradient_only_kernel the backward's reduce runs beside the kernel before it, which must then read
+// and write none of what the backward reads or writes (its own layer's workspace and gradients only).
 // The arguments travel in ConvBatchNormPoolTensors (each op's comment says which fields it reads and writes);
 // workspace: conv_batchnorm_pool_workspace_floats(backend, s) elements, 8-byte aligned (the CPU runs the ops
 // through full-resolution scratch; the GPU keeps x's patch moments and the passes' partials). The backward
@@ -126,7 +132,8 @@ namespace cpu {
 size_t batchnorm_workspace_floats(const BatchNormShape& s);
 void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                              const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float* workspace);
+                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float* workspace,
+                             const ChannelPartials& given);
 void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                             const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, float* y);
@@ -147,7 +154,8 @@ size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormP
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                   const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                   float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
-                                  float* running_var, int64_t* num_batches_tracked, float* workspace);
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace,
+                                  const ChannelPartials& given);
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                  const float* running_mean, const float* running_var, float* y, int32_t* argmax,
@@ -192,7 +200,8 @@ namespace cuda {
 size_t batchnorm_workspace_floats(const BatchNormShape& s);
 void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                              const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float* workspace);
+                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float* workspace,
+                             const ChannelPartials& given);
 void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                             const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, float* y);
@@ -203,7 +212,8 @@ size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormP
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                   const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                   float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
-                                  float* running_var, int64_t* num_batches_tracked, float* workspace);
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace,
+                                  const ChannelPartials& given);
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                  const float* running_mean, const float* running_var, float* y, int32_t* argmax,
@@ -234,9 +244,9 @@ inline size_t batchnorm_workspace_floats(Backend backend, const BatchNormShape& 
 inline void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h,
                                     const float* x, const float* gamma, const float* beta, float* y,
                                     float* save_mean, float* save_invstd, float* running_mean, float* running_var,
-                                    int64_t* num_batches_tracked, float* workspace) {
+                                    int64_t* num_batches_tracked, float* workspace, const ChannelPartials& given = {}) {
   NT_DISPATCH(exec, batchnorm_forward_train, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean,
-              running_var, num_batches_tracked, workspace);
+              running_var, num_batches_tracked, workspace, given);
 }
 inline void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h,
                                    const float* x, const float* gamma, const float* beta,
@@ -283,9 +293,10 @@ inline void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape&
                                          const BatchNormHyper& h, const float* x, const float* gamma,
                                          const float* beta, float* y, int32_t* argmax, float* save_mean,
                                          float* save_invstd, float* running_mean, float* running_var,
-                                         int64_t* num_batches_tracked, float* workspace) {
+                                         int64_t* num_batches_tracked, float* workspace,
+                                         const ChannelPartials& given = {}) {
   NT_DISPATCH(exec, batchnorm_pool_forward_train, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd,
-              running_mean, running_var, num_batches_tracked, workspace);
+              running_mean, running_var, num_batches_tracked, workspace, given);
 }
 inline void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                         const BatchNormHyper& h, const float* x, const float* gamma,

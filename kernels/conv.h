@@ -40,15 +40,24 @@ struct Conv2dShape {
   size_t y_size() const { return size_t(n) * k * p() * q(); }    // elements of y (and dy)
 };
 
+// Per-channel statistics of a tensor as partials, BatchNorm's layout (kernels/batchnorm.h takes them in its
+// training forward): for channel c of C and chunk p, (mean, M2 = Σ(v − mean)², count) over the chunk's values
+// at data[(field·C + c)·chunks + p], field 0 mean, 1 M2, 2 count.
+struct ChannelPartials {
+  float* data = nullptr;
+  int chunks = 0;  // 0: none
+};
+
 namespace cpu {
 size_t conv2d_workspace_floats(const Conv2dShape& s);  // 0
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y, float* workspace);
+size_t conv2d_statistics_floats(const Conv2dShape& s);  // 0
+int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                   float* y, float* workspace, float* statistics = nullptr);
 void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
                           float* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, float* workspace);
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
                      float* dw, float* dbias, float* dx, float* workspace);
 // f64, for finite-difference gradient checks (plain loops)
 void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
@@ -57,19 +66,20 @@ void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* 
                           double* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, double* dw,
                             double* dbias, double* workspace);
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
                      double* dw, double* dbias, double* dx, double* workspace);
 }  // namespace cpu
 
 namespace cuda {
 size_t conv2d_workspace_floats(const Conv2dShape& s);
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y, float* workspace);
+size_t conv2d_statistics_floats(const Conv2dShape& s);
+int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                   float* y, float* workspace, float* statistics);
 void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
                           float* workspace);
 void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
                             float* dbias, float* workspace);
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
                      float* dw, float* dbias, float* dx, float* workspace);
 }  // namespace cuda
 
@@ -82,9 +92,22 @@ inline size_t conv2d_workspace_floats(Backend backend, const Conv2dShape& s) {
   return cpu::conv2d_workspace_floats(s);
 }
 
-inline void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                           float* y, float* workspace) {
-  NT_DISPATCH(exec, conv2d_forward, s, x, w, bias, y, workspace);
+inline size_t conv2d_statistics_floats(Backend backend, const Conv2dShape& s) {
+#if NT_WITH_CUDA
+  if (backend == Backend::cuda) return cuda::conv2d_statistics_floats(s);
+#else
+  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
+#endif
+  return cpu::conv2d_statistics_floats(s);
+}
+
+// statistics (nullable): room for conv2d_statistics_floats(backend, s) floats, where the forward may leave y's
+// per-channel statistics as ChannelPartials (C = K). Returns their chunks: > 0 where the CUDA forward's epilogue
+// wrote them (an implicit-GEMM plan without a split: a block per tile of output pixels, a chunk per column
+// tile), 0 where it did not (the CPU, the direct kernel of few taps, a split plan).
+inline int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                          float* y, float* workspace, float* statistics = nullptr) {
+  return NT_DISPATCH(exec, conv2d_forward, s, x, w, bias, y, workspace, statistics);
 }
 inline void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
                                  float* workspace) {
@@ -110,13 +133,15 @@ inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const
 
 // Both backward passes of a layer (dx nullable: backward_weight alone): backward_weight then backward_data on the
 // CPU; on the GPU backward_data's kernel runs beside backward_weight's GEMM (the two are independent), then
-// the split-K reductions. The same outputs as the two calls.
-inline void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+// the split-K reductions. The same outputs as the two calls. Returns true when the last kernel it launched is
+// backward_weight's split-K reduction, an ordinary kernel that reads only the workspace and writes only dw and
+// dbias (Layer::backward_ends_on_own_gradients); false on the CPU.
+inline bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
                             float* dw, float* dbias, float* dx, float* workspace) {
-  NT_DISPATCH(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
+  return NT_DISPATCH(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
 }
-inline void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
+inline bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
                             const double* w, double* dw, double* dbias, double* dx, double* workspace) {
-  NT_CPU_ONLY(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
+  return NT_CPU_ONLY(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
 }
 }  // namespace nt::kernels

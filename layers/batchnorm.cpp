@@ -1,5 +1,7 @@
 #include "layers/batchnorm.h"
 
+#include <type_traits>
+
 namespace nt::layers {
 
 namespace {
@@ -115,6 +117,9 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
   const T* gamma = affine_ ? gamma_->value.data<T>() : nullptr;
   const T* beta = affine_ ? beta_->value.data<T>() : nullptr;
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
+  kernels::ChannelPartials given;  // the layer before's statistics of x, where its training forward gave them
+  if (given_ && given_->chunks > 0 && mode == Mode::train)
+    given = {given_->partials.data<float>(), given_->chunks};
   if (pool_) {
     const auto pool = pool_for(x.shape().drop_front());
     if (mode == Mode::eval)
@@ -122,18 +127,29 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
                                                   running_mean_.data<T>(), running_var_.data<T>(), y.data<T>(),
                                                   argmax_.i32(), workspace);
     require_trainable(s.n * s.hw, x.shape());
-    return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
-                                                 argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
-                                                 running_mean_.data<T>(), running_var_.data<T>(),
-                                                 num_batches_tracked_.data<int64_t>(), workspace);
+    if constexpr (std::is_same_v<T, float>)
+      return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
+                                                   argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
+                                                   running_mean_.data<T>(), running_var_.data<T>(),
+                                                   num_batches_tracked_.data<int64_t>(), workspace, given);
+    else
+      return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
+                                                   argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
+                                                   running_mean_.data<T>(), running_var_.data<T>(),
+                                                   num_batches_tracked_.data<int64_t>(), workspace);
   }
   if (mode == Mode::eval)
     return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
                                            running_var_.data<T>(), y.data<T>());
   require_trainable(s.n * s.hw, x.shape());
-  kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
-                                   save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
-                                   num_batches_tracked_.data<int64_t>(), workspace);
+  if constexpr (std::is_same_v<T, float>)
+    kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
+                                     save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
+                                     num_batches_tracked_.data<int64_t>(), workspace, given);
+  else
+    kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
+                                     save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
+                                     num_batches_tracked_.data<int64_t>(), workspace);
 }
 
 template <class T>

@@ -37,6 +37,9 @@ class BatchNorm final : public Layer {
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor* dx) override;
   bool ends_in_relu() const override { return relu_; }
+  // The training forward takes its statistics from the layer before where that one gave them (Conv2d::
+  // offer_statistics; kernels/batchnorm.h, statistics given), instead of reading x for them.
+  void take_statistics(const ChannelStatistics& given) { given_ = &given; }
 
  private:
   friend class ConvBatchNormPool;  // runs this BatchNorm inside its fused kernels
@@ -61,6 +64,7 @@ class BatchNorm final : public Layer {
   Tensor running_mean_, running_var_, num_batches_tracked_;
   Tensor save_mean_, save_invstd_, workspace_;
   Tensor argmax_;           // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
+  const ChannelStatistics* given_ = nullptr;  // take_statistics
 };
 
 }  // namespace nt::layers

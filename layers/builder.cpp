@@ -79,6 +79,16 @@ void fuse_stem(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input) 
   layers[0] = std::move(stem);
 }
 
+// A convolution's GEMM epilogue gives the BatchNorm right after it the statistics of its output (Conv2d::
+// offer_statistics), where the CUDA plan allows: the BatchNorm skips its statistics pass.
+void link_statistics(std::vector<std::unique_ptr<Layer>>& layers) {
+  for (size_t i = 0; i + 1 < layers.size(); ++i) {
+    auto* conv = dynamic_cast<Conv2d*>(layers[i].get());
+    auto* bn = dynamic_cast<BatchNorm*>(layers[i + 1].get());
+    if (conv && bn) bn->take_statistics(conv->offer_statistics());
+  }
+}
+
 }  // namespace
 
 std::string model_spec(const std::string& name_or_spec) {
@@ -160,6 +170,7 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   if (shape != Shape{classes})
     throw Error(cat("--model: the model ends in ", shape.str(), " but the data has ", classes, " classes"));
   fuse_stem(layers, input_shape);
+  link_statistics(layers);
   const std::string name = named_models().count(name_or_spec) ? name_or_spec : "custom";
   return std::make_unique<Model>(name, input_shape, std::move(layers));
 }

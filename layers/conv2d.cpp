@@ -1,6 +1,7 @@
 #include "layers/conv2d.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace nt::layers {
 
@@ -51,13 +52,17 @@ kernels::Conv2dShape Conv2d::shape_for(int64_t rows, const Shape& sample) const 
 }
 
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
-  const size_t floats = kernels::conv2d_workspace_floats(info.backend, shape_for(info.batch, input));
+  const auto s = shape_for(info.batch, input);
+  const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+  const size_t statistics = offers_statistics_ && info.dtype == DType::f32
+                                ? kernels::conv2d_statistics_floats(info.backend, s) : 0;
+  if (statistics > 0) plan.request(&statistics_.partials, Shape{static_cast<int64_t>(statistics)}, info.dtype);
 }
 
-void Conv2d::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
-  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y);
-  forward_typed<float>(exec, x, y);
+void Conv2d::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
+  if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y, mode);
+  forward_typed<float>(exec, x, y, mode);
 }
 
 void Conv2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx) {
@@ -66,19 +71,28 @@ void Conv2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&,
 }
 
 template <class T>
-void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y) {
+void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
   const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(),
-                          bias_ ? bias_param_->value.data<T>() : nullptr, y.data<T>(), workspace);
+  const T* bias = bias_ ? bias_param_->value.data<T>() : nullptr;
+  statistics_.chunks = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (mode == Mode::train && statistics_.partials.defined()) {
+      statistics_.chunks = kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(), bias, y.data<T>(),
+                                                   workspace, statistics_.partials.data<float>());
+      return;
+    }
+  }
+  kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(), bias, y.data<T>(), workspace);
 }
 
 template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
   const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  kernels::conv2d_backward(exec, s, x.data<T>(), dy.data<T>(), weight_->value.data<T>(), weight_->grad.data<T>(),
-                           bias_ ? bias_param_->grad.data<T>() : nullptr, dx ? dx->data<T>() : nullptr, workspace);
+  backward_ended_on_gradients_ =
+      kernels::conv2d_backward(exec, s, x.data<T>(), dy.data<T>(), weight_->value.data<T>(), weight_->grad.data<T>(),
+                               bias_ ? bias_param_->grad.data<T>() : nullptr, dx ? dx->data<T>() : nullptr, workspace);
 }
 
 }  // namespace nt::layers

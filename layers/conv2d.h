@@ -24,12 +24,19 @@ class Conv2d final : public Layer {
   void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor* dx) override;
+  bool backward_ends_on_own_gradients() const override { return backward_ended_on_gradients_; }
+  // From now on the training forward leaves y's per-channel statistics here where its plan allows
+  // (kernels::conv2d_forward's epilogue), for the BatchNorm after it (BatchNorm::take_statistics).
+  const ChannelStatistics& offer_statistics() {
+    offers_statistics_ = true;
+    return statistics_;
+  }
 
  private:
   friend class ConvBatchNormPool;  // runs this convolution inside its fused kernels
   kernels::Conv2dShape shape_for(int64_t rows, const Shape& sample) const;  // the op's shape; sample (C, H, W)
   template <class T>
-  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y);
+  void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>
   void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx);
 
@@ -38,6 +45,9 @@ class Conv2d final : public Layer {
   Param* weight_ = nullptr;
   Param* bias_param_ = nullptr;
   Tensor workspace_;   // the CUDA passes' split-K partials; undefined when none is needed
+  bool backward_ended_on_gradients_ = false;  // what kernels::conv2d_backward returned last
+  bool offers_statistics_ = false;
+  ChannelStatistics statistics_;
 };
 
 }  // namespace nt::layers

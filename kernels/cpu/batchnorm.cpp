@@ -323,10 +323,12 @@ size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormP
   return static_cast<size_t>(s.n * s.c * (s.hw + int64_t(pool.p()) * pool.q()));
 }
 
+// given: statistics of x a producer already computed; the CPU computes its own (the same statistics).
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                   const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                   float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
-                                  float* running_var, int64_t* num_batches_tracked, float* workspace) {
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace,
+                                  const ChannelPartials&) {
   pool_forward_train_impl(exec, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd, running_mean,
                           running_var, num_batches_tracked, workspace);
 }
@@ -366,7 +368,8 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const Ba
 
 void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                              const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float*) {
+                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float*,
+                             const ChannelPartials&) {  // given: as batchnorm_pool_forward_train's
   forward_train_impl(exec, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
                      num_batches_tracked);
 }

@@ -276,10 +276,12 @@ void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, co
 }  // namespace
 
 size_t conv2d_workspace_floats(const Conv2dShape&) { return 0; }
+size_t conv2d_statistics_floats(const Conv2dShape&) { return 0; }
 
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y, float*) {
+int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                   float* y, float*, float*) {
   forward_impl(exec, s, x, w, bias, y);
+  return 0;  // no statistics: the BatchNorm computes its own
 }
 void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
                     double* y, double*) {
@@ -308,13 +310,15 @@ void backward_both(const Exec& exec, const Conv2dShape& s, const T* x, const T* 
   cpu::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
   if (dx) cpu::conv2d_backward_data(exec, s, dy, w, dx, workspace);
 }
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w, float* dw,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w, float* dw,
                      float* dbias, float* dx, float* workspace) {
   backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
+  return false;  // no kernels
 }
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
                      double* dw, double* dbias, double* dx, double* workspace) {
   backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
+  return false;
 }
 
 }  // namespace nt::kernels::cpu

@@ -127,6 +127,13 @@ Geometry make_geometry(const BatchNormShape& s, Layout layout, int V, int64_t mi
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }  // nullptr counts as aligned
 
+// The partials' layout: the statistics pass's (g), or the given ones' chunk count.
+Geometry given_parts(const Geometry& g, const ChannelPartials& given) {
+  Geometry parts = g;
+  if (given.chunks > 0) parts.chunks = given.chunks;
+  return parts;
+}
+
 // ---- statistics helpers ---------------------------------------------------------------------------
 
 // One thread's values shifted by the first one it read (see the top of the file).
@@ -155,6 +162,51 @@ __device__ Stat block_combine(Stat s) {
   if (threadIdx.x == 0)
     for (int w = 1; w < kWarps; ++w) s = combine(s, warp_stats[w]);
   return s;
+}
+
+// Many partials (a convolution's epilogue gives one per tile of pixels: 392 per channel for the cnn's conv2 at
+// batch 64), combined by one full warp without a division per partial: lane l adds partials p = l, l + 32, ...
+// as sums shifted by K = partial 0's mean, n = Σ n_p, s1 = Σ n_p·(mean_p − K), s2 = Σ M2_p + n_p·(mean_p − K)²,
+// and the warp's totals (warp_sum, lane 0) give mean = K + s1/n and M2 = max(s2 − s1²/n, 0): the exact split of
+// M2 into within- and between-partial parts, and K, a mean of the data, keeps s2 from swamping M2 when |mean| ≫
+// std. Chan's combination (chain_forward_partials) spends a division and a dependent chain on each partial: with
+// every block of the pooled forward finalizing its channel, that took 2.4 µs more than 12 partials did.
+constexpr int kShiftedInFlight = 16;  // partials a lane loads before it adds any: the cnn's 392 in one round
+
+__device__ Stat shifted_sum_partials(const Geometry& g, const float* ws, int64_t c, int lane) {
+  const int64_t pc = int64_t(g.chunks) * g.C;
+  const float shift = ws[partial_at(g, 0, c)];
+  float n = 0.f, s1 = 0.f, s2 = 0.f;
+  for (int p0 = lane; p0 < g.chunks; p0 += kShiftedInFlight * kWarpSize) {
+    float mean[kShiftedInFlight], m2[kShiftedInFlight], count[kShiftedInFlight];
+#pragma unroll
+    for (int i = 0; i < kShiftedInFlight; ++i) {
+      const int p = p0 + i * kWarpSize;
+      const int64_t k = partial_at(g, p, c);
+      const bool in = p < g.chunks;
+      mean[i] = in ? ws[k] : shift, m2[i] = in ? ws[pc + k] : 0.f, count[i] = in ? ws[2 * pc + k] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kShiftedInFlight; ++i) {
+      const float d = mean[i] - shift, nd = count[i] * d;
+      n += count[i], s1 += nd, s2 += m2[i] + nd * d;
+    }
+  }
+  n = warp_sum(n), s1 = warp_sum(s1), s2 = warp_sum(s2);
+  const float d = s1 / n;
+  return {shift + d, fmaxf(s2 - s1 * d, 0.f), n};
+}
+
+// Channel c's forward parameters in a block of chunk p (kTrain: from the partials laid out as `parts`, blocks
+// p == 0 also store save_*/running_*; else from the running statistics): up to kMaxChunksNchw partials by
+// block_forward_params (warp 0, Chan's combination); more by shifted_sum_partials (warp 0). Every thread calls it.
+template <bool kTrain>
+__device__ FwdParams channel_forward_params(const Geometry& parts, const ForwardArgs& a, int64_t c, int p) {
+  if (!kTrain || parts.chunks <= kMaxChunksNchw) return block_forward_params<kTrain>(parts, a, c, p);
+  return from_warp0<FwdParams>([&] {
+    const Stat s = shifted_sum_partials(parts, a.ws, c, threadIdx.x % kWarpSize);
+    return threadIdx.x == 0 ? forward_params(a, s, c, p == 0) : FwdParams{0.f, 0.f, 0.f};
+  });
 }
 
 __device__ float2 block_sum2(float2 v) {
@@ -390,14 +442,16 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(cons
   }
 }
 
-// grid (C, P), reversed: block (C-1-bx, P-1-by). kTrain: warp 0 finalizes the channel (blocks p == 0
-// also store save_*/running_*), else the parameters come from the running statistics.
+// grid (C, P), reversed: block (C-1-bx, P-1-by). kTrain: the block finalizes the channel from the partials laid
+// out as `parts` (g itself, or those a convolution gave) (blocks p == 0 also store save_*/running_*), else the
+// parameters come from the running statistics.
 template <int V, bool kTrain, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nchw_forward_apply_kernel(const Geometry g, const ForwardArgs a) {
+__global__ void __launch_bounds__(kThreads) nchw_forward_apply_kernel(const Geometry g, const Geometry parts,
+                                                                      const ForwardArgs a) {
   begin_dependent_kernel();
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
-  const FwdParams f = block_forward_params<kTrain>(g, a, c, p);
+  const FwdParams f = channel_forward_params<kTrain>(parts, a, c, p);
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
   for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
     Pack<V> v[kUnroll] = {};
@@ -722,7 +776,7 @@ __global__ void __launch_bounds__(kThreads) nchw_pool_forward_kernel(const Geome
   int64_t j = begin + threadIdx.x;
   if (j < end) fetch(j);
 
-  const FwdParams f = block_forward_params<kTrain>(g, a, c, p);
+  const FwdParams f = channel_forward_params<kTrain>(g, a, c, p);
 
   for (; j < end; j += kThreads) {
     float best = -INFINITY;
@@ -922,7 +976,7 @@ size_t batchnorm_workspace_floats(const BatchNormShape& s) {
 void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
                              const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
                              float* running_mean, float* running_var, int64_t* num_batches_tracked,
-                             float* workspace) {
+                             float* workspace, const ChannelPartials& given) {
   const int64_t count = s.n * s.hw;
   if (count == 1)
     throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
@@ -930,10 +984,12 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const Ba
   if (s.c == 0 || count == 0) return;
   NT_CHECK(workspace != nullptr, "batchnorm_forward_train needs batchnorm_workspace_floats() of workspace");
   const Layout layout = effective_layout(s);
+  NT_CHECK(given.chunks == 0 || layout == Layout::nchw, "batchnorm_forward_train: given statistics need NCHW");
   const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(x) && aligned16(y);
   const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
+  const Geometry parts = given_parts(g, given);
   const ForwardArgs a{x,           gamma,       beta,
-                      y,           workspace,   save_mean,
+                      y,           given.chunks > 0 ? given.data : workspace,   save_mean,
                       save_invstd, running_mean, running_var,
                       num_batches_tracked, nullptr, nullptr,
                       static_cast<float>(h.eps), static_cast<float>(h.momentum), static_cast<float>(count),
@@ -946,10 +1002,11 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const Ba
     constexpr int V = decltype(v)::value;
     constexpr bool kRelu = decltype(relu)::value;
     if (layout == Layout::nchw) {
-      launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
-             g, x, workspace);
+      if (given.chunks == 0)
+        launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
+               g, x, workspace);
       launch(exec, "batchnorm_forward_nchw", apply_cost, nchw_forward_apply_kernel<V, true, kRelu>,
-             grid_of(g, layout), dim3(kThreads), 0, g, a);
+             grid_of(g, layout), dim3(kThreads), 0, g, parts, a);
     } else {
       launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
              g, x, workspace);
@@ -978,7 +1035,7 @@ void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const Bat
     constexpr bool kRelu = decltype(relu)::value;
     if (layout == Layout::nchw)
       launch(exec, "batchnorm_eval_nchw", cost, nchw_forward_apply_kernel<V, false, kRelu>, grid_of(g, layout),
-             dim3(kThreads), 0, g, a);
+             dim3(kThreads), 0, g, g, a);
     else
       launch(exec, "batchnorm_eval_nhwc", cost, nhwc_forward_apply_kernel<V, false, kRelu>, grid_of(g, layout),
              dim3(kThreads), 0, g, a);
@@ -1040,7 +1097,8 @@ size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormP
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                                   const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
                                   float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
-                                  float* running_var, int64_t* num_batches_tracked, float* workspace) {
+                                  float* running_var, int64_t* num_batches_tracked, float* workspace,
+                                  const ChannelPartials& given) {
   check_batchnorm_pool(s, pool);
   const int64_t count = s.n * s.hw;
   if (count == 1)
@@ -1052,7 +1110,7 @@ void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, con
   const Geometry g = make_geometry(s, Layout::nchw, vec ? 4 : 1, kMinElemsPerBlockPooled);
   const PoolGeometry pg = make_pool_geometry(s, pool);
   const ForwardArgs a{x,           gamma,       beta,
-                      y,           workspace,   save_mean,
+                      y,           given.chunks > 0 ? given.data : workspace,   save_mean,
                       save_invstd, running_mean, running_var,
                       num_batches_tracked, nullptr, nullptr,
                       static_cast<float>(h.eps), static_cast<float>(h.momentum), static_cast<float>(count),
@@ -1060,13 +1118,11 @@ void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, con
   const double elems = double(count) * double(s.c), pooled = double(pg.extent) * double(s.c);
   const profile::OpCost stats_cost{elems * 4, elems * 3};
   const profile::OpCost apply_cost{elems * 4 + pooled * 8, elems * 4};
-  if (vec)
-    launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<4>, grid_of(g, Layout::nchw), dim3(kThreads), 0,
-           g, x, workspace);
-  else
-    launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<1>, grid_of(g, Layout::nchw), dim3(kThreads), 0,
-           g, x, workspace);
-  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, g, pg, a, h.relu, argmax);
+  if (given.chunks == 0)
+    launch(exec, "batchnorm_stats_nchw", stats_cost, vec ? nchw_stats_kernel<4> : nchw_stats_kernel<1>,
+           grid_of(g, Layout::nchw), dim3(kThreads), 0, g, x, workspace);
+  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, given_parts(g, given), pg, a, h.relu,
+                            argmax);
 }
 
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,

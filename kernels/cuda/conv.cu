@@ -53,6 +53,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/conv_halo.cuh"
@@ -106,6 +107,7 @@ struct ConvArgs {
   float* out;                                  // y, dx or dw
   float* out_rows;                             // backward_weight: dbias, nullable
   float* partial;                              // workspace (split > 1)
+  float* stats;                                // forward without split, nullable: ChannelPartials' data
   FastDivmod by_rs, by_s, by_pq, by_q, by_hw, by_w, by_n;
 };
 
@@ -244,6 +246,62 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
   __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
 };
 
+// ---- the forward's epilogue through shared memory, and BatchNorm statistics there ----------------------------
+// A forward without a split stages its finished tile (bias added: the values stored) in shared memory, row
+// stride kStagedLd, and writes y from there a row of pixels per store instruction (store_staged_forward). With
+// a.stats a block also writes, for each of its output channels (tile rows), (mean, M2, count) of y over its
+// tile's pixels (valid columns) as the partial of chunk blockIdx.x (kernels/conv.h, ChannelPartials): the
+// BatchNorm after the convolution then combines gridDim.x partials per channel instead of reading y once more.
+// L = the largest power of two <= threads / BM threads share a row, each a run of BN / L columns, summed shifted
+// by the row's first value K (s1 = Σ(v − K), s2 = Σ(v − K)²: K lies among the values, so s2 does not swamp M2),
+// their shares joined by an xor butterfly; lane 0 of the row writes mean = K + s1/n and M2 = max(s2 − s1²/n, 0).
+// Fixed orders: deterministic.
+
+// The staged tile's row stride: BN + 1, so the L threads of 32 / L consecutive rows read distinct banks.
+template <int BN>
+constexpr int kStagedLd = BN + 1;
+
+template <int BM, int BN, int kThreads>
+__device__ void store_tile_statistics(const ConvArgs& a, const float* tile, int m0, int n0) {
+  constexpr int kLanes = kThreads / BM >= 4 ? 4 : kThreads / BM >= 2 ? 2 : 1;  // per row, a power of two
+  constexpr int kRun = BN / kLanes, kLd = kStagedLd<BN>;
+  static_assert(BN % kLanes == 0 && (BM * kLanes) % 32 == 0, "tile statistics: whole warps, whole runs");
+  if (threadIdx.x >= BM * kLanes) return;  // whole warps
+  const int row = threadIdx.x / kLanes, first = (threadIdx.x % kLanes) * kRun;
+  const int valid = min(BN, a.N - n0);
+  const float* v = tile + row * kLd;
+  const float shift = v[0];
+  float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int c = first; c < first + kRun; ++c) {
+    const float d = c < valid ? v[c] - shift : 0.f;
+    s1 += d, s2 = fmaf(d, d, s2);
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o >= 1; o /= 2)
+    s1 += __shfl_xor_sync(0xffffffffu, s1, o), s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+  const int m = m0 + row;
+  if (first == 0 && m < a.M) {
+    const float n = static_cast<float>(valid), d = s1 / n;
+    const size_t chunks = gridDim.x, at = static_cast<size_t>(m) * chunks + blockIdx.x, field = chunks * a.M;
+    a.stats[at] = shift + d, a.stats[field + at] = fmaxf(s2 - s1 * d, 0.f), a.stats[2 * field + at] = n;
+  }
+}
+
+// The forward's finished tile, staged in shared memory (row stride kStagedLd), to y: warp w stores tile rows w,
+// w + warps, ..., lane l columns l, l + 32, ...: each store instruction writes 32 consecutive pixels of one
+// channel (an image boundary splits it in two), where the accumulators' own layout writes 8 channels' scattered
+// pairs, half of each 32-byte sector. Every thread calls it.
+template <int BM, int BN, int kThreads>
+__device__ void store_staged_forward(const ConvArgs& a, const float* tile, int m0, int n0, const int4* columns) {
+  constexpr int kAllWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  for (int r = threadIdx.x / 32; r < BM && m0 + r < a.M; r += kAllWarps)
+#pragma unroll
+    for (int cl = lane; cl < BN; cl += 32)
+      if (n0 + cl < a.N) a.out[columns[cl].w + (m0 + r) * a.pq] = tile[r * kStagedLd<BN> + cl];  // y[img, m, pq]
+}
+
 // ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
 
 // Every thread of a GEMM kernel opens with begin_kernel and passes end_kernel before its stores: after its
@@ -353,6 +411,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   });
   end_kernel(a.overlaps_previous);
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
+  if constexpr (std::is_same_v<Pass, ForwardPass>) {
+    if (a.split == 1) {  // uniform: k-group 0's sums through shared memory, then y and the statistics from there
+      static_assert(BM * kStagedLd<BN> <= Cfg::kPipelineFloats, "the finished tile is staged in the stages");
+      __syncthreads();  // k-group 0 has read the parked tiles
+      if (group == 0) {
+#pragma unroll
+        for (int i = 0; i < Cfg::TM; ++i)
+#pragma unroll
+          for (int j = 0; j < Cfg::TN; ++j) {
+            const int row = a_off + row_step<Cfg>(i);
+            smem[row * kStagedLd<BN> + b_off + col_step<Cfg>(j)] = Pass::finish(a, min(m0 + row, a.M - 1), acc[i][j]);
+          }
+      }
+      __syncthreads();
+      store_staged_forward<BM, BN, kThreads>(a, smem, m0, n0, columns);
+      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);
+      return;
+    }
+  }
   if (group != 0) return;                  // k-group 0 holds the sums (and the row sums: threads < BM)
 
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
@@ -436,6 +513,25 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
   });
   end_kernel(a.overlaps_previous);
 
+  if constexpr (std::is_same_v<Pass, ForwardPass>) {
+    if (a.split == 1) {  // uniform; the stages are free: every thread passed the last barrier
+      static_assert(BM * kStagedLd<BN> <= 2 * Cfg::kStageFloats, "the finished tile is staged in the stages");
+#pragma unroll
+      for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = wm + 16 * i + mma_tf32::row_of(e);
+#pragma unroll
+          for (int j = 0; j < Cfg::kTilesN; ++j)
+            smem[row * kStagedLd<BN> + wn + 8 * j + mma_tf32::col_of(e)] =
+                Pass::finish(a, min(m0 + row, a.M - 1), acc[i][j][e]);
+        }
+      __syncthreads();
+      store_staged_forward<BM, BN, kThreads>(a, smem, m0, n0, columns);
+      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);
+      return;
+    }
+  }
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
 #pragma unroll
   for (int i = 0; i < Cfg::kTilesM; ++i)
@@ -871,12 +967,33 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
   finish_pass<Pass>(exec, reduce_name, launch_pass<Pass>(exec, name, a, rows, flops, bytes, workspace, forced), rows);
 }
 
+// The chunks of the forward's epilogue statistics for one math mode: the plan's column tiles, where it runs
+// the implicit GEMM without a split; else 0.
+int statistics_chunks(const Conv2dShape& s, bool tf32) {
+  const PassGemm g = forward_gemm(s);
+  if (direct_taps(s) || g.M == 0 || g.N == 0) return 0;
+  const Plan plan = choose_plan(g.M, g.N, g.K, tf32);
+  if (plan.split != 1) return 0;
+  return (g.N + tile_extent(plan.tile).second - 1) / tile_extent(plan.tile).second;
+}
+
 double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
 double conv_bytes(const Conv2dShape& s) {
   return 4.0 * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * s.p() * s.q());
 }
 
 }  // namespace
+
+size_t conv2d_statistics_floats(const Conv2dShape& s) {
+  check_shape(s);
+  size_t most = 0;  // every batch size n' <= n, either math mode
+  for (int n = 1; n <= s.n; ++n) {
+    Conv2dShape t = s;
+    t.n = n;
+    for (bool tf32 : {false, true}) most = std::max(most, size_t(3) * size_t(s.k) * statistics_chunks(t, tf32));
+  }
+  return most;
+}
 
 size_t conv2d_workspace_floats(const Conv2dShape& s) {
   check_shape(s);
@@ -889,11 +1006,11 @@ size_t conv2d_workspace_floats(const Conv2dShape& s) {
   return most;
 }
 
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                    float* y, float* workspace) {
+int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                   float* y, float* workspace, float* statistics) {
   check_shape(s);
   const PassGemm g = forward_gemm(s);
-  if (g.M == 0 || g.N == 0) return;  // y is empty
+  if (g.M == 0 || g.N == 0) return 0;  // y is empty
   ConvArgs a = make_args(exec, s, g);
   a.a_src = w, a.b_src = x, a.bias = bias, a.out = y;
   if (direct_taps(s)) {
@@ -901,10 +1018,13 @@ void conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, cons
     const auto kernel = a.K == 9 ? conv_direct_forward_kernel<9> : conv_direct_forward_kernel<kDirectTaps>;
     launch(exec, "conv2d_forward", profile::OpCost{conv_bytes(s), conv_flops(s)}, kernel,
            dim3(static_cast<unsigned>((a.N + kDirectThreads - 1) / kDirectThreads)), dim3(kDirectThreads), 0, a);
-    return;
+    return 0;
   }
+  const int chunks = statistics ? statistics_chunks(s, exec.tf32) : 0;
+  a.stats = chunks > 0 ? statistics : nullptr;
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
                         workspace);
+  return chunks;
 }
 
 void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
@@ -944,14 +1064,14 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
                                dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
 }
 
-void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
+bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
                      float* dw, float* dbias, float* dx, float* workspace) {
   check_shape(s);
   const PassGemm gw = backward_weight_gemm(s), gd = backward_data_gemm(s);
   if (!dx || gd.M == 0 || gd.N == 0 || direct_taps(s) || gw.M == 0 || gw.N == 0 || gw.K == 0) {
     cuda::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
     if (dx) cuda::conv2d_backward_data(exec, s, dy, w, dx, workspace);
-    return;
+    return false;  // not claimed: the last kernel may be backward_data's
   }
   // backward_weight's GEMM, then backward_data beside it (it reads dy and w, writes dx and its own part of the
   // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
@@ -972,6 +1092,7 @@ void conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, con
   da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s), data_workspace);
   finish_pass<BackwardDataPass>(exec, "conv2d_backward_data_reduce", da, 0);
   finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+  return wa.split > 1;  // then the last kernel is backward_weight's reduction (conv_split_reduce_kernel)
 }
 
 // Kernel-lab entry (kernels/conv_lab.h): one pass with the tile and split forced.

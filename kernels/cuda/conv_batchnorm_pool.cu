@@ -174,10 +174,12 @@ struct StemBlock {
 // Every thread of the block, first thing: stages the images and the filters. kEarly: x and w come from kernels
 // before this one's predecessor, which had completed when the predecessor passed its own wait and let this
 // kernel launch (kernels/cuda/launch.cuh), so the staging overlaps the predecessor's tail and the wait comes
-// after it; else (x written by the predecessor: the batch gather before the statistics and the evaluation)
-// the wait comes first.
+// after it (beside: no wait here at all, the kernel runs beside its predecessor and calls end_kernel(true)
+// before its stores); else (x written by the predecessor: the batch gather before the statistics and the
+// evaluation) the wait comes first.
 template <int Taps, bool kEarly>
-__device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg) {
+__device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg,
+                                                            bool beside = false) {
   extern __shared__ float stem_staged[];
   __shared__ StemFilters<Taps> table;
   if constexpr (!kEarly) begin_dependent_kernel();
@@ -189,7 +191,7 @@ __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, 
   fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
   __syncthreads();
-  if constexpr (kEarly) begin_dependent_kernel();
+  if constexpr (kEarly) begin_kernel(beside);
   b.filters = table;
   b.table = &table;
   return b;
@@ -472,12 +474,14 @@ __global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemG
 
 // grid (K / Kb, chunks): nchw_pool_backward_reduce_kernel's sums with the value at each argmax recomputed, and
 // beside them P_t = Σ dy'·v_t over the same positions. Fields [0] S1, [1] S2, [2 + t] P_t of the partials
-// [field][k][p].
+// [field][k][p]. beside: it runs beside its predecessor (Exec::after_gradient_only_kernel: a kernel that reads
+// only its own layer's workspace and writes only that layer's gradients), since everything it reads comes from
+// kernels before that one.
 template <bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(const StemGeometry sg,
                                                                              const BackwardArgs b, const StemConv cv,
-                                                                             const int32_t* argmax) {
-  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg);
+                                                                             const int32_t* argmax, bool beside) {
+  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
 #pragma unroll
@@ -507,6 +511,7 @@ __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(con
   }
   __shared__ double totals[Kb * kFields];
   block_sums(acc, totals);
+  end_kernel(beside);
   const int64_t pc = int64_t(sg.parts.chunks) * sg.parts.C;
   for (int i = threadIdx.x; i < Kb * kFields; i += kThreads) {
     const int c = i / kFields, field = i % kFields;
@@ -714,11 +719,14 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape
                                     st.pooled * (4.0 * taps + 3)};
   const profile::OpCost weight_cost{double(chunks) * (entries * 8 + bn.c * (2 + taps) * 4) + double(bn.c) * taps * 4,
                                     double(chunks) * entries + double(bn.c) * taps * (2.0 * taps + 8)};
+  // Beside the kernel before where that one is declared to touch only its own layer's workspace and gradients
+  // (Exec::after_gradient_only_kernel: the cnn's conv2 ends its backward with dW's split-K reduction).
+  const bool beside = exec.programmatic_launch && exec.after_gradient_only_kernel;
   with_relu_taps(h.relu, taps, [&](auto relu, auto compiled) {
     constexpr bool kRelu = decltype(relu)::value;
     constexpr int Taps = decltype(compiled)::value;
     launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost, stem_pool_backward_reduce_kernel<kRelu, Taps>,
-           stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax);
+           stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax, beside);
     launch(exec, "conv_batchnorm_pool_backward_weight", weight_cost, stem_weight_kernel<Taps>,
            dim3(static_cast<unsigned>(div_up<int64_t>(bn.c, kWarps))), dim3(kThreads), 0, st.sg, b, st.cv,
            ws.moments, t.dw);

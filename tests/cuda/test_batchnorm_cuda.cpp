@@ -390,6 +390,98 @@ TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda
         }
 }
 
+// ---- statistics given by the convolution before ------------------------------------------------------------
+// conv2d_forward's epilogue leaves y's per-channel partials (kernels/conv.h, ChannelPartials) where its plan runs
+// a block per tile without a split; the BatchNorm's training forward then takes them instead of its statistics
+// pass. Checked against the CPU twin on the GPU's own convolution output (so the BatchNorm's tolerances apply
+// unchanged: the partials are fp32 shifted sums over a tile of at most 64 pixels, combined by shifted sums of the
+// partials). Shapes are large enough in pixels for a plan without a split (>= 264 tiles) and odd otherwise:
+// 7 channels (one partial row tile) with a bias, 70 (two row tiles of 64), 33 with a 5x5 stride-2 kernel (the
+// k-grouped tall tile in fp32), the cnn's conv2; and a small shape whose plans split (16 input channels: Kg deep
+// enough), which gives no statistics.
+
+struct GivenCase {
+  kernels::Conv2dShape conv;
+  bool bias;
+  bool gives;  // its plans (fp32 and TF32) run without a split
+};
+
+void check_given_statistics(const Exec& cuda, const GivenCase& k, bool tf32, bool pooled, bool relu) {
+  const kernels::Conv2dShape& cs = k.conv;
+  const BatchNormShape s{cs.n, cs.k, int64_t(cs.p()) * cs.q(), Layout::nchw};
+  const kernels::BatchNormPool pool{cs.p(), cs.q(), 2};
+  INFO("conv n=" << cs.n << " c=" << cs.c << " " << cs.h << "x" << cs.w << " k=" << cs.k << " " << cs.r << "x" << cs.s
+                 << " stride " << cs.stride << " pad " << cs.pad << (k.bias ? " bias" : "") << (tf32 ? " tf32" : "")
+                 << (pooled ? " pooled" : "") << (relu ? " relu" : ""));
+  Exec gpu = cuda;
+  gpu.tf32 = tf32;
+  BatchNormHyper h;
+  h.relu = relu;
+  const size_t C = static_cast<size_t>(cs.k);
+  DeviceBuffer<float> x(gpu, random_floats(cs.x_size())), w(gpu, random_floats(cs.w_size(), -0.2f, 0.2f));
+  DeviceBuffer<float> bias(gpu, random_floats(C)), conv_y(gpu, poisoned(cs.y_size()));
+  DeviceBuffer<float> conv_ws(gpu, poisoned(std::max<size_t>(kernels::conv2d_workspace_floats(Backend::cuda, cs), 1)));
+  const size_t stats_floats = kernels::conv2d_statistics_floats(Backend::cuda, cs);
+  REQUIRE((stats_floats > 0) == k.gives);
+  DeviceBuffer<float> stats(gpu, poisoned(std::max<size_t>(stats_floats, 1)));
+  const int chunks = kernels::conv2d_forward(gpu, cs, x.get(), w.get(), k.bias ? bias.get() : nullptr, conv_y.get(),
+                                             conv_ws.get(), stats.get());
+  REQUIRE((chunks > 0) == k.gives);
+  REQUIRE(size_t(3) * C * size_t(chunks) <= stats_floats);
+
+  Inputs in = make_inputs(s, true);
+  in.x = conv_y.download();  // the CPU twin's input: the GPU's convolution output
+  const size_t out_size = pooled ? static_cast<size_t>(s.n * s.c) * pool.p() * pool.q() : in.x.size();
+  DeviceBuffer<float> gamma(gpu, in.gamma), beta(gpu, in.beta), y(gpu, poisoned(out_size + 1));
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(out_size + 1, -7));
+  DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
+  DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{5});
+  const size_t ws_floats = pooled ? kernels::batchnorm_pool_workspace_floats(Backend::cuda, s, pool)
+                                  : kernels::batchnorm_workspace_floats(Backend::cuda, s);
+  DeviceBuffer<float> ws(gpu, poisoned(std::max<size_t>(ws_floats, 1)));
+  const kernels::ChannelPartials given{stats.get(), chunks};
+  if (pooled)
+    kernels::batchnorm_pool_forward_train(gpu, s, pool, h, conv_y.get(), gamma.get(), beta.get(), y.get(), argmax.get(),
+                                          mean.get(), invstd.get(), rm.get(), rv.get(), batches.get(), ws.get(), given);
+  else
+    kernels::batchnorm_forward_train(gpu, s, h, conv_y.get(), gamma.get(), beta.get(), y.get(), mean.get(),
+                                     invstd.get(), rm.get(), rv.get(), batches.get(), ws.get(), given);
+
+  PoolResults g;
+  g.r.y = y.download();
+  REQUIRE(std::isnan(g.r.y.back()));  // nothing written past the end
+  g.r.y.pop_back();
+  g.r.mean = mean.download(), g.r.invstd = invstd.download(), g.r.rm = rm.download(), g.r.rv = rv.download();
+  g.r.batches = batches.download()[0];
+  const auto dy = random_floats(out_size);
+  const PoolResults cpu = pooled ? run_cpu_pool(s, pool, h, in, dy) : PoolResults{run_cpu(s, h, in), {}, {}};
+  compare_statistics(in, cpu.r, g.r);
+  const double scale = output_scale(s, in, cpu.r), x_unit = max_abs(in.x);
+  const Tolerance y_tol = train_y_tolerance(scale, x_unit);
+  NT_REQUIRE_CLOSE(g.r.y, cpu.r.y, y_tol);
+  if (pooled) {
+    g.argmax = argmax.download();
+    REQUIRE(g.argmax.back() == -7);
+    g.argmax.pop_back();
+    g.argmax_eval = cpu.argmax_eval;  // no evaluation here: the CPU's own choices pass
+    check_choices(s, pool, h, in, cpu, g, y_tol, eval_y_tolerance(scale, x_unit));
+  }
+}
+
+TEST_CASE("a convolution's epilogue statistics feed the BatchNorm after it on CUDA as the CPU twin computes them",
+          "[cuda][batchnorm]") {
+  CudaExec cuda;
+  const GivenCase cases[] = {{{45, 5, 15, 13, 7, 3, 3, 1, 1}, true, true},
+                             {{23, 4, 20, 19, 70, 3, 3, 1, 1}, false, true},
+                             {{40, 4, 31, 29, 33, 5, 5, 2, 2}, false, true},
+                             {{64, 32, 14, 14, 64, 3, 3, 1, 1}, false, true},
+                             {{3, 16, 9, 7, 7, 3, 3, 1, 1}, false, false}};
+  for (const GivenCase& k : cases)
+    for (bool tf32 : {false, true})
+      for (bool pooled : {false, true})
+        for (bool relu : {false, true}) check_given_statistics(cuda.exec, k, tf32, pooled, relu);
+}
+
 // ---- fused convolution stem -----------------------------------------------------------------------------------
 // conv_batchnorm_pool_* on the GPU against the CPU twin built from its parts: conv2d_forward gives the BatchNorm's
 // input (with TF32, of rounded x and w: the products are exact, kernels/tf32.h), run_cpu_pool the pooled
@@ -521,7 +613,8 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
         for (bool tf32 : {false, true}) check_stem(cuda.exec, k, relu, affine, tf32);
 }
 
-TEST_CASE("the fused stem on CUDA is bit-reproducible and refuses a single value per channel", "[cuda][batchnorm]") {
+TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
+          "per channel", "[cuda][batchnorm]") {
   CudaExec cuda;
   const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{16, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
   const auto x = random_floats(stem.conv.x_size()), w = random_floats(stem.conv.w_size(), -0.3f, 0.3f);
@@ -529,7 +622,14 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible and refuses a single value
   const auto dy = random_floats(pooled);
   BatchNormHyper h;
   h.relu = true;
-  auto run = [&] {
+  // The layer after the stem in the cnn: its backward ends with dW's split-K reduction, which the stem's backward
+  // reduce may run beside (Exec::after_gradient_only_kernel).
+  const kernels::Conv2dShape next{16, 32, 14, 14, 64, 3, 3, 1, 1};
+  DeviceBuffer<float> next_x(cuda.exec, random_floats(next.x_size())), next_dy(cuda.exec, random_floats(next.y_size()));
+  DeviceBuffer<float> next_w(cuda.exec, random_floats(next.w_size())), next_dw(cuda.exec, poisoned(next.w_size()));
+  DeviceBuffer<float> next_dx(cuda.exec, poisoned(next.x_size()));
+  DeviceBuffer<float> next_ws(cuda.exec, poisoned(kernels::conv2d_workspace_floats(Backend::cuda, next)));
+  auto run = [&](bool beside) {
     DeviceBuffer<float> xd(cuda.exec, x), wd(cuda.exec, w), dyd(cuda.exec, dy), y(cuda.exec, poisoned(pooled));
     DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(pooled, -7));
     DeviceBuffer<float> mean(cuda.exec, poisoned(C)), invstd(cuda.exec, poisoned(C)), dw(cuda.exec, poisoned(288));
@@ -540,13 +640,21 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible and refuses a single value
     t.save_invstd = invstd.get(), t.dy = dyd.get(), t.dw = dw.get(), t.dgamma = dgamma.get(), t.dbeta = dbeta.get();
     t.workspace = ws.get();
     kernels::conv_batchnorm_pool_forward_train(cuda.exec, stem, h, t);
-    kernels::conv_batchnorm_pool_backward(cuda.exec, stem, h, t);
+    Exec backward = cuda.exec;
+    if (beside) {
+      REQUIRE(kernels::conv2d_backward(cuda.exec, next, next_x.get(), next_dy.get(), next_w.get(), next_dw.get(),
+                                       nullptr, next_dx.get(), next_ws.get()));
+      backward.after_gradient_only_kernel = true;
+    }
+    kernels::conv_batchnorm_pool_backward(backward, stem, h, t);
     std::vector<float> out = y.download();
     for (const auto& part : {dw.download(), dgamma.download(), dbeta.download(), mean.download()})
       out.insert(out.end(), part.begin(), part.end());
     return out;
   };
-  CHECK(same_bits(run(), run()));
+  const auto first = run(false);
+  CHECK(same_bits(first, run(false)));
+  CHECK(same_bits(first, run(true)));
 
   // As PyTorch: training needs more than one value per channel.
   const kernels::ConvBatchNormPoolShape single{kernels::Conv2dShape{1, 1, 2, 2, 3, 2, 2, 1, 0}, 1};
