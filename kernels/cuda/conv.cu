@@ -53,7 +53,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/conv_halo.cuh"
@@ -126,6 +125,8 @@ __device__ __forceinline__ float load_or_zero(const float* p) { return p ? __ldg
 
 struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
   static constexpr bool kRowSums = false;
+  static constexpr bool kStaged = true;  // C(m, n) at out[column(n).w + m·plane()] (store_staged)
+  __device__ static int plane(const ConvArgs& a) { return a.pq; }
   struct KInfo {
     int kg, off, r, s;  // off = c·H·W + r·W + s
   };
@@ -168,6 +169,7 @@ struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
 
 struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k, tap)
   static constexpr bool kRowSums = false;
+  static constexpr bool kStaged = false;  // staged: no faster with TF32, slower in fp32 (docs/conv.md)
   struct KInfo {
     int kg, w_off, dy_off, r, s;  // w_off = k·C·R·S + r·S + s (w index of channel 0), dy_off = k·P·Q
   };
@@ -213,6 +215,7 @@ struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k,
 
 struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output pixel)
   static constexpr bool kRowSums = true;  // dbias = row sums of A = dy
+  static constexpr bool kStaged = false;  // dw's rows are contiguous already
   struct KInfo {
     int kg, dy_off, x_off, h0, w0;  // dy_off = img·K·P·Q + pq; x_off = img·C·H·W + h0·W + w0
   };
@@ -246,9 +249,10 @@ struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output p
   __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
 };
 
-// ---- the forward's epilogue through shared memory, and BatchNorm statistics there ----------------------------
+// ---- the epilogue through shared memory, and BatchNorm statistics there ------------------------------------
 // A forward without a split stages its finished tile (bias added: the values stored) in shared memory, row
-// stride kStagedLd, and writes y from there a row of pixels per store instruction (store_staged_forward). With
+// stride kStagedLd, and writes y from there a row of pixels per store instruction
+// (store_staged: the cnn's conv2 forward without statistics 18.6 -> 16.6 us in its step on the H100). With
 // a.stats a block also writes, for each of its output channels (tile rows), (mean, M2, count) of y over its
 // tile's pixels (valid columns) as the partial of chunk blockIdx.x (kernels/conv.h, ChannelPartials): the
 // BatchNorm after the convolution then combines gridDim.x partials per channel instead of reading y once more.
@@ -288,18 +292,18 @@ __device__ void store_tile_statistics(const ConvArgs& a, const float* tile, int 
   }
 }
 
-// The forward's finished tile, staged in shared memory (row stride kStagedLd), to y: warp w stores tile rows w,
-// w + warps, ..., lane l columns l, l + 32, ...: each store instruction writes 32 consecutive pixels of one
-// channel (an image boundary splits it in two), where the accumulators' own layout writes 8 channels' scattered
-// pairs, half of each 32-byte sector. Every thread calls it.
-template <int BM, int BN, int kThreads>
-__device__ void store_staged_forward(const ConvArgs& a, const float* tile, int m0, int n0, const int4* columns) {
+// A finished tile (Pass::kStaged: the forward), staged in shared memory (row stride kStagedLd), to its NCHW place:
+// warp w stores tile rows (channels) w, w + warps, ..., lane l columns (pixels) l, l + 32, ...: each store
+// instruction writes 32 consecutive pixels of one channel (an image boundary splits it in two), where the
+// accumulators' own layout writes 8 channels' scattered pairs, half of each 32-byte sector. Every thread calls it.
+template <class Pass, int BM, int BN, int kThreads>
+__device__ void store_staged(const ConvArgs& a, const float* tile, int m0, int n0, const int4* columns) {
   constexpr int kAllWarps = kThreads / 32;
-  const int lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32, plane = Pass::plane(a);
   for (int r = threadIdx.x / 32; r < BM && m0 + r < a.M; r += kAllWarps)
 #pragma unroll
     for (int cl = lane; cl < BN; cl += 32)
-      if (n0 + cl < a.N) a.out[columns[cl].w + (m0 + r) * a.pq] = tile[r * kStagedLd<BN> + cl];  // y[img, m, pq]
+      if (n0 + cl < a.N) a.out[columns[cl].w + (m0 + r) * plane] = tile[r * kStagedLd<BN> + cl];
 }
 
 // ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
@@ -411,7 +415,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   });
   end_kernel(a.overlaps_previous);
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
-  if constexpr (std::is_same_v<Pass, ForwardPass>) {
+  if constexpr (Pass::kStaged) {
     if (a.split == 1) {  // uniform: k-group 0's sums through shared memory, then y and the statistics from there
       static_assert(BM * kStagedLd<BN> <= Cfg::kPipelineFloats, "the finished tile is staged in the stages");
       __syncthreads();  // k-group 0 has read the parked tiles
@@ -425,8 +429,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
           }
       }
       __syncthreads();
-      store_staged_forward<BM, BN, kThreads>(a, smem, m0, n0, columns);
-      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);
+      store_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
+      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);  // forward only (a.stats)
       return;
     }
   }
@@ -513,7 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
   });
   end_kernel(a.overlaps_previous);
 
-  if constexpr (std::is_same_v<Pass, ForwardPass>) {
+  if constexpr (Pass::kStaged) {
     if (a.split == 1) {  // uniform; the stages are free: every thread passed the last barrier
       static_assert(BM * kStagedLd<BN> <= 2 * Cfg::kStageFloats, "the finished tile is staged in the stages");
 #pragma unroll
@@ -527,8 +531,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
                 Pass::finish(a, min(m0 + row, a.M - 1), acc[i][j][e]);
         }
       __syncthreads();
-      store_staged_forward<BM, BN, kThreads>(a, smem, m0, n0, columns);
-      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);
+      store_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
+      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);  // forward only (a.stats)
       return;
     }
   }
