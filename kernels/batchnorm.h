@@ -260,10 +260,13 @@ inline void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const 
               workspace);
 }
 
+// given: never any in f64 (the statistics come from the float GPU kernels); taken so that callers need not branch.
 inline void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h,
                                     const double* x, const double* gamma, const double* beta, double* y,
                                     double* save_mean, double* save_invstd, double* running_mean,
-                                    double* running_var, int64_t* num_batches_tracked, double* workspace) {
+                                    double* running_var, int64_t* num_batches_tracked, double* workspace,
+                                    const ChannelPartials& given = {}) {
+  NT_CHECK(given.chunks == 0, "batchnorm_forward_train: given statistics are f32");
   NT_CPU_ONLY(exec, batchnorm_forward_train, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean,
               running_var, num_batches_tracked, workspace);
 }
@@ -317,7 +320,9 @@ inline void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape&
                                          const BatchNormHyper& h, const double* x, const double* gamma,
                                          const double* beta, double* y, int32_t* argmax, double* save_mean,
                                          double* save_invstd, double* running_mean, double* running_var,
-                                         int64_t* num_batches_tracked, double* workspace) {
+                                         int64_t* num_batches_tracked, double* workspace,
+                                         const ChannelPartials& given = {}) {
+  NT_CHECK(given.chunks == 0, "batchnorm_pool_forward_train: given statistics are f32");
   NT_CPU_ONLY(exec, batchnorm_pool_forward_train, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd,
               running_mean, running_var, num_batches_tracked, workspace);
 }

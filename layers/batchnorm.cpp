@@ -1,7 +1,5 @@
 #include "layers/batchnorm.h"
 
-#include <type_traits>
-
 namespace nt::layers {
 
 namespace {
@@ -127,29 +125,18 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
                                                   running_mean_.data<T>(), running_var_.data<T>(), y.data<T>(),
                                                   argmax_.i32(), workspace);
     require_trainable(s.n * s.hw, x.shape());
-    if constexpr (std::is_same_v<T, float>)
-      return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
-                                                   argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
-                                                   running_mean_.data<T>(), running_var_.data<T>(),
-                                                   num_batches_tracked_.data<int64_t>(), workspace, given);
-    else
-      return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
-                                                   argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
-                                                   running_mean_.data<T>(), running_var_.data<T>(),
-                                                   num_batches_tracked_.data<int64_t>(), workspace);
+    return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
+                                                 argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
+                                                 running_mean_.data<T>(), running_var_.data<T>(),
+                                                 num_batches_tracked_.data<int64_t>(), workspace, given);
   }
   if (mode == Mode::eval)
     return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
                                            running_var_.data<T>(), y.data<T>());
   require_trainable(s.n * s.hw, x.shape());
-  if constexpr (std::is_same_v<T, float>)
-    kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
-                                     save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
-                                     num_batches_tracked_.data<int64_t>(), workspace, given);
-  else
-    kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
-                                     save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
-                                     num_batches_tracked_.data<int64_t>(), workspace);
+  kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
+                                   save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
+                                   num_batches_tracked_.data<int64_t>(), workspace, given);
 }
 
 template <class T>
