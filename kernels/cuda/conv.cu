@@ -46,6 +46,10 @@
 // (zero-filled past Kg), into one register per tile row, written directly or as the split's partial row
 // workspace[z][M·N + m], reduced with the tile.
 //
+// Forward epilogue (no split): the finished tile goes through shared memory, so y is written a row of pixels
+// per store instruction, and with a statistics buffer each block also writes its channels' (mean, M2, count)
+// over its pixels for the BatchNorm after the convolution (kernels/conv.h, ChannelPartials; section below).
+//
 // Workspace: S·(M·N) floats for the pass that splits (+M for backward_weight's bias rows); the query returns
 // the maximum over the three passes and every batch size n' <= n. Indices are 32-bit: tensors must hold
 // fewer than 2^31 elements (checked).
