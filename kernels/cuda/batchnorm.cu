@@ -174,24 +174,14 @@ __device__ Stat block_combine(Stat s) {
 constexpr int kShiftedInFlight = 16;  // partials a lane loads before it adds any: the cnn's 392 in one round
 
 __device__ Stat shifted_sum_partials(const Geometry& g, const float* ws, int64_t c, int lane) {
-  const int64_t pc = int64_t(g.chunks) * g.C;
   const float shift = ws[partial_at(g, 0, c)];
   float n = 0.f, s1 = 0.f, s2 = 0.f;
-  for (int p0 = lane; p0 < g.chunks; p0 += kShiftedInFlight * kWarpSize) {
-    float mean[kShiftedInFlight], m2[kShiftedInFlight], count[kShiftedInFlight];
-#pragma unroll
-    for (int i = 0; i < kShiftedInFlight; ++i) {
-      const int p = p0 + i * kWarpSize;
-      const int64_t k = partial_at(g, p, c);
-      const bool in = p < g.chunks;
-      mean[i] = in ? ws[k] : shift, m2[i] = in ? ws[pc + k] : 0.f, count[i] = in ? ws[2 * pc + k] : 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < kShiftedInFlight; ++i) {
-      const float d = mean[i] - shift, nd = count[i] * d;
-      n += count[i], s1 += nd, s2 += m2[i] + nd * d;
-    }
-  }
+  for_each_partial<kShiftedInFlight>(
+      g, c, lane, kWarpSize, [&](int64_t k, bool present) { return forward_partial(g, ws, k, present); },
+      [&](const Stat& part) {  // an empty partial (count 0) adds 0
+        const float d = part.mean - shift, nd = part.n * d;
+        n += part.n, s1 += nd, s2 += part.m2 + nd * d;
+      });
   n = warp_sum(n), s1 = warp_sum(s1), s2 = warp_sum(s2);
   const float d = s1 / n;
   return {shift + d, fmaxf(s2 - s1 * d, 0.f), n};

@@ -113,22 +113,36 @@ __device__ __forceinline__ int64_t partial_at(const Geometry& g, int p, int64_t 
 // (p = lane, lane + lanes, ...) is the same as one at a time.
 constexpr int kPartialsInFlight = 8;
 
-// Lane `lane` of `lanes` combines channel c's partials p = lane, lane + lanes, ... in that order, issuing
-// kPartialsInFlight loads before it uses any.
-__device__ Stat chain_forward_partials(const Geometry& g, const float* ws, int64_t c, int lane, int lanes) {
-  const int64_t pc = int64_t(g.chunks) * g.C;
-  Stat s{0.f, 0.f, 0.f};
-  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * lanes) {
-    Stat part[kPartialsInFlight];
+// Lane `lane` of `lanes` visits channel c's partials p = lane, lane + lanes, ... in that order, issuing kInFlight
+// loads before it uses any: load(k, present) reads the partial whose first field is at k (present: p < chunks;
+// else it returns an empty partial, which changes no sum), use(partial) takes it in.
+template <int kInFlight, class Load, class Use>
+__device__ __forceinline__ void for_each_partial(const Geometry& g, int64_t c, int lane, int lanes, const Load& load,
+                                                 const Use& use) {
+  for (int p0 = lane; p0 < g.chunks; p0 += kInFlight * lanes) {
+    decltype(load(int64_t(0), true)) part[kInFlight];
 #pragma unroll
-    for (int i = 0; i < kPartialsInFlight; ++i) {
+    for (int i = 0; i < kInFlight; ++i) {
       const int p = p0 + i * lanes;
-      const int64_t k = partial_at(g, p, c);
-      part[i] = p < g.chunks ? Stat{ws[k], ws[pc + k], ws[2 * pc + k]} : Stat{0.f, 0.f, 0.f};
+      part[i] = load(partial_at(g, p, c), p < g.chunks);
     }
 #pragma unroll
-    for (int i = 0; i < kPartialsInFlight; ++i) s = combine(s, part[i]);  // an empty partial changes nothing
+    for (int i = 0; i < kInFlight; ++i) use(part[i]);
   }
+}
+
+// The forward's partial (mean, M2, count) whose mean is at ws[k]; empty (count 0) where not present.
+__device__ __forceinline__ Stat forward_partial(const Geometry& g, const float* ws, int64_t k, bool present) {
+  const int64_t pc = int64_t(g.chunks) * g.C;
+  return present ? Stat{ws[k], ws[pc + k], ws[2 * pc + k]} : Stat{0.f, 0.f, 0.f};
+}
+
+// Lane `lane` of `lanes` combines channel c's partials p = lane, lane + lanes, ... in that order (Chan).
+__device__ Stat chain_forward_partials(const Geometry& g, const float* ws, int64_t c, int lane, int lanes) {
+  Stat s{0.f, 0.f, 0.f};
+  for_each_partial<kPartialsInFlight>(
+      g, c, lane, lanes, [&](int64_t k, bool present) { return forward_partial(g, ws, k, present); },
+      [&](const Stat& part) { s = combine(s, part); });  // an empty partial changes nothing
   return s;
 }
 
@@ -164,17 +178,10 @@ __device__ __forceinline__ FwdParams eval_params(const ForwardArgs& a, int64_t c
 __device__ float2 chain_backward_partials(const Geometry& g, const float* ws, int64_t c, int lane, int lanes) {
   const int64_t pc = int64_t(g.chunks) * g.C;
   float2 s = make_float2(0.f, 0.f);
-  for (int p0 = lane; p0 < g.chunks; p0 += kPartialsInFlight * lanes) {
-    float2 part[kPartialsInFlight];
-#pragma unroll
-    for (int i = 0; i < kPartialsInFlight; ++i) {
-      const int p = p0 + i * lanes;
-      const int64_t k = partial_at(g, p, c);
-      part[i] = p < g.chunks ? make_float2(ws[k], ws[pc + k]) : make_float2(0.f, 0.f);
-    }
-#pragma unroll
-    for (int i = 0; i < kPartialsInFlight; ++i) s.x += part[i].x, s.y += part[i].y;  // + 0 changes nothing
-  }
+  for_each_partial<kPartialsInFlight>(
+      g, c, lane, lanes,
+      [&](int64_t k, bool present) { return present ? make_float2(ws[k], ws[pc + k]) : make_float2(0.f, 0.f); },
+      [&](const float2& part) { s.x += part.x, s.y += part.y; });  // + 0 changes nothing
   return s;
 }
 

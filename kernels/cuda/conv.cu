@@ -310,6 +310,20 @@ __device__ void store_staged(const ConvArgs& a, const float* tile, int m0, int n
       if (n0 + cl < a.N) a.out[columns[cl].w + (m0 + r) * plane] = tile[r * kStagedLd<BN> + cl];
 }
 
+// C(row, col) of the tile, finished, into the staged tile (rows past M take row M-1's bias: never stored).
+template <class Pass, int BN>
+__device__ __forceinline__ void stage(const ConvArgs& a, float* tile, int m0, int row, int col, float v) {
+  tile[row * kStagedLd<BN> + col] = Pass::finish(a, min(m0 + row, a.M - 1), v);
+}
+
+// After every thread has staged its part of the tile: y from the staged tile, and with a.stats its statistics.
+template <class Pass, int BM, int BN, int kThreads>
+__device__ __forceinline__ void write_staged(const ConvArgs& a, const float* tile, int m0, int n0, const int4* columns) {
+  __syncthreads();
+  store_staged<Pass, BM, BN, kThreads>(a, tile, m0, n0, columns);
+  if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, tile, m0, n0);  // forward only (a.stats)
+}
+
 // ---- the implicit-GEMM kernels ------------------------------------------------------------------------------
 
 // Every thread of a GEMM kernel opens with begin_kernel and passes end_kernel before its stores: after its
@@ -427,14 +441,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
 #pragma unroll
         for (int i = 0; i < Cfg::TM; ++i)
 #pragma unroll
-          for (int j = 0; j < Cfg::TN; ++j) {
-            const int row = a_off + row_step<Cfg>(i);
-            smem[row * kStagedLd<BN> + b_off + col_step<Cfg>(j)] = Pass::finish(a, min(m0 + row, a.M - 1), acc[i][j]);
-          }
+          for (int j = 0; j < Cfg::TN; ++j)
+            stage<Pass, BN>(a, smem, m0, a_off + row_step<Cfg>(i), b_off + col_step<Cfg>(j), acc[i][j]);
       }
-      __syncthreads();
-      store_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
-      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);  // forward only (a.stats)
+      write_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
       return;
     }
   }
@@ -527,16 +537,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
 #pragma unroll
       for (int i = 0; i < Cfg::kTilesM; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = wm + 16 * i + mma_tf32::row_of(e);
+        for (int e = 0; e < 4; ++e)
 #pragma unroll
           for (int j = 0; j < Cfg::kTilesN; ++j)
-            smem[row * kStagedLd<BN> + wn + 8 * j + mma_tf32::col_of(e)] =
-                Pass::finish(a, min(m0 + row, a.M - 1), acc[i][j][e]);
-        }
-      __syncthreads();
-      store_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
-      if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, smem, m0, n0);  // forward only (a.stats)
+            stage<Pass, BN>(a, smem, m0, wm + 16 * i + mma_tf32::row_of(e), wn + 8 * j + mma_tf32::col_of(e),
+                            acc[i][j][e]);
+      write_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
       return;
     }
   }
@@ -985,6 +991,20 @@ int statistics_chunks(const Conv2dShape& s, bool tf32) {
   return (g.N + tile_extent(plan.tile).second - 1) / tile_extent(plan.tile).second;
 }
 
+// The largest f(shape) over every batch size n' <= s.n: a layer plans with its full batch and may run any
+// smaller one (whose plan may split where the full batch's does not).
+template <class F>
+size_t most_over_batches(const Conv2dShape& s, const F& f) {
+  check_shape(s);
+  size_t most = 0;
+  for (int n = 1; n <= s.n; ++n) {
+    Conv2dShape t = s;
+    t.n = n;
+    most = std::max(most, f(t));
+  }
+  return most;
+}
+
 double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
 double conv_bytes(const Conv2dShape& s) {
   return 4.0 * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * s.p() * s.q());
@@ -993,26 +1013,12 @@ double conv_bytes(const Conv2dShape& s) {
 }  // namespace
 
 size_t conv2d_statistics_floats(const Conv2dShape& s) {
-  check_shape(s);
-  size_t most = 0;  // every batch size n' <= n, either math mode
-  for (int n = 1; n <= s.n; ++n) {
-    Conv2dShape t = s;
-    t.n = n;
-    for (bool tf32 : {false, true}) most = std::max(most, size_t(3) * size_t(s.k) * statistics_chunks(t, tf32));
-  }
-  return most;
+  return most_over_batches(s, [](const Conv2dShape& t) {  // either math mode
+    return size_t(3) * size_t(t.k) * std::max(statistics_chunks(t, false), statistics_chunks(t, true));
+  });
 }
 
-size_t conv2d_workspace_floats(const Conv2dShape& s) {
-  check_shape(s);
-  size_t most = 0;  // a layer plans with its full batch and may run any smaller one
-  for (int n = 1; n <= s.n; ++n) {
-    Conv2dShape t = s;
-    t.n = n;
-    most = std::max(most, workspace_for(t));
-  }
-  return most;
-}
+size_t conv2d_workspace_floats(const Conv2dShape& s) { return most_over_batches(s, workspace_for); }
 
 int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
                    float* y, float* workspace, float* statistics) {
