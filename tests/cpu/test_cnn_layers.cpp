@@ -68,7 +68,7 @@ TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer; ot
 
 TEST_CASE("bad cnn specs fail with one message naming --model and the item", "[cpu][cnn]") {
   auto build = [](const std::string& spec) { layers::build_model(spec, Shape{1, 28, 28}, 10); };
-  using Catch::Matchers::Contains;
+  using test::Contains;
   REQUIRE_THROWS_WITH(build("conv:8:3,linear:10"), Contains("flatten"));
   REQUIRE_THROWS_WITH(build("conv:8,flatten,linear:10"), Contains("unknown model or layer 'conv:8'"));
   REQUIRE_THROWS_WITH(build("conv:0:3,flatten,linear:10"), Contains("'conv:0:3' needs a positive integer"));
@@ -151,7 +151,7 @@ TEST_CASE("checkpoints carry running statistics (F32) and num_batches_tracked (I
   // A model without the buffers refuses the file, naming them.
   CnnOnCpu other("conv:4:3,relu,maxpool:2,flatten,linear:10");
   REQUIRE_THROWS_WITH(load_safetensors(path, *other.model, other.ctx.exec()),
-                      Catch::Matchers::Contains("1.running_mean"));
+                      test::Contains("1.running_mean"));
   std::filesystem::remove_all(dir);
 }
 

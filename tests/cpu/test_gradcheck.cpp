@@ -358,5 +358,5 @@ TEST_CASE("f64 tensors are refused on the GPU backend with a clear error", "[cpu
   kernels::Exec gpu;
   gpu.backend = kernels::Backend::cuda;
   double x = 1, y = 0;
-  REQUIRE_THROWS_WITH(kernels::relu_forward(gpu, &x, &y, 1), Catch::Matchers::Contains("CPU backend only"));
+  REQUIRE_THROWS_WITH(kernels::relu_forward(gpu, &x, &y, 1), test::Contains("CPU backend only"));
 }

@@ -1,6 +1,6 @@
 // IDX reading and data sets: synthetic files (raw and gzip) round-trip, each kind of damaged file gets
 // its own one-line error naming the file, and the real MNIST loads with the expected shape and statistics.
-#include <catch2/catch.hpp>
+#include "tests/support/catch2.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,7 +20,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Catch::Matchers::Contains;
+using nt::test::Approx;
+using nt::test::Contains;
 using nt::data::load_idx_pair;
 using nt::data::read_idx_images;
 using nt::data::read_idx_labels;
@@ -93,7 +94,7 @@ void write_as(bool gzip, const std::string& path, const Bytes& bytes) {
 // Matches a message that holds both the file's name and the phrase that tells this fault from the others.
 // (A class, not `Contains(a) && Contains(b)` returned from a function: Catch2 v2 combined matchers keep
 // pointers to their parts, which would dangle.)
-class NamesFileAnd : public Catch::MatcherBase<std::string> {
+class NamesFileAnd : public nt::test::TextMatcher {
  public:
   NamesFileAnd(std::string path, std::string phrase) : path_(std::move(path)), phrase_(std::move(phrase)) {}
   bool match(const std::string& msg) const override {

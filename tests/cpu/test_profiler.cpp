@@ -60,8 +60,8 @@ TEST_CASE("launches aggregate per kernel, phase and layer", "[cpu][profile]") {
   CHECK(r.min_us == 10);
   CHECK(r.max_us == 30);
   CHECK(r.avg_us() == 20);
-  CHECK(r.gb_per_s() == Approx(8000 / 40e-6 / 1e9));     // bytes over time: 8 kB in 40 us = 0.2 GB/s
-  CHECK(r.gflop_per_s() == Approx(4e6 / 40e-6 / 1e9));   // 4 MFLOP in 40 us = 100 GFLOP/s
+  CHECK(r.gb_per_s() == test::Approx(8000 / 40e-6 / 1e9));     // bytes over time: 8 kB in 40 us = 0.2 GB/s
+  CHECK(r.gflop_per_s() == test::Approx(4e6 / 40e-6 / 1e9));   // 4 MFLOP in 40 us = 100 GFLOP/s
   CHECK(d.kernel_us() == 52);
   CHECK(d.launch_count() == 4);
   CHECK(d.launches().size() == 4);
@@ -279,7 +279,7 @@ TEST_CASE("sampling times one step in N, and the report says so", "[cpu][profile
                       o.sample_every = 0;
                       return o;
                     }()),
-                    Catch::Contains("sample_every must be at least 1"));
+                    test::Contains("sample_every must be at least 1"));
 }
 
 TEST_CASE("with no observer attached nothing is recorded", "[cpu][profile]") {

@@ -1,6 +1,6 @@
 // Tensor views: which ones share memory (the input-gradient GEMM of Linear overlaps its weight gradient
 // only where its output shares no byte with what that GEMM touches, layers/linear.cpp).
-#include <catch2/catch.hpp>
+#include "tests/support/catch2.h"
 
 #include <vector>
 

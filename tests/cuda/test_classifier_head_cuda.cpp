@@ -210,7 +210,7 @@ TEST_CASE("classifier_head on CUDA is bit-reproducible and refuses more classes 
   REQUIRE(std::memcmp(&a.loss, &b.loss, sizeof a.loss) == 0);
 
   HeadCase wide(4, 8, kernels::kHeadMaxClasses + 1, true, true, false, false, HeadInput::uniform);
-  REQUIRE_THROWS_WITH(run_cuda(cuda.exec, wide), Catch::Contains("the CUDA kernel serves 1..32 classes"));
+  REQUIRE_THROWS_WITH(run_cuda(cuda.exec, wide), Contains("the CUDA kernel serves 1..32 classes"));
 }
 
 }  // namespace

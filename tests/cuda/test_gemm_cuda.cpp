@@ -10,7 +10,7 @@
 // K products in fp32 in its own fixed order (one FMA chain, or S chains added in rank order with
 // split-K), the reference in double, so the difference is the GPU's fp32 rounding alone; a wrong index
 // or a missed slab is an O(1) error relative to that scale.
-#include <catch2/catch.hpp>
+#include "tests/support/catch2.h"
 
 #include <algorithm>
 #include <cmath>

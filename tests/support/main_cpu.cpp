@@ -1,4 +1,3 @@
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch2_main.h"
 
-int main(int argc, char** argv) { return Catch::Session().run(argc, argv); }
+int main(int argc, char** argv) { return nt::test::run_catch_session(argc, argv); }

@@ -1,7 +1,6 @@
-// CUDA tests need a GPU. Without one they are skipped (exit 77, which ctest reports as "Skipped"),
+// CUDA tests need a GPU. Without one they are skipped (kSkipExitCode, which ctest reports as "Skipped"),
 // but listing them still works so that ctest can discover them on any machine.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch2_main.h"
 
 #include <cstdio>
 #include <string_view>
@@ -20,7 +19,7 @@ int main(int argc, char** argv) {
   if (!only_listing(argc, argv)) {
     if (nt::kernels::cuda_device_count() == 0) {
       std::puts("no CUDA device: CUDA tests skipped");
-      return 77;
+      return nt::test::kSkipExitCode;
     }
     std::string built_for;
     auto info = nt::kernels::cuda_device_info(0);
@@ -31,5 +30,5 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return nt::test::run_catch_session(argc, argv);
 }

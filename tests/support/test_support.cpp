@@ -51,7 +51,7 @@ Mismatch compare(std::span<const float> got, std::span<const float> want, const 
 }
 
 std::mt19937_64& rng() {
-  static std::mt19937_64 engine(Catch::rngSeed() ? Catch::rngSeed() : 20261121u);
+  static std::mt19937_64 engine(random_seed());
   return engine;
 }
 

@@ -1,7 +1,7 @@
 // Shared test helpers: the tolerance policy, random inputs, poisoned outputs, device buffers.
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "catch2.h"
 
 #include <cmath>
 #include <cstdint>
