@@ -37,4 +37,15 @@ void setup_logging(const CommonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
+void log_device(const Context& ctx) {
+  if (ctx.on_cuda()) {
+    spdlog::info("device: {}, {}", ctx.describe(), ctx.device_info().code_path());
+  } else if (ctx.gpu_unusable()) {
+    spdlog::warn("GPU not used, running on the CPU: {}", ctx.why_cpu());
+    spdlog::info("device: {}", ctx.describe());
+  } else {
+    spdlog::info("device: {}: {}", ctx.describe(), ctx.why_cpu());
+  }
+}
+
 }  // namespace nt::app

@@ -32,6 +32,8 @@ struct CommonOptions {
 void add_common_options(CLI::App& cmd, CommonOptions& o);
 void validate_common(const CommonOptions& o);   // throws UsageError naming the flag
 void setup_logging(const CommonOptions& o);
+// The log line that says where the command runs and why; a warning first when a GPU is there but unusable.
+void log_device(const Context& ctx);
 
 // A registered subcommand: run() is called when the user chose it.
 struct Command {

@@ -53,7 +53,7 @@ int run_eval(const EvalCommand& e) {
   if (auto it = metadata.find("dataset"); it != metadata.end() && it->second != e.workload.dataset)
     spdlog::warn("{} was trained on {}, evaluating on {}", e.load_path, it->second, e.workload.dataset);
 
-  spdlog::info("device: {}", ctx.describe());
+  log_device(ctx);
   spdlog::info("{}", model->summary());
   // Trainer::evaluate needs a trainer; its optimizer is never stepped and its training source is the
   // test set itself (no shuffle), so nothing but the evaluation runs.

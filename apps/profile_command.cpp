@@ -68,7 +68,7 @@ int run_profile(const ProfileCommand& p) {
   Workload w = load_workload(p.workload, p.batch);
   Model& model = *w.model;
   model.init_params(ctx, p.seed);
-  spdlog::info("device: {}", ctx.describe());
+  log_device(ctx);
   spdlog::info("{}", model.summary());
 
   const int64_t eval_examples = std::min<int64_t>(w.split.test.count, p.steps * p.batch);

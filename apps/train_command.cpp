@@ -164,7 +164,7 @@ int run_train(const TrainCommand& t) {
   model->init_params(ctx, t.seed);
   if (!t.init_from.empty()) load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
 
-  spdlog::info("device: {}", ctx.describe());
+  log_device(ctx);
   spdlog::info("data: {} from {} ({} train, {} test examples)", t.workload.dataset, w.data_dir, split.train.count,
                split.test.count);
   spdlog::info("{}", model->summary());

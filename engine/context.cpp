@@ -1,29 +1,45 @@
 #include "engine/context.h"
 
+#include <iomanip>
 #include <sstream>
 
 namespace nt {
 
 namespace {
 
-// The first GPU, if the binary can drive it; otherwise why not.
-bool usable_gpu(kernels::DeviceInfo* info, std::string* why_not) {
-  if (!kernels::cuda_built()) {
-    *why_not = "this build of nanotrain has no CUDA backend (rebuild with nvcc available)";
-    return false;
-  }
+constexpr size_t kMinFreeGpuBytes = size_t{256} << 20;  // far above a named model's plan and MNIST on the device
+
+// Whether the first GPU can be used; if not, why not (a sentence with the fix where there is one), and whether a
+// GPU was there at all: a machine without one falls back quietly, one whose GPU cannot be used says so.
+struct GpuChoice {
+  bool usable = false;
+  bool gpu_present = false;
+  std::string why_not;
+};
+
+GpuChoice choose_gpu(kernels::DeviceInfo* info) {
   if (kernels::cuda_device_count() == 0) {
-    *why_not = "no CUDA device is visible (no GPU or no driver)";
-    return false;
+    std::string problem = kernels::cuda_unusable_reason();
+    if (!problem.empty()) return {false, true, problem};
+    return {false, false,
+            kernels::cuda_built() ? "no CUDA device is visible (no NVIDIA GPU or no driver)"
+                                  : "this build of nanotrain has no CUDA backend (nvcc was not found when it was built)"};
   }
   *info = kernels::cuda_device_info(0);
-  std::string built_for;
-  if (!kernels::cuda_build_runs_on(*info, &built_for)) {
-    *why_not = cat("this build has GPU code for ", built_for, " only, but ", info->name, " is sm_", info->cc_major,
-                   info->cc_minor, " (rebuild with -DCMAKE_CUDA_ARCHITECTURES=", info->cc_major, info->cc_minor, ")");
-    return false;
-  }
-  return true;
+  const std::string gpu = cat(info->name, " (sm_", info->cc_major, info->cc_minor, ")");
+  if (!info->open_error.empty())
+    return {false, true, cat(gpu, " cannot be opened: ", info->open_error, "; see nvidia-smi for what holds it")};
+  if (info->code_arch == 0)
+    return {false, true,
+            cat("this build has GPU code for ", kernels::cuda_built_for(), " only, none of which runs on ", gpu,
+                ": rerun scripts/setup on this machine (it builds for the GPU it sees) or configure with "
+                "-DCMAKE_CUDA_ARCHITECTURES=",
+                info->cc_major, info->cc_minor)};
+  if (info->free_memory < kMinFreeGpuBytes)
+    return {false, true,
+            cat(gpu, " has only ", info->free_memory >> 20, " MiB of ", info->total_memory >> 20,
+                " MiB free: other processes hold the rest (see nvidia-smi)")};
+  return {true, true, ""};
 }
 
 }  // namespace
@@ -33,12 +49,17 @@ Context::Context(const ContextOptions& options) {
     throw Error(cat("--device: unknown device '", options.device, "' (expected auto, cpu or cuda)"));
   if (options.threads < 0) throw Error(cat("--threads: must be >= 0, got ", options.threads));
 
-  bool want_gpu = options.device != "cpu";
-  std::string why_not;
-  bool gpu = want_gpu && usable_gpu(&device_, &why_not);
-  if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", why_not));
+  const bool want_gpu = options.device != "cpu";
+  GpuChoice choice;
+  if (want_gpu) choice = choose_gpu(&device_);
+  const bool gpu = choice.usable;
+  if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", choice.why_not));
   if (options.tf32 && !gpu)
-    throw Error(cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? why_not : "--device cpu was chosen"));
+    throw Error(cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? choice.why_not : "--device cpu was chosen"));
+  if (!gpu) {
+    why_cpu_ = want_gpu ? choice.why_not : "--device cpu";
+    gpu_unusable_ = choice.gpu_present;
+  }
 
   exec_.debug_sync = options.debug_sync;
   exec_.programmatic_launch = options.programmatic_launch;
@@ -46,9 +67,10 @@ Context::Context(const ContextOptions& options) {
     kernels::cuda_set_device(device_.index);
     exec_.backend = kernels::Backend::cuda;
     exec_.stream = kernels::create_stream();
-    if (options.tf32 && device_.cc_major < 8)
-      throw Error(cat("--tf32: ", device_.name, " (sm_", device_.cc_major, device_.cc_minor,
-                      ") has no TF32 tensor cores (sm_80 or newer)"));
+    if (options.tf32 && !device_.has_tf32())
+      throw Error(cat("--tf32: ", device_.name, " (sm_", device_.cc_major, device_.cc_minor, ") runs this build's ",
+                      device_.code_path(), device_.cc_major >= 8 ? "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" : "",
+                      device_.cc_major >= 8 ? cat(device_.cc_major, device_.cc_minor) : ""));
     exec_.tf32 = options.tf32;
   } else {
     exec_.backend = kernels::Backend::cpu;
@@ -64,8 +86,8 @@ Context::~Context() {
 std::string Context::describe() const {
   std::ostringstream s;
   if (on_cuda()) {
-    s << "cuda:" << device_.index << " " << device_.name << " (" << device_.sm_count << " SMs, "
-      << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_" << device_.cc_major
+    s << "cuda:" << device_.index << " " << device_.name << " (" << device_.sm_count << " SMs, " << std::fixed
+      << std::setprecision(1) << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_" << device_.cc_major
       << device_.cc_minor << ")" << (exec_.tf32 ? ", TF32 convolutions" : "");
   } else {
     s << "cpu (" << pool_->size() << " threads)";

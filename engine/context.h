@@ -33,6 +33,10 @@ class Context {
   bool on_cuda() const { return exec_.on_cuda(); }
   const kernels::DeviceInfo& device_info() const { return device_; }
   std::string describe() const;  // one line: "cuda:0 NVIDIA H100 80GB HBM3 (132 SMs, 79.1 GiB, sm_90)"
+  // On the CPU: why ("--device cpu", or why no GPU could be used). When a GPU is there all the same, the user most
+  // likely expected it to be used: the apps warn with why_cpu(), which names the fix.
+  bool gpu_unusable() const { return gpu_unusable_; }
+  const std::string& why_cpu() const { return why_cpu_; }
 
   void set_observer(profile::LaunchObserver* observer) { exec_.observer = observer; }
 
@@ -40,6 +44,8 @@ class Context {
   kernels::Exec exec_;
   std::unique_ptr<kernels::ThreadPool> pool_;
   kernels::DeviceInfo device_;
+  std::string why_cpu_;        // on the CPU: the reason ("--device cpu", or why no GPU could be used)
+  bool gpu_unusable_ = false;  // on the CPU with a GPU present that could not be used
 };
 
 }  // namespace nt

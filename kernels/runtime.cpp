@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <new>
+#include <system_error>
 
 #if NT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -24,13 +26,21 @@ cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec
 
 #if NT_WITH_CUDA
 namespace cuda {
-bool kernel_image_available();  // kernels/cuda/probe.cu
+int running_code_arch();  // kernels/cuda/probe.cu
 }
 #endif
 
 // ---- devices ---------------------------------------------------------------------------------------
 
 bool cuda_built() { return NT_WITH_CUDA != 0; }
+
+const char* cuda_built_for() {
+#if NT_WITH_CUDA
+  return NT_CUDA_ARCHS;
+#else
+  return "none";
+#endif
+}
 
 int cuda_device_count() {
 #if NT_WITH_CUDA
@@ -56,21 +66,72 @@ DeviceInfo cuda_device_info(int device) {
   info.total_memory = prop.totalGlobalMem;
   info.cc_major = prop.major;
   info.cc_minor = prop.minor;
+  int previous = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&previous));
+  NT_CUDA_CHECK(cudaSetDevice(device));
+  // cudaFree(nullptr) opens the context: it fails when the device is busy in exclusive mode, out of memory, or
+  // otherwise unable to take another process.
+  if (cudaError_t err = cudaFree(nullptr); err != cudaSuccess) {
+    info.open_error = cat(cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+    cudaGetLastError();
+  } else {
+    info.code_arch = cuda::running_code_arch();
+    size_t total = 0;
+    if (cudaMemGetInfo(&info.free_memory, &total) != cudaSuccess) cudaGetLastError();
+  }
+  NT_CUDA_CHECK(cudaSetDevice(previous));
 #else
   throw Error("this build of nanotrain has no CUDA backend");
 #endif
   return info;
 }
 
-bool cuda_build_runs_on(const DeviceInfo& info, std::string* built_for) {
+std::string DeviceInfo::code_path() const {
+  if (!open_error.empty()) return "cannot be opened: " + open_error;
+  if (code_arch == 0) return "no code for it in this build";
+  const char* features = has_clusters() ? "clusters, programmatic launch, TF32 tensor cores"
+                         : has_tf32()   ? "TF32 tensor cores (clusters and programmatic launch need sm_90 code)"
+                                        : "fp32 only (TF32 tensor cores need sm_80 code, clusters sm_90)";
+  return cat("compute_", code_arch, " code: ", features);
+}
+
+namespace {
+// An NVIDIA GPU is there even if CUDA cannot reach it: the kernel driver's device node or its GPU list.
+bool nvidia_gpu_present() {
+  std::error_code ec;
+  const std::filesystem::path gpus = "/proc/driver/nvidia/gpus";
+  return std::filesystem::exists("/dev/nvidia0", ec) ||
+         (std::filesystem::is_directory(gpus, ec) && !std::filesystem::is_empty(gpus, ec));
+}
+
+[[maybe_unused]] std::string cuda_version_text(int version) { return cat(version / 1000, ".", version % 1000 / 10); }
+}  // namespace
+
+std::string cuda_unusable_reason() {
 #if NT_WITH_CUDA
-  if (built_for) *built_for = NT_CUDA_ARCHS;
-  cuda_set_device(info.index);
-  return cuda::kernel_image_available();
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  if (err == cudaSuccess && n > 0) return "";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);  // 0 when no driver library could be loaded
+  cudaRuntimeGetVersion(&runtime);
+  cudaGetLastError();
+  // A newer runtime runs on any driver of its major version (CUDA's minor version compatibility).
+  if (driver > 0 && driver / 1000 < runtime / 1000)
+    return cat("the NVIDIA driver supports CUDA ", cuda_version_text(driver), " but this build needs CUDA ",
+               cuda_version_text(runtime), ": update the driver, or build with a CUDA toolkit of ",
+               cuda_version_text(driver), " or older");
+  if (!nvidia_gpu_present()) return "";
+  if (driver == 0)
+    return "an NVIDIA GPU is present but the CUDA driver library (libcuda.so.1) cannot be loaded: install the "
+           "NVIDIA driver's user-space libraries";
+  return cat("an NVIDIA GPU is present but CUDA finds no usable device (", cudaGetErrorName(err), ": ",
+             cudaGetErrorString(err), "): check the driver with nvidia-smi");
 #else
-  (void)info;
-  if (built_for) *built_for = "none";
-  return false;
+  if (!nvidia_gpu_present()) return "";
+  return "an NVIDIA GPU is present but this build of nanotrain has no CUDA backend: install the CUDA toolkit "
+         "(nvcc) and rerun scripts/setup";
 #endif
 }
 

@@ -12,20 +12,35 @@
 namespace nt::kernels {
 
 // ---- devices -------------------------------------------------------------------------------------
+// A device, and what this binary's code can do on it. The code is what was compiled for the device's architecture,
+// or else the newest PTX not above it, which the driver compiles on first use: a compute_80 build runs on an H100
+// as it would on an A100, without clusters or programmatic launch. The features below are the code's, not the
+// chip's alone.
 struct DeviceInfo {
   int index = 0;
   std::string name;
   int sm_count = 0;
   size_t total_memory = 0;  // bytes
+  size_t free_memory = 0;   // bytes, when the device was asked
   int cc_major = 0, cc_minor = 0;
+  int code_arch = 0;        // the virtual architecture of the code that runs there (90: compute_90), 0: none
+  std::string open_error;   // why no context could be opened on the device; "" when one could
+
+  bool runs_code() const { return open_error.empty() && code_arch > 0; }
+  bool has_tf32() const { return runs_code() && code_arch >= 80; }  // mma.sync on TF32 operands, cp.async
+  bool has_clusters() const { return runs_code() && code_arch >= 90 && cc_major >= 9; }
+  bool has_programmatic_launch() const { return has_clusters(); }  // both came with sm_90
+  std::string code_path() const;  // "sm_90 code: clusters, programmatic launch, TF32 tensor cores"
 };
 
 bool cuda_built();             // this binary contains the CUDA backend
+const char* cuda_built_for();  // the architectures it was compiled for: "sm_75,sm_80,sm_90,compute_90"
 int cuda_device_count();       // 0 without a CUDA build, a driver or a GPU (never throws)
-DeviceInfo cuda_device_info(int device);
-// Whether this binary carries machine code (or PTX) the device can run; `built_for` lists the targets.
-bool cuda_build_runs_on(const DeviceInfo& info, std::string* built_for);
+DeviceInfo cuda_device_info(int device);  // opens a context on the device to ask what runs there
 void cuda_set_device(int device);
+// Why an NVIDIA GPU that seems present cannot be used at all (driver too old or missing, no CUDA backend in this
+// build), with the fix; "" when CUDA devices are usable, or when the machine shows no NVIDIA GPU.
+std::string cuda_unusable_reason();
 
 // ---- memory --------------------------------------------------------------------------------------
 // One allocation path for every buffer of the engine; the count lets tests prove that a training

@@ -885,6 +885,7 @@ void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost
 // unless it overlaps its predecessor by design.
 template <class Cfg, class Pass>
 void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& cost, const ConvArgs& a) {
+  require_tf32_code(name);
   Exec placed = exec;
   placed.programmatic_launch = exec.programmatic_launch && a.overlaps_previous;
   launch(placed, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
@@ -916,6 +917,7 @@ halo::Plan halo_plan_for(const Exec& exec, const Conv2dShape& s, const halo::Arg
 }
 
 void launch_halo(const Exec& exec, const char* name, const profile::OpCost& cost, const halo::Plan& plan) {
+  require_tf32_code(name);
   const auto kernel = plan.bm == 64 ? halo::conv_halo_kernel<64> : halo::conv_halo_kernel<32>;
   static const bool opted_in = [] {  // dynamic shared memory above the default 48 KB
     for (auto k : {halo::conv_halo_kernel<64>, halo::conv_halo_kernel<32>})

@@ -80,11 +80,20 @@ __device__ __forceinline__ float tf32_value(float v) { return __uint_as_float(mm
 
 // 4 bytes from global to shared memory without a register round trip (cp.async, sm_80+), or a zero where
 // !valid (src-size 0: nothing is read).
+// Before sm_80 (the kernel never runs there: its launcher refuses code without TF32) a plain load and store.
 __device__ __forceinline__ void copy_or_zero(float* dst, const float* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#else
+  *dst = valid ? *src : 0.f;
+#endif
 }
-__device__ __forceinline__ void wait_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 
 // One chunk of source channels [c0, c0 + chunk) into planes and As, every element an asynchronous copy: a thread
 // issues all of its share before waiting once (a loop of loads and stores waited for each load in turn).

@@ -9,23 +9,44 @@ void throw_launch_error(const char* kernel, cudaError_t err, dim3 grid, dim3 blo
                           " B shared memory"));
 }
 
+int running_code_arch();  // kernels/cuda/probe.cu
+
 namespace {
-// An attribute of the current device, asked once per thread and device: launchers call these every step.
-template <cudaDeviceAttr Attribute>
-int current_device_attribute() {
+// A fact about the current device, asked once per thread and device: launchers call these every step.
+template <class Ask>
+int per_device(Ask ask) {
   thread_local int device = -1;
   thread_local int value = 0;
   int current = 0;
   NT_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) {
-    NT_CUDA_CHECK(cudaDeviceGetAttribute(&value, Attribute, current));
-    device = current;
-  }
+  if (current != device) value = ask(current), device = current;
   return value;
+}
+
+template <cudaDeviceAttr Attribute>
+int current_device_attribute() {
+  return per_device([](int device) {
+    int value = 0;
+    NT_CUDA_CHECK(cudaDeviceGetAttribute(&value, Attribute, device));
+    return value;
+  });
+}
+
+// The virtual architecture of the code the current device runs (kernels/runtime.h, DeviceInfo::code_arch).
+int current_code_arch() {
+  return per_device([](int) { return running_code_arch(); });
 }
 }  // namespace
 
-bool programmatic_launch_supported() { return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9; }
+// The chip and the code: a compute_80 image on an H100 has no griddepcontrol, so its kernels could not wait.
+bool programmatic_launch_supported() {
+  return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9 && current_code_arch() >= 90;
+}
+
+void require_tf32_code(const char* kernel) {
+  NT_CHECK(current_code_arch() >= 80, kernel, ": the TF32 tensor-core kernels need sm_80 code, and this device runs compute_",
+           current_code_arch(), " code");
+}
 
 int multiprocessor_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
 

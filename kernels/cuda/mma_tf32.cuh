@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "kernels/tf32.h"
+
 namespace nt::kernels::cuda::mma_tf32 {
 
 // A block of kWarpsM × kWarpsN warps owns a BM×BN tile of C; warp (i, j) the WM×WN piece at (i·WM, j·WN),
@@ -38,9 +40,13 @@ struct MmaConfig {
 };
 
 __device__ __forceinline__ uint32_t to_tf32(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
   return r;
+#else
+  return __float_as_uint(round_to_tf32(v));  // the same rounding in integer operations: cvt.rna.tf32 needs sm_80
+#endif
 }
 
 // d += a·b on one 16×8×8 tile.

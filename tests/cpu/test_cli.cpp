@@ -72,6 +72,32 @@ TEST_CASE("train --tf32 without a usable GPU is one clear line", "[cpu][cli]") {
   CHECK(r.out.find("--tf32") != std::string::npos);
 }
 
+TEST_CASE("the device choice is logged with its reason, and devices says what auto would choose", "[cpu][cli]") {
+  auto r = nanotrain("train --device cpu --epochs 1 --train-limit 640 --log-level info");
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("] device: cpu (") != std::string::npos);
+  CHECK(r.out.find("): --device cpu") != std::string::npos);
+  CHECK(r.out.find("[warning]") == std::string::npos);
+
+  auto d = test::run_command(test::cli_path() + " devices");
+  INFO(d.out);
+  CHECK(d.exit_code == 0);
+  CHECK(d.out.find("CUDA backend: ") != std::string::npos);
+  CHECK(d.out.find("--device auto: ") != std::string::npos);
+  if (kernels::cuda_device_count() == 0 && kernels::cuda_unusable_reason().empty()) {
+    // No GPU here: auto takes the CPU quietly and says why, with no warning.
+    CHECK(d.out.find("--device auto: cpu (") != std::string::npos);
+    CHECK(d.out.find(", because ") != std::string::npos);
+    auto a = nanotrain("train --epochs 1 --train-limit 640");
+    INFO(a.out);
+    CHECK(a.exit_code == 0);
+    CHECK(a.out.find("[warning]") == std::string::npos);
+    CHECK((a.out.find("no CUDA device is visible") != std::string::npos ||
+           a.out.find("no CUDA backend") != std::string::npos));
+  }
+}
+
 TEST_CASE("a missing data folder names the flag and the folder", "[cpu][cli]") {
   auto r = test::run_command(test::cli_path() + " train --device cpu --data /nonexistent/mnist");
   INFO(r.out);

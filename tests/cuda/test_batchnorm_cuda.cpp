@@ -477,7 +477,7 @@ TEST_CASE("a convolution's epilogue statistics feed the BatchNorm after it on CU
                              {{64, 32, 14, 14, 64, 3, 3, 1, 1}, false, true},
                              {{3, 16, 9, 7, 7, 3, 3, 1, 1}, false, false}};
   for (const GivenCase& k : cases)
-    for (bool tf32 : {false, true})
+    for (bool tf32 : tf32_modes())
       for (bool pooled : {false, true})
         for (bool relu : {false, true}) check_given_statistics(cuda.exec, k, tf32, pooled, relu);
 }
@@ -610,7 +610,7 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
   for (const StemCase& k : cases)
     for (bool relu : {false, true})
       for (bool affine : {true, false})
-        for (bool tf32 : {false, true}) check_stem(cuda.exec, k, relu, affine, tf32);
+        for (bool tf32 : tf32_modes()) check_stem(cuda.exec, k, relu, affine, tf32);
 }
 
 TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "

@@ -169,6 +169,7 @@ TEST_CASE("two GPU cnn runs with the same seed give bit-identical weights, with 
   auto train = data::subset(test::mnist().train, 0, 3200);
   const bool tf32 = GENERATE(false, true);
   INFO("tf32 " << tf32);
+  if (tf32 && !test::cuda_device().has_tf32()) return test::check_context_refuses_tf32();
   auto run = [&](bool graphs) {
     test::RigOptions o;
     o.device = "cuda";
@@ -197,6 +198,7 @@ TEST_CASE("a cnn training step allocates nothing and never synchronizes", "[cuda
   auto train = data::subset(test::mnist().train, 0, 640);
   const bool tf32 = GENERATE(false, true);
   INFO("tf32 " << tf32);
+  if (tf32 && !test::cuda_device().has_tf32()) return test::check_context_refuses_tf32();
   test::RigOptions o;
   o.device = "cuda";
   o.model = "cnn";
@@ -215,6 +217,7 @@ TEST_CASE("a cnn training step allocates nothing and never synchronizes", "[cuda
 TEST_CASE("the cnn trains on the GPU past 95% on 6,400 images in one epoch", "[cuda][cnn]") {
   auto train = data::subset(test::mnist().train, 0, 6400);
   const bool tf32 = GENERATE(false, true);  // the convolutions in fp32, or on TF32 tensor cores
+  if (tf32 && !test::cuda_device().has_tf32()) return test::check_context_refuses_tf32();
   test::RigOptions o;
   o.device = "cuda";
   o.model = "cnn";

@@ -123,7 +123,7 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
       Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, // cnn conv2, batch 64
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // a partial last batch
   };
-  for (const bool tf32 : {false, true}) {
+  for (const bool tf32 : tf32_modes()) {
     for (const auto& s : shapes) {
       check_against_cpu(cuda.exec, s, false, tf32);
       check_against_cpu(cuda.exec, s, true, tf32);
@@ -140,7 +140,7 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
     const Conv2dShape s{pick(1, 5),     pick(1, 40),    pick(1, 20), pick(1, 20), pick(1, 70),
                         ks[pick(0, 3)], ks[pick(0, 3)], pick(1, 3),  pick(0, 2)};
     if (s.p() == 0 || s.q() == 0) continue;
-    check_against_cpu(cuda.exec, s, checked % 2 == 1, checked % 4 >= 2);
+    check_against_cpu(cuda.exec, s, checked % 2 == 1, checked % 4 >= 2 && cuda_device().has_tf32());
     ++checked;
   }
 }
@@ -149,6 +149,15 @@ TEST_CASE("conv2d's halo tile (kernel lab) matches the CPU twin", "[cuda][conv]"
   namespace lab = kernels::cuda::lab;
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
+  if (!cuda_device().has_tf32()) {  // the lab's TF32 tiles then refuse, naming what they need
+    const Conv2dShape s{1, 3, 8, 8, 4, 3, 3, 1, 1};
+    DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
+    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
+    CHECK_THROWS_WITH(lab::conv2d_variant(gpu, lab::forward, s, d_x.get(), d_w.get(), nullptr, d_y.get(), nullptr,
+                                          lab::halo_64, 1),
+                      Contains("need sm_80 code"));
+    return;
+  }
   const std::vector<Conv2dShape> shapes = {
       Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},      // odd sizes, channels padded to 8
       Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},     // 5x5
@@ -187,6 +196,13 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
   Exec gpu = cuda.exec;
   gpu.tf32 = true;
   const Conv2dShape s{1, 40, 16, 16, 3, 1, 1, 1, 0};
+  if (!cuda_device().has_tf32()) {  // without TF32 code the tensor-core kernels refuse, naming what they need
+    DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
+    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
+    CHECK_THROWS_WITH(kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), nullptr),
+                      Contains("need sm_80 code"));
+    return;
+  }
   std::vector<float> x(s.x_size(), 0.f), w(s.w_size(), 0.f);
   const auto values = random_floats(256);
   for (int i = 0; i < 256; ++i) {
@@ -231,6 +247,7 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
       DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
       DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
       for (const bool tf32 : {true, false}) {  // fp32 last: its dw is checked below
+        if (tf32 && !cuda_device().has_tf32()) continue;
         Exec mode = gpu;
         mode.tf32 = tf32;
         kernels::conv2d_forward(mode, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());

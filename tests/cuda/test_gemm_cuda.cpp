@@ -229,8 +229,6 @@ void check_all_epilogues(const Exec& exec, Problem p, const GemmFn& gemm = kAuto
 
 int round_up4_gap(int n) { return (4 - n % 4) % 4; }  // pad that makes a leading dimension of n a multiple of 4
 
-bool device_has_clusters() { return nt::kernels::cuda_device_info(0).cc_major >= 9; }
-
 struct Shape {
   int M, N, K;
 };
@@ -288,7 +286,12 @@ TEST_CASE("every tile configuration and split-K factor matches the reference", "
     int tile, split_k;
   };
   std::vector<Variant> variants = {{0, 1}, {1, 1}, {2, 1}, {3, 1}};
-  if (device_has_clusters()) variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}, {3, 2}, {3, 4}, {3, 8}});
+  // Cluster split-K where the code path has clusters (sm_90 code); elsewhere the launcher never picks it (and the
+  // gemm lab refuses it).
+  if (nt::test::cuda_device().has_clusters())
+    variants.insert(variants.end(), {{2, 2}, {2, 4}, {2, 8}, {3, 2}, {3, 4}, {3, 8}});
+  else
+    WARN("cluster split-K not checked: " << nt::test::cuda_device().code_path());
   for (const Shape& s : {Shape{131, 199, 259}, Shape{64, 320, 784}, Shape{33, 7, 10}})
     for (const Variant& v : variants)
       for (int t = 0; t < 4; ++t) {

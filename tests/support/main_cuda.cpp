@@ -3,6 +3,7 @@
 #include "catch2_main.h"
 
 #include <cstdio>
+#include <string>
 #include <string_view>
 
 #include "kernels/runtime.h"
@@ -18,17 +19,22 @@ bool only_listing(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (!only_listing(argc, argv)) {
     if (nt::kernels::cuda_device_count() == 0) {
+      // A GPU that is there but unusable (driver too old, no CUDA backend) is a problem to fix, not a reason to skip.
+      if (const std::string problem = nt::kernels::cuda_unusable_reason(); !problem.empty()) {
+        std::printf("CUDA tests cannot run: %s\n", problem.c_str());
+        return 1;
+      }
       std::puts("no CUDA device: CUDA tests skipped");
       return nt::test::kSkipExitCode;
     }
-    std::string built_for;
-    auto info = nt::kernels::cuda_device_info(0);
-    if (!nt::kernels::cuda_build_runs_on(info, &built_for)) {
-      // A GPU that the build cannot drive is a build problem, not a reason to skip.
-      std::printf("this build (%s) has no code for %s (sm_%d%d)\n", built_for.c_str(), info.name.c_str(),
-                  info.cc_major, info.cc_minor);
+    const auto info = nt::kernels::cuda_device_info(0);
+    if (!info.runs_code()) {  // likewise a GPU that the build cannot drive
+      std::printf("this build (%s) cannot run on %s (sm_%d%d): %s\n", nt::kernels::cuda_built_for(),
+                  info.name.c_str(), info.cc_major, info.cc_minor, info.code_path().c_str());
       return 1;
     }
+    std::printf("CUDA tests on %s (sm_%d%d), %s\n", info.name.c_str(), info.cc_major, info.cc_minor,
+                info.code_path().c_str());
   }
   return nt::test::run_catch_session(argc, argv);
 }

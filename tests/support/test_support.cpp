@@ -6,6 +6,8 @@
 #include <sstream>
 #include <sys/wait.h>
 
+#include "engine/context.h"
+
 namespace nt::test {
 
 Tolerance fp32_dot(int K) {
@@ -75,6 +77,25 @@ CudaExec::CudaExec() {
   exec.debug_sync = true;
 }
 CudaExec::~CudaExec() { kernels::destroy_stream(exec.stream); }
+
+const kernels::DeviceInfo& cuda_device() {
+  static const kernels::DeviceInfo info = kernels::cuda_device_info(0);
+  return info;
+}
+
+void check_context_refuses_tf32() {
+  INFO(cuda_device().name << " runs " << cuda_device().code_path());
+  ContextOptions options;
+  options.device = "cuda";
+  options.tf32 = true;
+  CHECK_THROWS_WITH(Context(options), Contains("--tf32") && Contains("compute_"));
+}
+
+std::vector<bool> tf32_modes() {
+  if (cuda_device().has_tf32()) return {false, true};
+  WARN("TF32 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
+  return {false};
+}
 
 std::string mnist_dir() {
   if (const char* env = std::getenv("NT_DATA_DIR"); env && *env) return env;

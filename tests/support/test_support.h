@@ -134,6 +134,15 @@ struct CudaExec {
   kernels::Exec exec;
 };
 
+// Device 0 as the CUDA tests find it: what the code this binary runs there can do (kernels/runtime.h). A test of
+// a feature that the code path lacks checks what the engine does instead, or skips with the reason.
+const kernels::DeviceInfo& cuda_device();
+// The convolutions' maths a test covers: fp32, and TF32 where the code path has it (else a warning says it is not).
+std::vector<bool> tf32_modes();
+// On a code path without TF32 (compute_75 code), what a TF32 run meets instead: the context refuses --tf32 with the
+// reason, before anything runs. Checks that, for a test whose TF32 half cannot run here.
+void check_context_refuses_tf32();
+
 // ---- data and binaries ------------------------------------------------------------------------------
 std::string mnist_dir();         // NT_DATA_DIR, else the folder scripts/fetch-data fills
 std::string cli_path();          // the nanotrain binary under test
