@@ -30,6 +30,9 @@ int run_cli(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "nanotrain: %s\n", e.what());
     return 2;
+  } catch (const DivergedError& e) {
+    std::fprintf(stderr, "nanotrain: %s\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanotrain: %s\n", e.what());
     return 1;

@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/divergence.h"
+
 namespace nt::app {
 
 void add_common_options(CLI::App& cmd, CommonOptions& o) {
@@ -35,6 +37,11 @@ void setup_logging(const CommonOptions& o) {
   logger->set_pattern("[%^%l%$] %v");
   logger->set_level(spdlog::level::from_str(o.log_level));
   spdlog::set_default_logger(logger);
+}
+
+void require_finite_checkpoint(const Context& ctx, const Model& model, const char* flag, const std::string& path) {
+  if (const auto bad = first_nonfinite_tensor(ctx, model))
+    throw Error(cat(flag, ": ", path, " holds a diverged model (", bad->describe(), ")"));
 }
 
 void log_device(const Context& ctx) {

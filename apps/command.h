@@ -9,11 +9,18 @@
 
 #include "core/error.h"
 #include "engine/context.h"
+#include "engine/model.h"
 
 namespace nt::app {
 
 // A bad flag or value: exit code 2 (runtime errors exit with 1).
 struct UsageError : Error {
+  using Error::Error;
+};
+
+// Training diverged (a loss that is NaN or infinite): exit code 3, so that scripts can tell it from a bad flag or
+// file; nothing is saved over --save.
+struct DivergedError : Error {
   using Error::Error;
 };
 
@@ -34,6 +41,9 @@ void validate_common(const CommonOptions& o);   // throws UsageError naming the 
 void setup_logging(const CommonOptions& o);
 // The log line that says where the command runs and why; a warning first when a GPU is there but unusable.
 void log_device(const Context& ctx);
+// A loaded checkpoint that holds NaN or infinite values (a diverged run's) is refused: one line naming the flag, the
+// file and the first bad tensor.
+void require_finite_checkpoint(const Context& ctx, const Model& model, const char* flag, const std::string& path);
 
 // A registered subcommand: run() is called when the user chose it.
 struct Command {

@@ -50,6 +50,7 @@ int run_eval(const EvalCommand& e) {
   auto& model = w.model;
   model->init_params(ctx, 0);  // lays out the parameters; every value is replaced by the file's
   const CheckpointMetadata metadata = load_safetensors(e.load_path, *model, ctx.exec());
+  require_finite_checkpoint(ctx, *model, "--load", e.load_path);
   if (auto it = metadata.find("dataset"); it != metadata.end() && it->second != e.workload.dataset)
     spdlog::warn("{} was trained on {}, evaluating on {}", e.load_path, it->second, e.workload.dataset);
 

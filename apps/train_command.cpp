@@ -16,6 +16,7 @@
 #include "data/batcher.h"
 #include "data/dataset.h"
 #include "engine/checkpoint.h"
+#include "engine/divergence.h"
 #include "engine/trainer.h"
 #include "layers/builder.h"
 #include "layers/softmax_xent.h"
@@ -38,6 +39,7 @@ struct TrainCommand {
   int64_t train_limit = 0;
   int shift = 0;  // training augmentation: random translations of up to this many pixels
   bool no_graphs = false;
+  bool allow_nonfinite = false;  // go on through NaN or infinite losses (for studying divergence)
   std::string init_from;   // load the initial weights instead of initializing
   std::string init_out;    // save the initial weights (before training)
   std::string save_path;   // save the weights after the last epoch
@@ -105,20 +107,40 @@ class MetricsFile {
   }
   void append(const EpochMetrics& m) {
     if (path_.empty()) return;
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "{\"epoch\": %d, \"train_loss\": %.6f, \"train_acc\": %.6f, \"test_loss\": %.6f, "
-                  "\"test_acc\": %.6f, \"epoch_ms\": %.3f, \"eval_ms\": %.3f, \"samples_per_s\": %.1f}\n",
-                  m.epoch, m.train_loss, m.train_acc, m.test_loss, m.test_acc, m.epoch_ms, m.eval_ms,
-                  m.samples_per_s);
-    lines_ += line;
+    // JSON has no NaN or infinity: such a loss is written as null, and the line says why.
+    const bool nonfinite = !std::isfinite(m.train_loss) || !std::isfinite(m.test_loss);
+    lines_ += cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6), ", \"train_acc\": ",
+                  number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6), ", \"test_acc\": ",
+                  number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3), ", \"eval_ms\": ",
+                  number(m.eval_ms, 3), ", \"samples_per_s\": ", number(m.samples_per_s, 1),
+                  nonfinite ? ", \"nonfinite\": true" : "", "}\n");
     write_file_atomically(path_, lines_, "--metrics");
   }
 
  private:
+  static std::string number(double v, int decimals) {
+    if (!std::isfinite(v)) return "null";
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", decimals, v);
+    return text;
+  }
+
   std::string path_;
   std::string lines_;
 };
+
+// After an epoch: a loss total that is NaN or infinite stops the run (DivergedError, exit 3) with one line naming
+// the epoch, its steps and the first tensor that went bad, before anything is saved.
+void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_per_epoch, const Context& ctx,
+                  const Model& model) {
+  if (t.allow_nonfinite || (std::isfinite(m.train_loss) && std::isfinite(m.test_loss))) return;
+  const auto bad = first_nonfinite_tensor(ctx, model);
+  throw DivergedError(cat("training diverged in epoch ", m.epoch, " (steps ", (m.epoch - 1) * steps_per_epoch + 1,
+                          "..", m.epoch * steps_per_epoch, "): train loss ", m.train_loss, ", test loss ", m.test_loss,
+                          "; ", bad ? "first non-finite tensor " + bad->describe() : "every tensor is finite",
+                          t.save_path.empty() ? "" : "; --save " + t.save_path + " left as it was",
+                          "; try a lower --lr, or --allow-nonfinite to go on"));
+}
 
 class Progress {
  public:
@@ -162,7 +184,10 @@ int run_train(const TrainCommand& t) {
   const auto& split = w.split;
   auto& model = w.model;
   model->init_params(ctx, t.seed);
-  if (!t.init_from.empty()) load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
+  if (!t.init_from.empty()) {
+    load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
+    require_finite_checkpoint(ctx, *model, "--init-from", t.init_from);
+  }
 
   log_device(ctx);
   spdlog::info("data: {} from {} ({} train, {} test examples)", t.workload.dataset, w.data_dir, split.train.count,
@@ -219,6 +244,7 @@ int run_train(const TrainCommand& t) {
     progress.clear();
     print_epoch(m);
     metrics.append(m);
+    check_finite(m, t, split.train.count / t.batch, ctx, *model);
   }
   profiling.finish();
   if (!t.save_path.empty()) {
@@ -259,6 +285,8 @@ Command register_train(CLI::App& app) {
                         "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
       ->capture_default_str();
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
+  train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
+                      "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
   train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's");
   train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)");
   train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)");

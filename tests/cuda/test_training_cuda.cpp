@@ -76,3 +76,7 @@ TEST_CASE("the mlp trains on the GPU past 90% on 5,000 images in one epoch", "[c
   INFO("test accuracy " << m.test_acc);
   CHECK(m.test_acc >= 0.90);
 }
+
+TEST_CASE("a diverging run on the GPU stops with exit code 3 and keeps the checkpoint", "[cuda][nonfinite]") {
+  nt::test::check_divergence_stops_the_run("cuda");
+}

@@ -1,10 +1,14 @@
 #include "test_support.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/context.h"
 
@@ -89,6 +93,49 @@ void check_context_refuses_tf32() {
   options.device = "cuda";
   options.tf32 = true;
   CHECK_THROWS_WITH(Context(options), Contains("--tf32") && Contains("compute_"));
+}
+
+void check_divergence_stops_the_run(const std::string& device) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / cat("nt_divergence_", ::getpid(), "_", device);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string good = (dir / "good.safetensors").string(), bad = (dir / "bad.safetensors").string();
+  const std::string metrics = (dir / "metrics.jsonl").string();
+  const std::string train = cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
+                                " --train-limit 1280 --batch 64 --log-level warn");
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  REQUIRE(run_command(train + " --epochs 1 --save " + good).exit_code == 0);
+  const std::string saved = read(good);
+
+  const auto r = run_command(train + " --epochs 3 --lr 1e6 --save " + good + " --metrics " + metrics);
+  INFO(r.out);
+  CHECK(r.exit_code == 3);
+  CHECK(r.out.find("nanotrain: training diverged in epoch 1 (steps 1..20): train loss ") != std::string::npos);
+  CHECK(r.out.find("first non-finite tensor ") != std::string::npos);
+  CHECK(r.out.find("--save " + good + " left as it was") != std::string::npos);
+  CHECK(r.out.find("epoch   2") == std::string::npos);  // it stopped
+  CHECK(read(good) == saved);
+  const std::string lines = read(metrics);
+  INFO(lines);
+  CHECK(lines.find("\"train_loss\": null") != std::string::npos);
+  CHECK(lines.find("\"nonfinite\": true}") != std::string::npos);
+  CHECK(lines.find("nan") == std::string::npos);
+  CHECK(lines.find("inf") == std::string::npos);
+
+  const auto allowed = run_command(train + " --epochs 2 --lr 1e6 --allow-nonfinite --save " + bad);
+  INFO(allowed.out);
+  CHECK(allowed.exit_code == 0);
+  CHECK(allowed.out.find("epoch   2") != std::string::npos);
+  const auto eval = run_command(cat(cli_path(), " eval --device ", device, " --data ", mnist_dir(), " --load ", bad));
+  INFO(eval.out);
+  CHECK(eval.exit_code == 1);
+  CHECK(eval.out.find("nanotrain: --load: " + bad + " holds a diverged model (") != std::string::npos);
+  CHECK(std::count(eval.out.begin(), eval.out.end(), '\n') == 1);
+  fs::remove_all(dir);
 }
 
 std::vector<bool> tf32_modes() {

@@ -142,6 +142,10 @@ std::vector<bool> tf32_modes();
 // On a code path without TF32 (compute_75 code), what a TF32 run meets instead: the context refuses --tf32 with the
 // reason, before anything runs. Checks that, for a test whose TF32 half cannot run here.
 void check_context_refuses_tf32();
+// A run that diverges (--lr 1e6) on `device` stops after the first epoch with exit code 3 and one line naming the
+// epoch, keeps the checkpoint at --save, writes JSON metrics (null for NaN); with --allow-nonfinite it goes on, and
+// eval refuses the checkpoint it saved.
+void check_divergence_stops_the_run(const std::string& device);
 
 // ---- data and binaries ------------------------------------------------------------------------------
 std::string mnist_dir();         // NT_DATA_DIR, else the folder scripts/fetch-data fills
