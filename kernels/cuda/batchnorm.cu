@@ -699,7 +699,11 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_apply_kernel(const Geo
 // Blocks per SM the pooled backward apply is compiled for (<= 48 registers, no spills): the cnn's planes give
 // one or two waves of 256-thread blocks, and at its 64 registers only 4 fit an SM. (The forward keeps its
 // registers: capped, its finalize spills around the prefetched window.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kPooledMinBlocks = 4;  // Turing holds 1024 threads per SM: four such blocks at most
+#else
 constexpr int kPooledMinBlocks = 5;
+#endif
 
 struct PoolGeometry {
   Geometry parts;      // the backward reduction's partial layout: C, and chunks over the pooled outputs
