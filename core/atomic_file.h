@@ -8,9 +8,12 @@
 
 namespace nt {
 
-// Writes `parts` to PATH.tmp, fsyncs it, renames it over PATH and fsyncs the folder. On any failure the
-// temporary file is removed, PATH is untouched, and an nt::Error names `what` (a flag such as
-// "--metrics", or empty) and the file.
+// Writes `parts` to a temporary file of its own beside PATH (PATH.tmp.<pid>.XXXXXX, made by mkstemp, so that
+// concurrent writers never share one), fsyncs it, renames it over PATH and fsyncs the folder. A symbolic link at
+// PATH is followed: the file it names is replaced, the link stays. On any failure the temporary file is removed,
+// PATH is untouched, and an nt::Error names `what` (a flag such as "--metrics", or empty) and the file. When another
+// writer renamed its file over PATH in the meantime, that is an error too: the file that stands is not this one.
+// After a successful write, temporaries of PATH whose writer no longer runs (killed mid-save) are removed.
 void write_file_atomically(const std::string& path, std::span<const std::string_view> parts,
                            const std::string& what = "");
 

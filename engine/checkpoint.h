@@ -13,8 +13,9 @@
 // Reading validates the whole container before anything is used, and loading into a model validates
 // every name, dtype and shape before any value is copied: a failed load leaves the model as it was.
 // Every failure is an nt::Error naming the file and, where there is one, the tensor.
-// Writing is atomic: the bytes go to PATH.tmp in the same folder, are flushed to disk (fsync), and the
-// file is renamed over PATH, so an interrupted save never destroys the previous checkpoint.
+// Writing is atomic (core/atomic_file.h): the bytes go to a temporary file of their own in the same folder, are
+// flushed to disk (fsync), and the file is renamed over PATH, so an interrupted save never destroys the previous
+// checkpoint, and two runs saving to one path leave one of their files whole.
 #pragma once
 
 #include <cstdint>

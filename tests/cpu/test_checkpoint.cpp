@@ -258,13 +258,14 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
   SECTION("a successful save replaces the file and leaves no temporary file") {
     second.save(path);
     CHECK(read_bytes(path) != before);
-    CHECK(!fs::exists(path + ".tmp"));
+    CHECK(test::temporaries_of(path).empty());
   }
   SECTION("the temporary file cannot be created") {
-    fs::create_directory(path + ".tmp");  // open(PATH.tmp) fails: EISDIR
-    const std::string message = error_of([&] { second.save(path); });
+    write_bytes(dir.file("plain"), "a file, not a folder");  // mkstemp under it fails: ENOTDIR
+    const std::string message = error_of([&] { second.save(dir.file("plain/m.safetensors")); });
     INFO(message);
-    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("plain/m.safetensors") != std::string::npos);
+    CHECK(message.find("temporary") != std::string::npos);
     CHECK(read_bytes(path) == before);
   }
   SECTION("the disk fills up in the middle of the write") {
@@ -282,7 +283,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
     CHECK(message.find("writing") != std::string::npos);
     CHECK(message.find(path) != std::string::npos);
     CHECK(read_bytes(path) == before);
-    CHECK(!fs::exists(path + ".tmp"));
+    CHECK(test::temporaries_of(path).empty());
   }
   SECTION("the folder does not exist") {
     const std::string message = error_of([&] { second.save(dir.file("no/such/folder/m.safetensors")); });

@@ -151,6 +151,16 @@ std::string mnist_dir() {
 
 std::string cli_path() { return NT_CLI_PATH; }
 
+std::vector<std::string> temporaries_of(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string stem = target.filename().string() + ".tmp";
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(target.has_parent_path() ? target.parent_path() : fs::path(".")))
+    if (entry.path().filename().string().starts_with(stem)) found.push_back(entry.path().string());
+  return found;
+}
+
 CommandResult run_command(const std::string& command) {
   CommandResult r;
   std::string full = command + " 2>&1";

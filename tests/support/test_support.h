@@ -156,5 +156,7 @@ struct CommandResult {
   std::string out;   // stdout and stderr together
 };
 CommandResult run_command(const std::string& command);
+// The temporary files of an atomic write to `path` that are still beside it (core/atomic_file.h: PATH.tmp.*).
+std::vector<std::string> temporaries_of(const std::string& path);
 
 }  // namespace nt::test
