@@ -2,6 +2,14 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
 
 #include "engine/divergence.h"
 
@@ -37,6 +45,32 @@ void setup_logging(const CommonOptions& o) {
   logger->set_pattern("[%^%l%$] %v");
   logger->set_level(spdlog::level::from_str(o.log_level));
   spdlog::set_default_logger(logger);
+}
+
+void check_outputs(const std::vector<OutputPath>& outputs) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::path, const char*>> seen;
+  for (const OutputPath& o : outputs) {
+    if (o.path.empty()) continue;
+    const std::string shown = o.written_as.empty() ? o.path : o.written_as;
+    std::error_code ec;
+    if (fs::is_directory(o.path, ec)) throw UsageError(cat(o.flag, ": '", o.path, "' is a folder, not a file"));
+    const fs::path folder = fs::path(o.path).has_parent_path() ? fs::path(o.path).parent_path() : fs::path(".");
+    if (!fs::is_directory(folder, ec))
+      throw UsageError(cat(o.flag, ": cannot write '", shown, "': folder '", folder.string(), "' does not exist"));
+    // The probe is what the atomic write does first: a new file in that folder.
+    std::string probe = (folder / ".nanotrain-probe.XXXXXX").string();
+    const int fd = ::mkstemp(probe.data());
+    if (fd < 0)
+      throw UsageError(cat(o.flag, ": cannot write '", shown, "': folder '", folder.string(),
+                           "' takes no new file: ", std::strerror(errno)));
+    ::close(fd);
+    ::unlink(probe.c_str());
+    const fs::path canonical = fs::weakly_canonical(o.path, ec);
+    for (const auto& [other, flag] : seen)
+      if (other == canonical) throw UsageError(cat(o.flag, " and ", flag, " name the same file '", o.path, "'"));
+    seen.emplace_back(canonical, o.flag);
+  }
 }
 
 void require_finite_checkpoint(const Context& ctx, const Model& model, const char* flag, const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/context.h"
@@ -39,6 +40,17 @@ struct CommonOptions {
 void add_common_options(CLI::App& cmd, CommonOptions& o);
 void validate_common(const CommonOptions& o);   // throws UsageError naming the flag
 void setup_logging(const CommonOptions& o);
+// A file the command will write, named by its flag: checked before any work by check_outputs.
+struct OutputPath {
+  const char* flag;          // "--save"
+  std::string path;          // empty: the flag was not given
+  std::string written_as{};  // what is written when it differs from `path`: "PREFIX.csv, .json, .trace.json"
+};
+// Every output given, before anything runs (an hour of training must not end in "cannot write"): the path is no
+// folder, its folder exists and takes a new file (a probe file is made and removed there), and no two flags name
+// the same file. Throws UsageError naming the flag.
+void check_outputs(const std::vector<OutputPath>& outputs);
+
 // The log line that says where the command runs and why; a warning first when a GPU is there but unusable.
 void log_device(const Context& ctx);
 // A loaded checkpoint that holds NaN or infinite values (a diverged run's) is refused: one line naming the flag, the

@@ -12,10 +12,7 @@
 namespace nt::app {
 
 void validate_profile_out(const std::string& prefix) {
-  namespace fs = std::filesystem;
-  const fs::path parent = fs::path(prefix).parent_path();
-  if (!parent.empty() && !fs::is_directory(parent))
-    throw UsageError(cat("--profile-out: folder '", parent.string(), "' does not exist"));
+  check_outputs({{"--profile-out", prefix.empty() ? "" : prefix + ".csv", prefix + ".csv, .json and .trace.json"}});
 }
 
 profile::TimerChoice parse_profile_timer(const std::string& text) {

@@ -68,15 +68,13 @@ void validate_train(const TrainCommand& t) {
   validate_workload(t.workload);
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   if (t.shift < 0 || t.shift > 8) throw UsageError(cat("--shift: must be in [0, 8], got ", t.shift));
-  // Output folders are checked now, not after an hour of training.
-  const std::pair<const char*, const std::string*> outputs[] = {
-      {"--init-out", &t.init_out}, {"--save", &t.save_path}, {"--order-out", &t.order_out}};
-  for (const auto& [flag, path] : outputs) {
-    const fs::path parent = fs::path(*path).parent_path();
-    if (!path->empty() && !parent.empty() && !fs::is_directory(parent))
-      throw UsageError(cat(flag, ": folder '", parent.string(), "' does not exist"));
-  }
-  validate_profile_out(t.profile_out);
+  // Outputs are checked now, not after an hour of training.
+  check_outputs({{"--save", t.save_path},
+                 {"--metrics", t.metrics_path},
+                 {"--init-out", t.init_out},
+                 {"--order-out", t.order_out},
+                 {"--profile-out", t.profile_out.empty() ? "" : t.profile_out + ".csv",
+                  t.profile_out + ".csv, .json and .trace.json"}});
   parse_profile_timer(t.profile_timer);
   if (t.profile_every < 1 || t.profile_every > 1'000'000)
     throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
@@ -99,12 +97,7 @@ CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained
 // the file on disk is always complete.
 class MetricsFile {
  public:
-  explicit MetricsFile(std::string path) : path_(std::move(path)) {
-    if (path_.empty()) return;
-    fs::path parent = fs::path(path_).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent))
-      throw UsageError(cat("--metrics: folder '", parent.string(), "' does not exist"));
-  }
+  explicit MetricsFile(std::string path) : path_(std::move(path)) {}  // checked with the other outputs
   void append(const EpochMetrics& m) {
     if (path_.empty()) return;
     // JSON has no NaN or infinity: such a loss is written as null, and the line says why.

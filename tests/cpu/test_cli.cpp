@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 using namespace nt;
 
@@ -96,6 +100,37 @@ TEST_CASE("the device choice is logged with its reason, and devices says what au
     CHECK((a.out.find("no CUDA device is visible") != std::string::npos ||
            a.out.find("no CUDA backend") != std::string::npos));
   }
+}
+
+TEST_CASE("outputs that cannot be written are refused before any training, naming the flag", "[cpu][cli]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("nt_outputs_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string file = (dir / "m.safetensors").string();
+  struct Case {
+    std::string args, flag, phrase;
+  };
+  const Case cases[] = {
+      {"--save /proc/m.safetensors", "--save", "takes no new file"},  // even root cannot make a file there
+      {"--save " + dir.string(), "--save", "is a folder"},
+      {"--metrics /no/such/folder/m.jsonl", "--metrics", "does not exist"},
+      {"--save " + file + " --metrics " + file, "--metrics and --save", "name the same file"},
+      {"--init-out /proc/init.safetensors", "--init-out", "takes no new file"},
+      {"--profile-out /proc/prof", "--profile-out", "/proc/prof.csv, .json and .trace.json"},
+      {"--order-out " + dir.string(), "--order-out", "is a folder"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.args) {
+      auto r = nanotrain("train --device cpu --epochs 1 --train-limit 640 " + c.args);
+      INFO(r.out);
+      CHECK(r.exit_code == 2);
+      CHECK(line_count(r.out) == 1);
+      CHECK(r.out.find(c.flag) != std::string::npos);
+      CHECK(r.out.find(c.phrase) != std::string::npos);
+    }
+  }
+  CHECK(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 0);  // no probe left behind
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a missing data folder names the flag and the folder", "[cpu][cli]") {
