@@ -155,11 +155,20 @@ std::vector<uint8_t> read_payload(ByteSource& src, uint64_t bytes, size_t header
     src.fail(cat("truncated payload: the header promises ", bytes, " bytes of ", what, " after its ",
                  header_bytes, " bytes, found ", found, src.gzip() ? " (after decompression)" : ""));
   };
-  // A raw file's size is known: a damaged header claiming gigabytes fails here, before allocating them.
+  // A raw file's size is known: a damaged header claiming gigabytes fails here, before allocating them. A gzip's
+  // is known only by decompressing it, so the payload grows by chunks as the bytes arrive: a 34-byte file that
+  // promises 4 GiB fails after reading its few bytes, having allocated one chunk, not 4 GiB.
   if (auto left = src.raw_bytes_left(); left && *left < bytes) truncated(*left);
-  std::vector<uint8_t> payload(bytes);
-  size_t got = src.read(payload.data(), payload.size());
-  if (got < bytes) truncated(got);
+  constexpr uint64_t kChunk = uint64_t(16) << 20;
+  std::vector<uint8_t> payload;
+  payload.reserve(static_cast<size_t>(src.raw_bytes_left() ? bytes : std::min(bytes, kChunk)));
+  while (payload.size() < bytes) {
+    const size_t before = payload.size(), want = static_cast<size_t>(std::min(bytes - before, kChunk));
+    payload.resize(before + want);
+    const size_t got = src.read(payload.data() + before, want);
+    payload.resize(before + got);
+    if (got < want) truncated(payload.size());
+  }
   std::array<uint8_t, 1 << 16> scratch{};
   uint64_t extra = 0;
   while (size_t n = src.read(scratch.data(), scratch.size())) extra += n;

@@ -222,6 +222,28 @@ TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu
   }
 }
 
+TEST_CASE("A tiny gzip whose header promises 4 GiB fails after reading its bytes, not after allocating 4 GiB",
+          "[cpu][data]") {
+  TempDir dir;
+  Bytes header;  // 2^32 - 1 images of 1x1: 4 GiB - 1 of pixels, within the reader's limit, and two of them present
+  put_u32(header, 2051), put_u32(header, 0xffffffffu), put_u32(header, 1), put_u32(header, 1);
+  header.push_back(7), header.push_back(9);
+  write_gzip(dir / "train-images-idx3-ubyte.gz", header);
+  REQUIRE(fs::file_size(dir / "train-images-idx3-ubyte.gz") < 64);
+  REQUIRE_THROWS_WITH(read_idx_images(dir / "train-images-idx3-ubyte.gz"),
+                      names(dir / "train-images-idx3-ubyte.gz", "truncated payload") && Contains("found 2"));
+  // The same through the CLI in a process that may map 1 GiB at most: one line naming the file, no bad_alloc.
+  write_raw(dir / "train-labels-idx1-ubyte", labels_idx({1, 2}));
+  write_raw(dir / "t10k-images-idx3-ubyte", images_idx(2, 1, 1));
+  write_raw(dir / "t10k-labels-idx1-ubyte", labels_idx({1, 2}));
+  const auto r = nt::test::run_command("ulimit -v 1048576; " + nt::test::cli_path() +
+                                       " train --device cpu --threads 1 --epochs 1 --data " + dir.path.string());
+  INFO(r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("truncated payload") != std::string::npos);
+  CHECK(r.out.find("bad_alloc") == std::string::npos);
+}
+
 TEST_CASE("Data set pairing checks counts and label range", "[cpu][data]") {
   TempDir dir;
   write_raw(dir / "images", images_idx(4, 2, 3));
