@@ -291,18 +291,35 @@ std::string json_escaped(const std::string& s) {
 
 // ---- files -----------------------------------------------------------------------------------------
 
-std::vector<uint8_t> read_whole_file(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw Error(cat("checkpoint ", quoted(path), ": is a folder, not a file"));
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw Error(cat("checkpoint ", quoted(path), ": cannot open: ", std::strerror(errno)));
-  const std::streamoff size = in.tellg();
-  in.seekg(0);
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size))
-    throw Error(cat("checkpoint ", quoted(path), ": read error after ", in.gcount(), " of ", size, " bytes"));
-  return bytes;
-}
+// A checkpoint file read in the order it is validated: its size, the 8-byte header length, the JSON header, and
+// only once those agree with the size, the data block. A damaged or hostile file (a 100 GB sparse one, a header
+// length of 2^60) is refused before anything of its size is allocated.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path) : path_(path) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) throw Error(cat("checkpoint ", quoted(path), ": is a folder, not a file"));
+    in_.open(path, std::ios::binary);
+    if (!in_) throw Error(cat("checkpoint ", quoted(path), ": cannot open: ", std::strerror(errno)));
+    size_ = fs::file_size(path, ec);
+    if (ec) throw Error(cat("checkpoint ", quoted(path), ": cannot tell its size: ", ec.message()));
+  }
+  uint64_t size() const { return size_; }
+  // The next `n` bytes, which the caller has checked lie within the file.
+  std::vector<uint8_t> next(uint64_t n) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(n));
+    if (n > 0 && !in_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n)))
+      throw Error(cat("checkpoint ", quoted(path_), ": read error after ", in_.gcount(), " of ", n, " bytes at offset ",
+                      offset_));
+    offset_ += n;
+    return bytes;
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  uint64_t size_ = 0, offset_ = 0;
+};
 
 // ---- safetensors validation ------------------------------------------------------------------------
 
@@ -445,12 +462,12 @@ std::string join_names(const std::vector<std::string>& names) {
 // ---- SafetensorsFile ---------------------------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::read(const std::string& path) {
-  std::vector<uint8_t> bytes = read_whole_file(path);
-  const uint64_t size = bytes.size();
+  CheckpointReader file(path);
+  const uint64_t size = file.size();
   if (size < 8)
     throw Error(cat("checkpoint ", quoted(path), ": truncated or not a safetensors file: ", size,
                     " bytes, fewer than the 8-byte header length"));
-  const uint64_t header_bytes = read_u64_le(bytes.data());
+  const uint64_t header_bytes = read_u64_le(file.next(8).data());
   if (header_bytes > size - 8)
     throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " is larger than the ",
                     size - 8, " bytes that follow it (truncated or not a safetensors file)"));
@@ -458,7 +475,8 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " exceeds the ",
                     kMaxHeaderBytes, "-byte limit of the format"));
 
-  const std::string_view header(reinterpret_cast<const char*>(bytes.data()) + 8, header_bytes);
+  const std::vector<uint8_t> header_text = file.next(header_bytes);
+  const std::string_view header(reinterpret_cast<const char*>(header_text.data()), header_bytes);
   Json root;
   try {
     root = JsonParser(header).document();
@@ -486,7 +504,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     f.tensors_.push_back(TensorEntryReader(path, name).read(entry, data_bytes));
   }
   check_tiling(path, f.tensors_, data_bytes);
-  f.data_.assign(bytes.begin() + static_cast<std::ptrdiff_t>(8 + header_bytes), bytes.end());
+  f.data_ = file.next(data_bytes);  // its size now agrees with the header's tensors
   return f;
 }
 

@@ -248,6 +248,24 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
   }
 }
 
+TEST_CASE("a checkpoint is refused by its header and size before its data block is read", "[cpu][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("huge.safetensors");
+  MlpOnCpu(1).save(path);
+  fs::resize_file(path, uint64_t(100) << 30);  // 100 GB, sparse: the tensors cover its first megabyte only
+  const std::string message = error_of([&] { SafetensorsFile::read(path); });
+  INFO(message);
+  CHECK(message.find(path) != std::string::npos);
+  CHECK(message.find("after the last tensor") != std::string::npos);
+  // Through the CLI, in a process that may map 1 GiB at most: the same one line, no bad_alloc.
+  const auto r = test::run_command("ulimit -v 1048576; " + test::cli_path() + " eval --device cpu --threads 1 --load " +
+                                   path + " --data " + test::mnist_dir());
+  INFO(r.out);
+  CHECK(r.exit_code != 0);
+  CHECK(r.out.find("after the last tensor") != std::string::npos);
+  CHECK(r.out.find("bad_alloc") == std::string::npos);
+}
+
 TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
