@@ -16,6 +16,16 @@ int run_cli(int argc, char** argv) {
   const std::vector<Command> commands{register_train(app), register_devices(app), register_eval(app),
                                       register_profile(app)};
 
+  // CLI11 says only "A subcommand is required" for a word it does not know: name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    bool known = false;
+    for (const auto& command : commands) known |= command.app->get_name() == argv[1];
+    if (!known) {
+      std::fprintf(stderr, "nanotrain: unknown command '%s' (commands: train, eval, profile, devices)\n", argv[1]);
+      return 2;
+    }
+  }
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +30,17 @@ void add_common_options(CLI::App& cmd, CommonOptions& o) {
   cmd.add_flag("--tf32", o.tf32,
                "GPU: convolutions round their operands to TF32 and multiply on tensor cores, sums in fp32 "
                "(PyTorch's default for cuDNN convolutions); off: fp32 throughout");
+}
+
+CLI::Validator unsigned_64_validator() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc{} && end == text.data() + text.size()) return "";
+        return "must be a whole number from 0 to 18446744073709551615, got '" + text + "'";
+      },
+      "UINT64");
 }
 
 void validate_common(const CommonOptions& o) {

@@ -112,7 +112,9 @@ Command register_profile(CLI::App& app) {
   cmd->add_option("--steps", prof->steps, "Training steps to profile")->capture_default_str();
   cmd->add_option("--warmup", prof->warmup, "Unprofiled training steps before them")->capture_default_str();
   cmd->add_option("--lr", prof->lr, "Learning rate of the SGD steps")->capture_default_str();
-  cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")->capture_default_str();
+  cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")
+      ->check(unsigned_64_validator())
+      ->capture_default_str();
   cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
   cmd->add_option("--profile-timer", prof->timer, kProfileTimerHelp)->capture_default_str();
   cmd->add_flag("--no-hold", prof->no_hold,

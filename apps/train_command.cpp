@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <utility>
 #include <filesystem>
 #include <memory>
 #include <numbers>
@@ -56,6 +58,11 @@ void validate_train(const TrainCommand& t) {
   if (t.epochs < 1 || t.epochs > 100000) throw UsageError(cat("--epochs: must be in [1, 100000], got ", t.epochs));
   if (t.batch < 1 || t.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", t.batch));
   const OptimizerConfig& o = t.optimizer;
+  // The optimizer computes in fp32: a value beyond float's range would become infinite there, after set-up.
+  const std::pair<const char*, double> in_float[] = {{"--lr", o.lr}, {"--weight-decay", o.weight_decay}, {"--eps", o.eps}};
+  for (const auto& [flag, v] : in_float)
+    if (std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max())
+      throw UsageError(cat(flag, ": ", v, " is beyond the range of float (", std::numeric_limits<float>::max(), ")"));
   if (!(std::isfinite(o.lr) && o.lr > 0)) throw UsageError(cat("--lr: must be a positive number, got ", o.lr));
   if (!(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1))
     throw UsageError(cat("--momentum: must be in [0, 1), got ", o.momentum));
@@ -66,6 +73,8 @@ void validate_train(const TrainCommand& t) {
   if (!(o.beta2 >= 0 && o.beta2 < 1)) throw UsageError(cat("--beta2: must be in [0, 1), got ", o.beta2));
   if (!(std::isfinite(o.eps) && o.eps > 0)) throw UsageError(cat("--eps: must be a positive number, got ", o.eps));
   validate_workload(t.workload);
+  if (!t.init_from.empty() && !fs::is_regular_file(t.init_from))
+    throw UsageError(cat("--init-from: no file '", t.init_from, "'"));
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   if (t.shift < 0 || t.shift > 8) throw UsageError(cat("--shift: must be in [0, 8], got ", t.shift));
   // Outputs are checked now, not after an hour of training.
@@ -271,7 +280,9 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--beta1", o.beta1, "Adam's first-moment decay")->capture_default_str();
   train_cmd->add_option("--beta2", o.beta2, "Adam's second-moment decay")->capture_default_str();
   train_cmd->add_option("--eps", o.eps, "Adam's denominator epsilon")->capture_default_str();
-  train_cmd->add_option("--seed", train->seed, "Seed of the initial weights and the data order")->capture_default_str();
+  train_cmd->add_option("--seed", train->seed, "Seed of the initial weights and the data order")
+      ->check(unsigned_64_validator())
+      ->capture_default_str();
   train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file");
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
   train_cmd->add_option("--shift", train->shift,

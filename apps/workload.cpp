@@ -40,7 +40,14 @@ Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit)
   w.split = data::load_dataset_dir(w.data_dir, o.dataset);
   auto& train = w.split.train;
   if (train_limit > 0 && train_limit < train.count) train = data::subset(train, 0, train_limit);
-  w.model = layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes);
+  try {
+    w.model = layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {  // a spec the data cannot take is the flag's fault as much as a malformed one
+    const std::string what = e.what();
+    throw UsageError(what.starts_with("--model") ? what : "--model: " + what);
+  }
   if (batch > train.count)
     throw UsageError(cat("--batch: ", batch, " is larger than the training set (", train.count, " examples)"));
   return w;

@@ -1,5 +1,6 @@
 #include "layers/builder.h"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -32,11 +33,14 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return parts;
 }
 
+// A size in a spec: a whole number in [1, kMaxSpecInt]. Far above any layer this engine trains, and within int, so
+// that no value is ever truncated (conv:4:4294967299 once trained with a kernel of 3).
+constexpr int64_t kMaxSpecInt = 1 << 20;
 int64_t positive_int(const std::string& text, const std::string& item) {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || end != text.data() + text.size() || v <= 0)
-    throw Error(cat("--model: '", item, "' needs a positive integer, got '", text, "'"));
+  if (ec != std::errc{} || end != text.data() + text.size() || v <= 0 || v > kMaxSpecInt)
+    throw Error(cat("--model: '", item, "' needs a positive integer up to ", kMaxSpecInt, ", got '", text, "'"));
   return v;
 }
 
@@ -100,6 +104,8 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   const std::string spec = model_spec(name_or_spec);
   const auto items = split(spec, ',');
   if (spec.empty() || items.empty()) throw Error("--model: empty model spec");
+  if (spec.back() == ',' || std::find(items.begin(), items.end(), "") != items.end())
+    throw Error(cat("--model: an empty item in '", spec, "' (a stray comma?)"));
 
   const bool flat_input = items.front().starts_with("linear");
   Shape shape = flat_input ? Shape{sample_shape.numel()} : sample_shape;

@@ -419,7 +419,8 @@ TEST_CASE("checkpoint flags fail early with one line naming the flag, file or te
   const Case cases[] = {
       {"--init-from another model's file", "train --model linear:64,relu,linear:10 --init-from " + dir.file("init.safetensors"), 1,
        {"init.safetensors", "'0.weight'", "(320, 784)", "(64, 784)"}},
-      {"--init-from a missing file", "train --init-from " + dir.file("absent.safetensors"), 1, {"absent.safetensors"}},
+      {"--init-from a missing file", "train --init-from " + dir.file("absent.safetensors"), 2,
+       {"--init-from", "absent.safetensors"}},  // a usage error, as eval --load of a missing file
       {"--save into a missing folder", "train --save /no/such/folder/m.safetensors", 2, {"--save", "/no/such/folder"}},
       {"--init-out into a missing folder", "train --init-out /no/such/folder/m.safetensors", 2, {"--init-out"}},
       {"--order-out into a missing folder", "train --order-out /no/such/folder/o.npy", 2, {"--order-out"}},

@@ -45,13 +45,22 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --shift 9", "--shift"},
       {"train --shift -1", "--shift"},
       {"train --tf32 --device cpu", "--tf32"},
+      {"train --model linear:128,relu,linear:10,", "stray comma"},
+      {"train --model conv:4:4294967299,flatten,linear:10", "4294967299"},  // no truncation to int
+      {"train --model maxpool:4294967298,flatten,linear:10", "4294967298"},
+      {"train --model conv:8:31:1:0,flatten,linear:10", "--model"},  // a spec the data cannot take
+      {"train --seed -1", "--seed"},                                  // no wrap-around
+      {"train --seed 18446744073709551616", "--seed"},
+      {"train --lr 1e39", "--lr"},  // finite as a double, infinite in the fp32 optimizer
+      {"train --weight-decay 1e39", "--weight-decay"},
+      {"train --init-from /nonexistent/init.safetensors", "--init-from"},
+      {"fit", "unknown command 'fit'"},
   };
   for (const auto& c : cases) {
     SECTION(c.args) {
       auto r = nanotrain(c.args);
       INFO(r.out);
-      CHECK(r.exit_code != 0);
-      CHECK(r.exit_code < 128);  // not killed by a signal
+      CHECK(r.exit_code == 2);  // a usage error, every one of them
       CHECK(line_count(r.out) == 1);
       CHECK(r.out.find(c.flag) != std::string::npos);
     }
