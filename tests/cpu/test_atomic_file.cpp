@@ -17,18 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Folder {
-  Folder() : path(fs::temp_directory_path() / cat("nt_atomic_test_", ::getpid())) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~Folder() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  fs::path path;
-};
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,7 +27,7 @@ std::string read_all(const std::string& path) {
 
 TEST_CASE("two writers saving to one path at once leave one whole file, and each says whether it is its own",
           "[cpu][atomic]") {
-  Folder dir;
+  test::TempDir dir;
   const std::string path = dir.file("m.safetensors");
   const std::string payload[2] = {std::string(3 << 20, 'a'), std::string(2 << 20, 'b')};  // sizes differ too
   for (int round = 0; round < 20; ++round) {
@@ -70,7 +58,7 @@ TEST_CASE("two writers saving to one path at once leave one whole file, and each
 }
 
 TEST_CASE("a save through a symbolic link replaces the file it names and keeps the link", "[cpu][atomic]") {
-  Folder dir;
+  test::TempDir dir;
   const std::string target = dir.file("real.safetensors"), link = dir.file("link.safetensors");
   write_file_atomically(target, "old");
   fs::create_symlink(target, link);
@@ -81,7 +69,7 @@ TEST_CASE("a save through a symbolic link replaces the file it names and keeps t
 }
 
 TEST_CASE("a successful save removes the temporaries of killed writers, not those of live ones", "[cpu][atomic]") {
-  Folder dir;
+  test::TempDir dir;
   const std::string path = dir.file("m.safetensors");
   const std::string dead = path + ".tmp.999999999.AbCdEf";  // above any pid Linux hands out
   const std::string live = cat(path, ".tmp.", ::getpid(), ".GhIjKl");

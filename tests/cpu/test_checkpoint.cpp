@@ -22,21 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder per test, removed afterwards.
-struct TempDir {
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / cat("nt_checkpoint_test_", ::getpid(), "_", counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  fs::path path;
-};
+using test::TempDir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -151,6 +151,17 @@ std::string mnist_dir() {
 
 std::string cli_path() { return NT_CLI_PATH; }
 
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "nanotrain_test_XXXXXX").string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  path = pattern;
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+std::string TempDir::file(const std::string& name) const { return (std::filesystem::path(path) / name).string(); }
+
 std::vector<std::string> temporaries_of(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path target(path);

@@ -156,6 +156,17 @@ struct CommandResult {
   std::string out;   // stdout and stderr together
 };
 CommandResult run_command(const std::string& command);
+// A fresh folder of its own under the system's temporary folder (mkdtemp), removed with its contents when the
+// test ends.
+struct TempDir {
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const;  // a path inside it
+  std::string path;
+};
+
 // The temporary files of an atomic write to `path` that are still beside it (core/atomic_file.h: PATH.tmp.*).
 std::vector<std::string> temporaries_of(const std::string& path);
 
