@@ -17,7 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
