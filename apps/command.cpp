@@ -43,6 +43,11 @@ CLI::Validator unsigned_64_validator() {
       "UINT64");
 }
 
+CLI::Validator non_empty_path() {
+  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+                        "PATH");
+}
+
 void validate_common(const CommonOptions& o) {
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     throw UsageError(cat("--device: unknown device '", o.device, "' (expected auto, cpu or cuda)"));

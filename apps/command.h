@@ -40,6 +40,8 @@ struct CommonOptions {
 void add_common_options(CLI::App& cmd, CommonOptions& o);
 // A whole number in [0, 2^64 - 1], as written: CLI11 would wrap "-1" and "2^64" into range silently.
 CLI::Validator unsigned_64_validator();
+// A path flag given with an empty value ("--save ''") would otherwise mean "not given" without a word.
+CLI::Validator non_empty_path();
 void validate_common(const CommonOptions& o);   // throws UsageError naming the flag
 void setup_logging(const CommonOptions& o);
 // A file the command will write, named by its flag: checked before any work by check_outputs.

@@ -82,7 +82,9 @@ Command register_eval(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Evaluate a saved model (safetensors) on the test set");
   add_common_options(*cmd, eval->common);
   add_workload_options(*cmd, eval->workload, "The saved model's architecture: mlp, or a layer spec");
-  cmd->add_option("--load", eval->load_path, "The model to evaluate (from train --save)")->required();
+  cmd->add_option("--load", eval->load_path, "The model to evaluate (from train --save)")
+      ->required()
+      ->check(non_empty_path());
   cmd->add_option("--batch", eval->batch, "Evaluation batch size")->capture_default_str();
   return {cmd, [eval] { return run_eval(*eval); }};
 }

@@ -115,7 +115,8 @@ Command register_profile(CLI::App& app) {
   cmd->add_option("--seed", prof->seed, "Seed of the initial weights and the data order")
       ->check(unsigned_64_validator())
       ->capture_default_str();
-  cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
+  cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json")
+      ->check(non_empty_path());
   cmd->add_option("--profile-timer", prof->timer, kProfileTimerHelp)->capture_default_str();
   cmd->add_flag("--no-hold", prof->no_hold,
                 "GPU, events timer: do not hold the stream behind the host within a step (for runs under Nsight "

@@ -185,6 +185,15 @@ int run_train(const TrainCommand& t) {
   Workload w = load_workload(t.workload, t.batch, t.train_limit);
   const auto& split = w.split;
   auto& model = w.model;
+  if (!t.order_out.empty()) {
+    // Every epoch's order is held at once: refuse a size no one means before allocating it (100000 epochs of
+    // MNIST would be 24 GB).
+    constexpr int64_t kMaxOrderBytes = int64_t(1) << 30;
+    const int64_t order_bytes = int64_t(t.epochs) * split.train.count * int64_t(sizeof(int32_t));
+    if (order_bytes > kMaxOrderBytes)
+      throw UsageError(cat("--order-out: ", t.epochs, " epochs of ", split.train.count, " examples make ", order_bytes,
+                           " bytes, over the ", kMaxOrderBytes, "-byte limit (write fewer --epochs)"));
+  }
   model->init_params(ctx, t.seed);
   if (!t.init_from.empty()) {
     load_safetensors(t.init_from, *model, ctx.exec());  // validated: names, dtypes, shapes
@@ -283,7 +292,8 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--seed", train->seed, "Seed of the initial weights and the data order")
       ->check(unsigned_64_validator())
       ->capture_default_str();
-  train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file");
+  train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file")
+      ->check(non_empty_path());
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
   train_cmd->add_option("--shift", train->shift,
                         "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
@@ -291,12 +301,17 @@ Command register_train(CLI::App& app) {
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
                       "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
-  train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's");
-  train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)");
-  train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)");
-  train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy");
+  train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's")
+      ->check(non_empty_path());
+  train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)")
+      ->check(non_empty_path());
+  train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)")
+      ->check(non_empty_path());
+  train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy")
+      ->check(non_empty_path());
   train_cmd->add_flag("--profile", train->profile, "Time every kernel and print the table at the end");
-  train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json");
+  train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json")
+      ->check(non_empty_path());
   train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
   train_cmd->add_option("--profile-every", train->profile_every,
                         "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "

@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 void add_workload_options(CLI::App& cmd, WorkloadOptions& o, const std::string& model_help) {
   cmd.add_option("--model", o.model, model_help)->capture_default_str();
   cmd.add_option("--dataset", o.dataset, "mnist or fashion-mnist")->capture_default_str();
-  cmd.add_option("--data", o.data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)");
+  cmd.add_option("--data", o.data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)")
+      ->check(non_empty_path());
 }
 
 void validate_workload(const WorkloadOptions& o) {

@@ -32,6 +32,9 @@ std::array<std::string, 4> find_standard_files(const fs::path& dir, const std::s
     fs::path raw = dir / kStandardFiles[i], gz = dir / (std::string(kStandardFiles[i]) + ".gz");
     if (fs::is_regular_file(raw, ec)) paths[i] = raw.string();
     else if (fs::is_regular_file(gz, ec)) paths[i] = gz.string();
+    else if (fs::is_directory(raw, ec) || fs::is_directory(gz, ec))  // there, but not a file: "missing" would mislead
+      throw Error(cat("dataset '", name, "': ", fs::is_directory(raw, ec) ? raw.string() : gz.string(),
+                      " is a folder, not an IDX file"));
     else missing += cat(missing.empty() ? "" : ", ", kStandardFiles[i]);
   }
   if (!missing.empty())

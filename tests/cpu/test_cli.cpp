@@ -55,6 +55,9 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --weight-decay 1e39", "--weight-decay"},
       {"train --init-from /nonexistent/init.safetensors", "--init-from"},
       {"fit", "unknown command 'fit'"},
+      {"train --save ''", "--save"},  // given but empty: not "no checkpoint" without a word
+      {"train --metrics ''", "--metrics"},
+      {"train --epochs 100000 --order-out /tmp/nt_order_never_written.npy", "--order-out"},  // 24 GB of orders
   };
   for (const auto& c : cases) {
     SECTION(c.args) {

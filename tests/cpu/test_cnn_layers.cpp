@@ -49,7 +49,7 @@ TEST_CASE("the cnn has PyTorch's nn.Sequential names and shapes, buffers include
   CHECK(cnn.model->params().count() == 32 * 9 + 64 + 64 * 32 * 9 + 128 + 3136 * 128 + 128 + 1280 + 10);
 }
 
-TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer; others stay apart", "[cpu][cnn]") {
+TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer, and others stay apart", "[cpu][cnn]") {
   auto first_is_stem = [](const char* spec, Shape input) {
     const auto model = layers::build_model(spec, std::move(input), 10);
     return dynamic_cast<const layers::ConvBatchNormPool*>(model->layers()[0].get()) != nullptr;

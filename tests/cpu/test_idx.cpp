@@ -244,6 +244,16 @@ TEST_CASE("A tiny gzip whose header promises 4 GiB fails after reading its bytes
   CHECK(r.out.find("bad_alloc") == std::string::npos);
 }
 
+TEST_CASE("A folder where an IDX file should be is named as a folder, not as missing", "[cpu][data]") {
+  TempDir dir;
+  write_raw(dir / "train-labels-idx1-ubyte", labels_idx({1, 2}));
+  write_raw(dir / "t10k-images-idx3-ubyte", images_idx(2, 1, 1));
+  write_raw(dir / "t10k-labels-idx1-ubyte", labels_idx({1, 2}));
+  fs::create_directory(dir / "train-images-idx3-ubyte");
+  REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(dir.path.string(), "mnist"),
+                      Contains(dir / "train-images-idx3-ubyte") && Contains("is a folder, not an IDX file"));
+}
+
 TEST_CASE("Data set pairing checks counts and label range", "[cpu][data]") {
   TempDir dir;
   write_raw(dir / "images", images_idx(4, 2, 3));
