@@ -67,10 +67,11 @@ Context::Context(const ContextOptions& options) {
     kernels::cuda_set_device(device_.index);
     exec_.backend = kernels::Backend::cuda;
     exec_.stream = kernels::create_stream();
-    if (options.tf32 && !device_.has_tf32())
-      throw Error(cat("--tf32: ", device_.name, " (sm_", device_.cc_major, device_.cc_minor, ") runs this build's ",
-                      device_.code_path(), device_.cc_major >= 8 ? "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" : "",
-                      device_.cc_major >= 8 ? cat(device_.cc_major, device_.cc_minor) : ""));
+    if (options.tf32 && !device_.has_tf32()) {
+      const std::string arch = cat(device_.cc_major, device_.cc_minor);
+      throw Error(cat("--tf32: ", device_.name, " (sm_", arch, ") runs this build's ", device_.code_path(),
+                      device_.cc_major >= 8 ? "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + arch : ""));
+    }
     exec_.tf32 = options.tf32;
   } else {
     exec_.backend = kernels::Backend::cpu;

@@ -15,14 +15,7 @@
 using namespace nt;
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-}  // namespace
+using nt::test::read_file;
 
 TEST_CASE("two writers saving to one path at once leave one whole file, and each says whether it is its own",
           "[cpu][atomic]") {
@@ -46,7 +39,7 @@ TEST_CASE("two writers saving to one path at once leave one whole file, and each
     };
     std::thread a(writer, 0), b(writer, 1);
     a.join(), b.join();
-    const std::string standing = read_all(path);
+    const std::string standing = read_file(path);
     INFO(error[0] << " | " << error[1]);
     const int own = standing == payload[0] ? 0 : standing == payload[1] ? 1 : -1;
     REQUIRE(own >= 0);  // one writer's bytes, whole
@@ -63,7 +56,7 @@ TEST_CASE("a save through a symbolic link replaces the file it names and keeps t
   fs::create_symlink(target, link);
   write_file_atomically(link, "new");
   CHECK(fs::is_symlink(link));
-  CHECK(read_all(target) == "new");
+  CHECK(read_file(target) == "new");
   CHECK(test::temporaries_of(target).empty());
 }
 
@@ -75,7 +68,7 @@ TEST_CASE("a successful save removes the temporaries of killed writers, not thos
   const std::string other = dir.file("other.safetensors.tmp.999999999.MnOpQr");  // another file's: not touched
   for (const auto& p : {dead, live, other}) std::ofstream(p) << "partial";
   write_file_atomically(path, "complete");
-  CHECK(read_all(path) == "complete");
+  CHECK(read_file(path) == "complete");
   CHECK(!fs::exists(dead));
   CHECK(fs::exists(live));
   CHECK(fs::exists(other));

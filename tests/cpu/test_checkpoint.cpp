@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using test::TempDir;
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using test::read_file;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -122,7 +118,7 @@ TEST_CASE("tensors carry PyTorch's names, shapes and dtype, in order, tiling the
     at = t.end;
     CHECK(file.floats(t.name) == m.model->params().find(t.name).value.to_host<float>(m.ctx.exec()));
   }
-  const std::string bytes = read_bytes(dir.file("m.safetensors"));
+  const std::string bytes = read_file(dir.file("m.safetensors"));
   CHECK(header_of(bytes).size() % 8 == 0);  // the data block starts 8-byte aligned, as safetensors writes it
   CHECK(data_of(bytes).size() == at);
 }
@@ -131,7 +127,7 @@ TEST_CASE("a header in any member order, with any whitespace and escapes, loads"
   TempDir dir;
   MlpOnCpu a(5), b(6);
   a.save(dir.file("m.safetensors"));
-  const std::string bytes = read_bytes(dir.file("m.safetensors"));
+  const std::string bytes = read_file(dir.file("m.safetensors"));
   const auto file = SafetensorsFile::read(dir.file("m.safetensors"));
   // The same tensors, listed last to first, members reversed, metadata last, JSON whitespace everywhere,
   // and a name spelled with \u escapes ("0.weight" as "\u0030.weight").
@@ -156,7 +152,7 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
   MlpOnCpu m(1);
   const std::string good_path = dir.file("good.safetensors");
   m.save(good_path);
-  const std::string good = read_bytes(good_path), header = header_of(good), data = data_of(good);
+  const std::string good = read_file(good_path), header = header_of(good), data = data_of(good);
   const auto file = SafetensorsFile::read(good_path);
   auto range = [&](const std::string& name) {
     const auto* t = file.find(name);
@@ -257,11 +253,11 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
   const std::string path = dir.file("m.safetensors");
   MlpOnCpu first(1), second(2);
   first.save(path);
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
 
   SECTION("a successful save replaces the file and leaves no temporary file") {
     second.save(path);
-    CHECK(read_bytes(path) != before);
+    CHECK(read_file(path) != before);
     CHECK(test::temporaries_of(path).empty());
   }
   SECTION("the temporary file cannot be created") {
@@ -270,7 +266,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
     INFO(message);
     CHECK(message.find("plain/m.safetensors") != std::string::npos);
     CHECK(message.find("temporary") != std::string::npos);
-    CHECK(read_bytes(path) == before);
+    CHECK(read_file(path) == before);
   }
   SECTION("the disk fills up in the middle of the write") {
     // RLIMIT_FSIZE makes write() fail with EFBIG past 64 KB, like a full disk, inside this process only.
@@ -286,7 +282,7 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
     INFO(message);
     CHECK(message.find("writing") != std::string::npos);
     CHECK(message.find(path) != std::string::npos);
-    CHECK(read_bytes(path) == before);
+    CHECK(read_file(path) == before);
     CHECK(test::temporaries_of(path).empty());
   }
   SECTION("the folder does not exist") {
@@ -317,7 +313,7 @@ TEST_CASE("save, load and continue gives the same losses and weights as never st
 TEST_CASE("write_npy_i32 writes a .npy that numpy's format describes", "[cpu][checkpoint]") {
   TempDir dir;
   write_npy_i32(dir.file("a.npy"), {1, -2, 3, 4, 5, 6}, {2, 3});
-  const std::string bytes = read_bytes(dir.file("a.npy"));
+  const std::string bytes = read_file(dir.file("a.npy"));
   REQUIRE(bytes.size() > 10);
   CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));  // magic, format 1.0
   const size_t header = static_cast<unsigned char>(bytes[8]) | size_t(static_cast<unsigned char>(bytes[9])) << 8;
@@ -379,7 +375,7 @@ TEST_CASE("train --init-out saves the start, --init-from starts from a file", "[
                      dir.file("b.safetensors"));
   INFO(b.out);
   REQUIRE(b.exit_code == 0);
-  CHECK(read_bytes(dir.file("a.safetensors")) == read_bytes(dir.file("b.safetensors")));
+  CHECK(read_file(dir.file("a.safetensors")) == read_file(dir.file("b.safetensors")));
   // Another seed's run starting from the file saves the file's weights as its start, not its own.
   auto c = nanotrain("train --seed 9" + common + " --init-from " + dir.file("init5.safetensors") + " --init-out " +
                      dir.file("init9.safetensors"));

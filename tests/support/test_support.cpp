@@ -96,20 +96,13 @@ void check_context_refuses_tf32() {
 }
 
 void check_divergence_stops_the_run(const std::string& device) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / cat("nt_divergence_", ::getpid(), "_", device);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string good = (dir / "good.safetensors").string(), bad = (dir / "bad.safetensors").string();
-  const std::string metrics = (dir / "metrics.jsonl").string();
+  const TempDir dir;
+  const std::string good = dir.file("good.safetensors"), bad = dir.file("bad.safetensors");
+  const std::string metrics = dir.file("metrics.jsonl");
   const std::string train = cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
                                 " --train-limit 1280 --batch 64 --log-level warn");
-  const auto read = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
   REQUIRE(run_command(train + " --epochs 1 --save " + good).exit_code == 0);
-  const std::string saved = read(good);
+  const std::string saved = read_file(good);
 
   const auto r = run_command(train + " --epochs 3 --lr 1e6 --save " + good + " --metrics " + metrics);
   INFO(r.out);
@@ -118,8 +111,8 @@ void check_divergence_stops_the_run(const std::string& device) {
   CHECK(r.out.find("first non-finite tensor ") != std::string::npos);
   CHECK(r.out.find("--save " + good + " left as it was") != std::string::npos);
   CHECK(r.out.find("epoch   2") == std::string::npos);  // it stopped
-  CHECK(read(good) == saved);
-  const std::string lines = read(metrics);
+  CHECK(read_file(good) == saved);
+  const std::string lines = read_file(metrics);
   INFO(lines);
   CHECK(lines.find("\"train_loss\": null") != std::string::npos);
   CHECK(lines.find("\"nonfinite\": true}") != std::string::npos);
@@ -135,7 +128,6 @@ void check_divergence_stops_the_run(const std::string& device) {
   CHECK(eval.exit_code == 1);
   CHECK(eval.out.find("nanotrain: --load: " + bad + " holds a diverged model (") != std::string::npos);
   CHECK(std::count(eval.out.begin(), eval.out.end(), '\n') == 1);
-  fs::remove_all(dir);
 }
 
 std::vector<bool> tf32_modes() {
@@ -161,6 +153,11 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path, ec);
 }
 std::string TempDir::file(const std::string& name) const { return (std::filesystem::path(path) / name).string(); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 std::vector<std::string> temporaries_of(const std::string& path) {
   namespace fs = std::filesystem;

@@ -167,6 +167,8 @@ struct TempDir {
   std::string path;
 };
 
+std::string read_file(const std::string& path);  // every byte of it ("" when it cannot be read)
+
 // The temporary files of an atomic write to `path` that are still beside it (core/atomic_file.h: PATH.tmp.*).
 std::vector<std::string> temporaries_of(const std::string& path);
 
