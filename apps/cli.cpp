@@ -2,11 +2,20 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <vector>
 
 #include "apps/command.h"
 
 namespace nt::app {
+
+namespace {
+const char* active_command(const std::vector<Command>& commands) {
+  for (const auto& command : commands)
+    if (command.app->parsed()) return command.app->get_name().c_str();
+  return "nanotrain";
+}
+}  // namespace
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"nanotrain: train small MLPs and CNNs with hand-written CUDA kernels and a CPU reference backend"};
@@ -43,6 +52,9 @@ int run_cli(int argc, char** argv) {
   } catch (const DivergedError& e) {
     std::fprintf(stderr, "nanotrain: %s\n", e.what());
     return 3;
+  } catch (const std::bad_alloc&) {  // the places that know the file or flag say so (nt::OutOfMemory); the rest
+    std::fprintf(stderr, "nanotrain: %s: out of host memory (std::bad_alloc)\n", active_command(commands));
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nanotrain: %s\n", e.what());
     return 1;

@@ -42,6 +42,7 @@ struct TrainCommand {
   int shift = 0;  // training augmentation: random translations of up to this many pixels
   bool no_graphs = false;
   bool allow_nonfinite = false;  // go on through NaN or infinite losses (for studying divergence)
+  bool save_on_divergence = false;  // a diverged run writes its last good weights to PATH.diverged-at-epoch-N
   std::string init_from;   // load the initial weights instead of initializing
   std::string init_out;    // save the initial weights (before training)
   std::string save_path;   // save the weights after the last epoch
@@ -75,6 +76,10 @@ void validate_train(const TrainCommand& t) {
   validate_workload(t.workload);
   if (!t.init_from.empty() && !fs::is_regular_file(t.init_from))
     throw UsageError(cat("--init-from: no file '", t.init_from, "'"));
+  if (t.save_on_divergence && t.save_path.empty())
+    throw UsageError("--save-on-divergence: writes beside --save PATH (as PATH.diverged-at-epoch-N): give --save too");
+  if (t.save_on_divergence && t.allow_nonfinite)
+    throw UsageError("--save-on-divergence: --allow-nonfinite goes on through divergence, so nothing would be written");
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   if (t.shift < 0 || t.shift > 8) throw UsageError(cat("--shift: must be in [0, 8], got ", t.shift));
   // Outputs are checked now, not after an hour of training.
@@ -131,17 +136,47 @@ class MetricsFile {
   std::string lines_;
 };
 
+// The weights of the last epoch whose losses were finite (at first, the initial ones), held on the host for
+// --save-on-divergence: one read-back per epoch, between epochs, and only when asked.
+class LastGoodWeights {
+ public:
+  LastGoodWeights(const TrainCommand& t, const Context& ctx, const Model& model)
+      : t_(t), ctx_(ctx), model_(model), enabled_(t.save_on_divergence) {
+    keep(0);
+  }
+  void keep(int epoch) {
+    if (enabled_) image_ = checkpoint_image(model_, ctx_.exec(), checkpoint_metadata(t_, epoch));
+  }
+  // Writes them beside --save and says where; "" when not asked.
+  std::string write(int diverged_epoch) const {
+    if (!enabled_) return "";
+    const std::string path = cat(t_.save_path, ".diverged-at-epoch-", diverged_epoch);
+    CheckpointImage image = image_;
+    image.metadata["diverged_at_epoch"] = std::to_string(diverged_epoch);
+    write_checkpoint(path, image);
+    return cat("; the weights after epoch ", diverged_epoch - 1, " are in ", path);
+  }
+
+ private:
+  const TrainCommand& t_;
+  const Context& ctx_;
+  const Model& model_;
+  bool enabled_;
+  CheckpointImage image_;
+};
+
 // After an epoch: a loss total that is NaN or infinite stops the run (DivergedError, exit 3) with one line naming
-// the epoch, its steps and the first tensor that went bad, before anything is saved.
+// the epoch, its steps and the first tensor that went bad. Nothing is saved over --save.
 void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_per_epoch, const Context& ctx,
-                  const Model& model) {
-  if (t.allow_nonfinite || (std::isfinite(m.train_loss) && std::isfinite(m.test_loss))) return;
+                  const Model& model, LastGoodWeights& last_good) {
+  if (t.allow_nonfinite) return;
+  if (std::isfinite(m.train_loss) && std::isfinite(m.test_loss)) return last_good.keep(m.epoch);
   const auto bad = first_nonfinite_tensor(ctx, model);
   throw DivergedError(cat("training diverged in epoch ", m.epoch, " (steps ", (m.epoch - 1) * steps_per_epoch + 1,
                           "..", m.epoch * steps_per_epoch, "): train loss ", m.train_loss, ", test loss ", m.test_loss,
                           "; ", bad ? "first non-finite tensor " + bad->describe() : "every tensor is finite",
                           t.save_path.empty() ? "" : "; --save " + t.save_path + " left as it was",
-                          "; try a lower --lr, or --allow-nonfinite to go on"));
+                          last_good.write(m.epoch), "; try a lower --lr, or --allow-nonfinite to go on"));
 }
 
 class Progress {
@@ -243,6 +278,7 @@ int run_train(const TrainCommand& t) {
                            t.profile_out, /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs,
                            t.profile_every);
 
+  LastGoodWeights last_good(t, ctx, *model);
   for (int epoch = 1; epoch <= t.epochs; ++epoch) {
     current_epoch = epoch;
     profiling.resume();
@@ -255,7 +291,7 @@ int run_train(const TrainCommand& t) {
     progress.clear();
     print_epoch(m);
     metrics.append(m);
-    check_finite(m, t, split.train.count / t.batch, ctx, *model);
+    check_finite(m, t, split.train.count / t.batch, ctx, *model, last_good);
   }
   profiling.finish();
   if (!t.save_path.empty()) {
@@ -301,6 +337,9 @@ Command register_train(CLI::App& app) {
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
                       "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
+  train_cmd->add_flag("--save-on-divergence", train->save_on_divergence,
+                      "When the run diverges, write the last good weights (those of the epoch before) to "
+                      "PATH.diverged-at-epoch-N beside --save PATH; --save itself is never overwritten by a diverged run");
   train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's")
       ->check(non_empty_path());
   train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)")

@@ -2,6 +2,7 @@
 //
 // nt::Error        something a user can cause (a file, a flag, a shape); its message is one line that
 //                  names the file, flag or layer, and the CLI prints it as-is with a non-zero exit code.
+// nt::OutOfMemory  an Error: memory could not be had.
 // nt::InternalError a broken invariant or a failed CUDA call: a bug or a broken machine; the message
 //                  carries the failing statement and file:line.
 #pragma once
@@ -15,6 +16,12 @@ namespace nt {
 
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// Memory that could not be had (host or GPU); the message says how much. A caller that knows which file or flag
+// asked for it adds that, so that the one line a user sees names the cause.
+struct OutOfMemory : Error {
+  using Error::Error;
 };
 
 struct InternalError : std::runtime_error {

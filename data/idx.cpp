@@ -161,13 +161,17 @@ std::vector<uint8_t> read_payload(ByteSource& src, uint64_t bytes, size_t header
   if (auto left = src.raw_bytes_left(); left && *left < bytes) truncated(*left);
   constexpr uint64_t kChunk = uint64_t(16) << 20;
   std::vector<uint8_t> payload;
-  payload.reserve(static_cast<size_t>(src.raw_bytes_left() ? bytes : std::min(bytes, kChunk)));
-  while (payload.size() < bytes) {
-    const size_t before = payload.size(), want = static_cast<size_t>(std::min(bytes - before, kChunk));
-    payload.resize(before + want);
-    const size_t got = src.read(payload.data() + before, want);
-    payload.resize(before + got);
-    if (got < want) truncated(payload.size());
+  try {
+    payload.reserve(static_cast<size_t>(src.raw_bytes_left() ? bytes : std::min(bytes, kChunk)));
+    while (payload.size() < bytes) {
+      const size_t before = payload.size(), want = static_cast<size_t>(std::min(bytes - before, kChunk));
+      payload.resize(before + want);
+      const size_t got = src.read(payload.data() + before, want);
+      payload.resize(before + got);
+      if (got < want) truncated(payload.size());
+    }
+  } catch (const std::bad_alloc&) {
+    src.fail(cat("out of memory holding its ", bytes, " bytes of ", what));
   }
   std::array<uint8_t, 1 << 16> scratch{};
   uint64_t extra = 0;

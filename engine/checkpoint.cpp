@@ -307,7 +307,12 @@ class CheckpointReader {
   uint64_t size() const { return size_; }
   // The next `n` bytes, which the caller has checked lie within the file.
   std::vector<uint8_t> next(uint64_t n) {
-    std::vector<uint8_t> bytes(static_cast<size_t>(n));
+    std::vector<uint8_t> bytes;
+    try {
+      bytes.resize(static_cast<size_t>(n));
+    } catch (const std::bad_alloc&) {
+      throw OutOfMemory(cat("checkpoint ", quoted(path_), ": out of memory holding ", n, " bytes at offset ", offset_));
+    }
     if (n > 0 && !in_.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(n)))
       throw Error(cat("checkpoint ", quoted(path_), ": read error after ", in_.gcount(), " of ", n, " bytes at offset ",
                       offset_));
@@ -562,21 +567,32 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   write_file_atomically(path, parts);
 }
 
-void save_safetensors(const std::string& path, const ParamStore& params, const kernels::Exec& exec,
-                      CheckpointMetadata metadata) {
+CheckpointImage checkpoint_image(const ParamStore& params, const kernels::Exec& exec, CheckpointMetadata metadata) {
   NT_CHECK(!params.params().empty(), "saving a model without parameters (init_params not called)");
   if (params.dtype() != DType::f32)
-    throw Error(cat("cannot write ", quoted(path), ": checkpoints hold f32 parameters, this model's are ",
-                    dtype_name(params.dtype())));
+    throw Error(cat("checkpoints hold f32 parameters, this model's are ", dtype_name(params.dtype())));
   metadata.try_emplace("format", "pt");  // what safetensors' PyTorch helpers write and check
   metadata.try_emplace("producer", "nanotrain");
-  write_safetensors(path, host_tensors(params, exec), metadata);
+  return {host_tensors(params, exec), std::move(metadata)};
+}
+
+CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata) {
+  metadata.try_emplace("model", model.name());
+  return checkpoint_image(model.params(), exec, std::move(metadata));
+}
+
+void write_checkpoint(const std::string& path, const CheckpointImage& image) {
+  write_safetensors(path, image.tensors, image.metadata);
+}
+
+void save_safetensors(const std::string& path, const ParamStore& params, const kernels::Exec& exec,
+                      CheckpointMetadata metadata) {
+  write_checkpoint(path, checkpoint_image(params, exec, std::move(metadata)));
 }
 
 void save_safetensors(const std::string& path, const Model& model, const kernels::Exec& exec,
                       CheckpointMetadata metadata) {
-  metadata.try_emplace("model", model.name());
-  save_safetensors(path, model.params(), exec, std::move(metadata));
+  write_checkpoint(path, checkpoint_image(model, exec, std::move(metadata)));
 }
 
 // ---- loading into a model --------------------------------------------------------------------------

@@ -83,6 +83,16 @@ struct NamedTensor {
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata);
 
+// What save_safetensors writes, read back to the host now and written later: the last good weights of a run, kept
+// between epochs for train --save-on-divergence. Taking one synchronizes: between epochs only, never in a step.
+struct CheckpointImage {
+  std::vector<NamedTensor> tensors;
+  CheckpointMetadata metadata;
+};
+CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata = {});
+CheckpointImage checkpoint_image(const ParamStore& params, const kernels::Exec& exec, CheckpointMetadata metadata = {});
+void write_checkpoint(const std::string& path, const CheckpointImage& image);
+
 // ---- .npy ------------------------------------------------------------------------------------------
 // A NumPy .npy file (format 1.0, '<i4', C order) of `shape`, written atomically like a checkpoint;
 // numpy.load() reads it. Used for the per-epoch data order that the PyTorch baseline cross-checks.

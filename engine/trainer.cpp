@@ -32,15 +32,21 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
   if (options.batch <= 0) throw Error(cat("--batch: must be positive, got ", options.batch));
   if (train.examples() < options.batch)
     throw Error(cat("--batch: ", options.batch, " is larger than the training set (", train.examples(), " examples)"));
-  if (model.batch() != options.batch) model.compile(ctx, options.batch);
+  try {  // all the memory of a model and batch size, planned once
+    if (model.batch() != options.batch) model.compile(ctx, options.batch);
+    ArenaPlan plan;
+    plan.request(&labels_, Shape{options.batch}, DType::i32);
+    plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);
+    plan.request(&train_totals_.correct, Shape{1}, DType::i64);
+    plan.request(&eval_totals_.loss_sum, Shape{1}, DType::f64);
+    plan.request(&eval_totals_.correct, Shape{1}, DType::i64);
+    arena_ = plan.commit(ctx.exec());
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit in host memory"));
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
+  }
   fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
-  ArenaPlan plan;
-  plan.request(&labels_, Shape{options.batch}, DType::i32);
-  plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);
-  plan.request(&train_totals_.correct, Shape{1}, DType::i64);
-  plan.request(&eval_totals_.loss_sum, Shape{1}, DType::f64);
-  plan.request(&eval_totals_.correct, Shape{1}, DType::i64);
-  arena_ = plan.commit(ctx.exec());
 }
 
 int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.batch; }

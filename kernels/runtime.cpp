@@ -152,7 +152,7 @@ void* device_alloc(Backend backend, size_t bytes) {
   if (backend == Backend::cpu) {
     size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
     void* p = std::aligned_alloc(kHostAlignment, rounded);
-    if (!p) throw Error(cat("out of host memory allocating ", bytes, " bytes"));
+    if (!p) throw OutOfMemory(cat("out of host memory allocating ", bytes, " bytes"));
     return p;
   }
 #if NT_WITH_CUDA
@@ -160,7 +160,7 @@ void* device_alloc(Backend backend, size_t bytes) {
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    throw Error(cat("out of GPU memory allocating ", bytes, " bytes: ", cudaGetErrorString(err)));
+    throw OutOfMemory(cat("out of GPU memory allocating ", bytes, " bytes: ", cudaGetErrorString(err)));
   }
   return p;
 #else

@@ -58,6 +58,8 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --save ''", "--save"},  // given but empty: not "no checkpoint" without a word
       {"train --metrics ''", "--metrics"},
       {"train --epochs 100000 --order-out /tmp/nt_order_never_written.npy", "--order-out"},  // 24 GB of orders
+      {"train --save-on-divergence", "--save-on-divergence"},  // beside --save, which is not given
+      {"train --save-on-divergence --allow-nonfinite --save /tmp/nt_never_written.safetensors", "--save-on-divergence"},
   };
   for (const auto& c : cases) {
     SECTION(c.args) {
@@ -68,6 +70,22 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       CHECK(r.out.find(c.flag) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("a model and batch whose buffers do not fit in memory are one line naming --batch", "[cpu][cli]") {
+  if (test::kAddressSanitizer) {  // ASan reserves terabytes of address space: no limit on it can be set
+    WARN("not run under AddressSanitizer");
+    return;
+  }
+  // 60000 x 65536 activations are 15.7 GB, over the 3 GB of address space the shell gives the process.
+  auto r = test::run_command("ulimit -v 3000000 && " + test::cli_path() +
+                             " train --device cpu --log-level warn --epochs 1 --batch 60000 --model linear:65536,relu,linear:10 --data " +
+                             test::mnist_dir());
+  INFO(r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(line_count(r.out) == 1);
+  CHECK(r.out.find("nanotrain: --batch 60000: the custom model's buffers do not fit: out of host memory allocating ") !=
+        std::string::npos);
 }
 
 TEST_CASE("train --device cuda without a usable GPU is one clear line", "[cpu][cli]") {

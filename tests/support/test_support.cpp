@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/checkpoint.h"
 #include "engine/context.h"
 
 namespace nt::test {
@@ -118,6 +119,26 @@ void check_divergence_stops_the_run(const std::string& device) {
   CHECK(lines.find("\"nonfinite\": true}") != std::string::npos);
   CHECK(lines.find("nan") == std::string::npos);
   CHECK(lines.find("inf") == std::string::npos);
+
+  // Asked for, the last good weights are written beside --save: here the epoch before the bad one is the start,
+  // the weights of `good`.
+  const std::string kept = dir.file("kept.safetensors");
+  const auto saving = run_command(train + " --epochs 2 --lr 1e6 --init-from " + good + " --save " + kept +
+                                  " --save-on-divergence");
+  INFO(saving.out);
+  CHECK(saving.exit_code == 3);
+  CHECK(saving.out.find("; the weights after epoch 0 are in " + kept + ".diverged-at-epoch-1;") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(kept));
+  const auto start = SafetensorsFile::read(good), last_good = SafetensorsFile::read(kept + ".diverged-at-epoch-1");
+  CHECK(last_good.metadata().at("diverged_at_epoch") == "1");
+  CHECK(last_good.metadata().at("epochs_trained") == "0");
+  REQUIRE(last_good.tensors().size() == start.tensors().size());
+  for (const auto& t : start.tensors()) {
+    INFO(t.name);
+    const auto* same = last_good.find(t.name);
+    REQUIRE(same != nullptr);
+    CHECK(std::equal(start.bytes(t), start.bytes(t) + (t.end - t.begin), last_good.bytes(*same)));
+  }
 
   const auto allowed = run_command(train + " --epochs 2 --lr 1e6 --allow-nonfinite --save " + bad);
   INFO(allowed.out);

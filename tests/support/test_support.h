@@ -156,6 +156,19 @@ struct CommandResult {
   std::string out;   // stdout and stderr together
 };
 CommandResult run_command(const std::string& command);
+
+// Built with AddressSanitizer (scripts/sanitize): a test that limits a process's address space cannot run.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
 // A fresh folder of its own under the system's temporary folder (mkdtemp), removed with its contents when the
 // test ends.
 struct TempDir {
