@@ -39,12 +39,18 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // ---- JSON ------------------------------------------------------------------------------------------
 
+struct JsonMember;
 struct Json {
   enum class Kind { null, boolean, number, string, array, object };
   Kind kind = Kind::null;
   std::string text;  // a string's value, or a number's literal text
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in document order, keys unique
+  std::vector<JsonMember> members;  // in document order, keys unique
+};
+// A struct, not a std::pair: a pair's traits need Json complete inside Json's own definition (clang says so).
+struct JsonMember {
+  std::string key;
+  Json value;
 };
 
 const char* kind_name(Json::Kind k) {
@@ -128,7 +134,7 @@ class JsonParser {
       skip_space();
       expect(':');
       skip_space();
-      v.members.emplace_back(std::move(key), value(depth + 1));
+      v.members.push_back({std::move(key), value(depth + 1)});
       skip_space();
       if (peek() == ',') {
         ++pos_;

@@ -81,6 +81,16 @@ template <> struct Vec<8> { typedef float type __attribute__((vector_size(32)));
 template <> struct Vec<16> { typedef float type __attribute__((vector_size(64))); };
 typedef int i8 __attribute__((vector_size(32)));
 
+// out = lanes I... of the 16 lanes of (a, b): GCC's __builtin_shuffle; clang has only __builtin_shufflevector, which
+// GCC knows from version 12 on. By reference, as load and store.
+template <int... I> NT_INLINE void shuffle(Vec<8>::type& out, const Vec<8>::type& a, const Vec<8>::type& b) {
+#if defined(__clang__)
+  out = __builtin_shufflevector(a, b, I...);
+#else
+  out = __builtin_shuffle(a, b, i8{I...});
+#endif
+}
+
 // memcpy: no alignment or aliasing assumptions, compiled to one vector move. Vectors pass by reference:
 // by value they would change the ABI between the ISA variants (-Wpsabi).
 template <class V> NT_INLINE void load(V& v, const float* p) { std::memcpy(&v, p, sizeof(V)); }
@@ -92,18 +102,19 @@ NT_INLINE void transpose8x8(const float* src, int64_t ld, float* dst, int64_t ld
   V r[8], t[8], u[8];
   for (int i = 0; i < 8; ++i) load(r[i], src + i * ld);
   for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shuffle(r[i], r[i + 1], i8{0, 8, 1, 9, 4, 12, 5, 13});
-    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], i8{2, 10, 3, 11, 6, 14, 7, 15});
+    shuffle<0, 8, 1, 9, 4, 12, 5, 13>(t[i], r[i], r[i + 1]);
+    shuffle<2, 10, 3, 11, 6, 14, 7, 15>(t[i + 1], r[i], r[i + 1]);
   }
   for (int i = 0; i < 8; i += 4) {
     for (int h = 0; h < 2; ++h) {
-      u[i + h * 2] = __builtin_shuffle(t[i + h], t[i + h + 2], i8{0, 1, 8, 9, 4, 5, 12, 13});
-      u[i + h * 2 + 1] = __builtin_shuffle(t[i + h], t[i + h + 2], i8{2, 3, 10, 11, 6, 7, 14, 15});
+      shuffle<0, 1, 8, 9, 4, 5, 12, 13>(u[i + h * 2], t[i + h], t[i + h + 2]);
+      shuffle<2, 3, 10, 11, 6, 7, 14, 15>(u[i + h * 2 + 1], t[i + h], t[i + h + 2]);
     }
   }
   for (int k = 0; k < 4; ++k) {  // u[k] holds columns k and k+4 of rows 0-3, u[k+4] those of rows 4-7
-    const V lo = __builtin_shuffle(u[k], u[k + 4], i8{0, 1, 2, 3, 8, 9, 10, 11});
-    const V hi = __builtin_shuffle(u[k], u[k + 4], i8{4, 5, 6, 7, 12, 13, 14, 15});
+    V lo, hi;
+    shuffle<0, 1, 2, 3, 8, 9, 10, 11>(lo, u[k], u[k + 4]);
+    shuffle<4, 5, 6, 7, 12, 13, 14, 15>(hi, u[k], u[k + 4]);
     store(dst + k * ldd, lo);
     store(dst + (k + 4) * ldd, hi);
   }
