@@ -240,8 +240,8 @@ TEST_CASE("a checkpoint is refused by its header and size before its data block 
   CHECK(message.find(path) != std::string::npos);
   CHECK(message.find("after the last tensor") != std::string::npos);
   // Through the CLI, in a process that may map 1 GiB at most: the same one line, no bad_alloc.
-  const auto r = test::run_command("ulimit -v 1048576; " + test::cli_path() + " eval --device cpu --threads 1 --load " +
-                                   path + " --data " + test::mnist_dir());
+  const auto r = test::run_command(test::with_memory_limit(
+      1024, test::cli_path() + " eval --device cpu --threads 1 --load " + path + " --data " + test::mnist_dir()));
   INFO(r.out);
   CHECK(r.exit_code != 0);
   CHECK(r.out.find("after the last tensor") != std::string::npos);

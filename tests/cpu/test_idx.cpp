@@ -236,8 +236,8 @@ TEST_CASE("A tiny gzip whose header promises 4 GiB fails after reading its bytes
   write_raw(dir / "train-labels-idx1-ubyte", labels_idx({1, 2}));
   write_raw(dir / "t10k-images-idx3-ubyte", images_idx(2, 1, 1));
   write_raw(dir / "t10k-labels-idx1-ubyte", labels_idx({1, 2}));
-  const auto r = nt::test::run_command("ulimit -v 1048576; " + nt::test::cli_path() +
-                                       " train --device cpu --threads 1 --epochs 1 --data " + dir.path.string());
+  const auto r = nt::test::run_command(nt::test::with_memory_limit(
+      1024, nt::test::cli_path() + " train --device cpu --threads 1 --epochs 1 --data " + dir.path.string()));
   INFO(r.out);
   CHECK(r.exit_code == 1);
   CHECK(r.out.find("truncated payload") != std::string::npos);

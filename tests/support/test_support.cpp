@@ -164,6 +164,31 @@ std::string mnist_dir() {
 
 std::string cli_path() { return NT_CLI_PATH; }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define NT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NT_TEST_ASAN 1
+#endif
+#endif
+
+std::string with_memory_limit(int mib, const std::string& command) {
+#ifdef NT_TEST_ASAN
+  return cat("ASAN_OPTIONS=\"$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size_mb=", mib, "\" ", command);
+#else
+  return cat("ulimit -v ", int64_t(mib) * 1024, " && ", command);
+#endif
+}
+
+std::string without_allocator_notes(const std::string& out) {
+  std::istringstream in(out);
+  std::string kept;
+  for (std::string line; std::getline(in, line);)
+    if (!(line.starts_with("==") && line.find("WARNING: AddressSanitizer failed to allocate") != std::string::npos))
+      kept += line + "\n";
+  return kept;
+}
+
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "nanotrain_test_XXXXXX").string();
   REQUIRE(::mkdtemp(pattern.data()) != nullptr);

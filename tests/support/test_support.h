@@ -157,18 +157,12 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
-// Built with AddressSanitizer (scripts/sanitize): a test that limits a process's address space cannot run.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
+// `command` for a shell, in a process that may allocate about `mib` MiB at most: `ulimit -v`, or under
+// AddressSanitizer (scripts/sanitize), which reserves terabytes of address space up front, its own limit on one
+// allocation, past which malloc returns null (operator new still aborts with a report there).
+std::string with_memory_limit(int mib, const std::string& command);
+// `out` without the notes AddressSanitizer prints where such a limit makes malloc return null.
+std::string without_allocator_notes(const std::string& out);
 // A fresh folder of its own under the system's temporary folder (mkdtemp), removed with its contents when the
 // test ends.
 struct TempDir {
