@@ -165,12 +165,23 @@ class LastGoodWeights {
   CheckpointImage image_;
 };
 
+// A training loss this many times that of guessing uniformly is reported as divergence (a warning: it is finite).
+constexpr double kDivergingLossFactor = 100;
+
 // After an epoch: a loss total that is NaN or infinite stops the run (DivergedError, exit 3) with one line naming
 // the epoch, its steps and the first tensor that went bad. Nothing is saved over --save.
 void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_per_epoch, const Context& ctx,
                   const Model& model, LastGoodWeights& last_good) {
   if (t.allow_nonfinite) return;
-  if (std::isfinite(m.train_loss) && std::isfinite(m.test_loss)) return last_good.keep(m.epoch);
+  if (std::isfinite(m.train_loss) && std::isfinite(m.test_loss)) {
+    // Finite but far beyond guessing (ln(classes): 2.3 for 10): Adam at --lr 1e6 trains on at losses of 1e21
+    // without a NaN. Such a run goes on, as it may recover, but not without a word.
+    const double guessing = std::log(static_cast<double>(model.output_shape().numel()));
+    if (m.train_loss > kDivergingLossFactor * guessing)
+      spdlog::warn("epoch {}: train loss {:.4g} is over {:.0f} times that of guessing ({:.2f}): the run is diverging; "
+                   "try a lower --lr", m.epoch, m.train_loss, kDivergingLossFactor, guessing);
+    return last_good.keep(m.epoch);
+  }
   const auto bad = first_nonfinite_tensor(ctx, model);
   throw DivergedError(cat("training diverged in epoch ", m.epoch, " (steps ", (m.epoch - 1) * steps_per_epoch + 1,
                           "..", m.epoch * steps_per_epoch, "): train loss ", m.train_loss, ", test loss ", m.test_loss,

@@ -53,3 +53,23 @@ TEST_CASE("the first non-finite tensor of a model is named in layer order, value
 TEST_CASE("a diverging run on the CPU stops with exit code 3 and keeps the checkpoint", "[cpu][nonfinite][cli]") {
   test::check_divergence_stops_the_run("cpu");
 }
+
+TEST_CASE("a finite loss far beyond guessing is reported each epoch, and the run goes on", "[cpu][nonfinite][cli]") {
+  // Adam at --lr 1e6 reaches training losses near 1e22 without a NaN.
+  const auto r = test::run_command(cat(test::cli_path(), " train --device cpu --data ", test::mnist_dir(),
+                                       " --train-limit 1280 --epochs 2 --optimizer adam --lr 1e6 --log-level warn"));
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("epoch   2 |") != std::string::npos);
+  for (const char* epoch : {"epoch 1: train loss ", "epoch 2: train loss "}) {
+    const size_t at = r.out.find(std::string("[warning] ") + epoch);
+    REQUIRE(at != std::string::npos);
+    CHECK(r.out.find(" is over 100 times that of guessing (2.30): the run is diverging; try a lower --lr", at) !=
+          std::string::npos);
+  }
+  // A run that learns says nothing of the kind.
+  const auto fine = test::run_command(cat(test::cli_path(), " train --device cpu --data ", test::mnist_dir(),
+                                          " --train-limit 1280 --epochs 1 --log-level warn"));
+  CHECK(fine.exit_code == 0);
+  CHECK(fine.out.find("diverging") == std::string::npos);
+}
