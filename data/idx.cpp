@@ -18,8 +18,10 @@ namespace nt::data {
 namespace {
 
 constexpr uint32_t kImagesMagic = 2051;   // 0x00000803: unsigned bytes, rank 3
+constexpr uint32_t kImages4Magic = 2052;  // 0x00000804: unsigned bytes, rank 4 (channels last)
 constexpr uint32_t kLabelsMagic = 2049;   // 0x00000801: unsigned bytes, rank 1
 constexpr uint32_t kMaxImageSide = 4096;  // larger rows/cols mean a damaged header, not a real data set
+constexpr uint32_t kMaxChannels = 4096;   // likewise for channels (the batch kernels take far fewer: data/dataset.h)
 constexpr uint64_t kMaxPayload = uint64_t(1) << 32;  // 4 GiB: far beyond any IDX set we train on
 
 const char* zlib_error_name(int code) {
@@ -116,23 +118,26 @@ uint32_t big_endian_u32(const uint8_t* p) {
 
 std::string describe_magic(uint32_t magic) {
   if (magic == kImagesMagic) return "2051 (IDX images)";
+  if (magic == kImages4Magic) return "2052 (IDX images with channels)";
   if (magic == kLabelsMagic) return "2049 (IDX labels)";
   return cat(magic, " (not an IDX ubyte file)");
 }
 
-// Reads the magic and the dimensions; returns them after checking the magic and each dimension.
-std::vector<uint32_t> read_header(ByteSource& src, uint32_t expected_magic) {
+// Reads the magic and the dimensions; returns them after checking the magic (expected_magic, or also_magic when
+// that is not 0) and each dimension.
+std::vector<uint32_t> read_header(ByteSource& src, uint32_t expected_magic, uint32_t also_magic = 0) {
   std::array<uint8_t, 4> magic_bytes{};
   size_t got = src.read(magic_bytes.data(), 4);
   if (got == 0) src.fail(src.gzip() ? "empty file (gzip data decompresses to nothing)" : "empty file");
   if (got < 4) src.fail(cat("truncated header: ", got, " bytes, expected at least 4 for the magic number"));
   uint32_t magic = big_endian_u32(magic_bytes.data());
-  if (magic != expected_magic) {
+  if (magic != expected_magic && (also_magic == 0 || magic != also_magic)) {
     std::string hint;
     if (magic == kLabelsMagic) hint = "; this is a labels file, given where images were expected";
-    if (magic == kImagesMagic) hint = "; this is an images file, given where labels were expected";
+    if (magic == kImagesMagic || magic == kImages4Magic)
+      hint = "; this is an images file, given where labels were expected";
     src.fail(cat("wrong magic number ", describe_magic(magic), ", expected ", describe_magic(expected_magic),
-                 hint));
+                 also_magic ? cat(" or ", describe_magic(also_magic)) : std::string(), hint));
   }
   size_t rank = magic & 0xff;
   std::vector<uint8_t> raw(4 * rank);
@@ -186,15 +191,20 @@ std::vector<uint8_t> read_payload(ByteSource& src, uint64_t bytes, size_t header
 
 IdxImages read_idx_images(const std::string& path) {
   ByteSource src(path, "IDX images");
-  std::vector<uint32_t> dims = read_header(src, kImagesMagic);
+  std::vector<uint32_t> dims = read_header(src, kImagesMagic, kImages4Magic);
   if (dims[1] > kMaxImageSide || dims[2] > kMaxImageSide)
     src.fail(cat("absurd image size ", dims[1], "x", dims[2], " (limit ", kMaxImageSide, " per side)"));
+  const uint32_t channels = dims.size() == 4 ? dims[3] : 1;   // zero was refused with the other dimensions
+  if (channels > kMaxChannels) src.fail(cat("absurd channel count ", channels, " (limit ", kMaxChannels, ")"));
   IdxImages images;
   images.count = dims[0];
   images.rows = static_cast<int>(dims[1]);
   images.cols = static_cast<int>(dims[2]);
-  uint64_t bytes = uint64_t(dims[0]) * dims[1] * dims[2];
-  images.pixels = read_payload(src, bytes, 16, "pixels");
+  images.channels = static_cast<int>(channels);
+  // At most 2^32 * 2^12 * 2^12 * 2^12 = 2^68 would overflow: the product saturates, and read_payload refuses it.
+  const uint64_t per_image = uint64_t(dims[1]) * dims[2] * channels;   // <= 2^36
+  const uint64_t bytes = dims[0] > UINT64_MAX / per_image ? UINT64_MAX : dims[0] * per_image;
+  images.pixels = read_payload(src, bytes, 4 + 4 * dims.size(), "pixels");
   return images;
 }
 

@@ -1,19 +1,21 @@
 // Batch gather + normalize, CPU twin of kernels/cuda/batch.cu.
 //
-// images (N,D) uint8, labels (N) uint8, perm int32; for b in [0,B), row r = perm[first + b]:
-//   x[b,d] = (float(images[r,d]) / 255.0f - mean) / std      x: (B,D) fp32, written (=)
-//   y[b]   = labels[r]                                       y: (B) int32, written (=)
+// images (N,D) uint8, D = C*P (C planes of P values), labels (N) uint8, perm int32; for b in [0,B),
+// row r = perm[first + b], value d of plane c:
+//   x[b,d] = (float(images[r,d]) / 255.0f - mean[c]) / std[c]      x: (B,D) fp32, written (=)
+//   y[b]   = labels[r]                                              y: (B) int32, written (=)
 // Exactly torchvision's ToTensor (a division by 255, not a multiplication by its reciprocal) then
 // Normalize (subtract, then divide), in fp32: three correctly rounded operations with no multiply-add to
 // contract, so this backend, the CUDA one and PyTorch produce bit-identical inputs. perm entries are
 // trusted to lie in [0,N) (the batcher builds them).
 //
-// Random shift (src.shift = k > 0; the contract is in kernels/batch.h): the image is (C,H,W) row-major,
-// example b at position p = first + b is translated by (dy, dx) = batch_shift(*src.shift_key, p, k):
-//   x[b,c,i,j] = norm(images[r,c,i-dy,j-dx]) inside the source image, norm(0) outside
-// The key is read once per call (it is host memory on this backend); the shift is integer arithmetic
-// shared with the CUDA kernel and the values go through the same normalization, so the backends agree
-// bit for bit. Rows are independent: the result does not depend on the thread count.
+// Augmentation (src.flip, src.shift = k > 0; the contract is in kernels/batch.h): the image is (C,H,W)
+// row-major; example b at position p = first + b is mirrored when batch_flip(*src.flip_key, p), then
+// translated by (dy, dx) = batch_shift(*src.shift_key, p, k):
+//   x[b,c,i,j] = norm_c(images[r, c, i-dy, f ? W-1-(j-dx) : j-dx]) inside the source image, norm_c(0) outside
+// The keys are read once per call (host memory on this backend); the draws are integer arithmetic shared
+// with the CUDA kernel and the values go through the same normalization, so the backends agree bit for bit.
+// Rows are independent: the result does not depend on the thread count.
 #include <algorithm>
 #include <cstdint>
 
@@ -31,17 +33,25 @@ float normalize(uint8_t pixel, float mean, float std_dev) {
   return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
 }
 
-// One sample: pixels (D) uint8 -> x_row (D) fp32.
-void normalize_row(const uint8_t* pixels, int D, float mean, float std_dev, float* x_row) {
-  for (int d = 0; d < D; ++d) x_row[d] = normalize(pixels[d], mean, std_dev);
+// One sample: pixels (C,P) uint8 -> x_row (C,P) fp32, plane c with (mean[c], std[c]).
+void normalize_row(const uint8_t* pixels, int C, int64_t P, const ChannelValues& mean, const ChannelValues& std_dev,
+                   float* x_row) {
+  for (int c = 0; c < C; ++c) {
+    const float m = mean.value[c], s = std_dev.value[c];
+    const uint8_t* in = pixels + c * P;  // images[r,c,:]
+    float* out = x_row + c * P;          // x[b,c,:]
+    for (int64_t d = 0; d < P; ++d) out[d] = normalize(in[d], m, s);
+  }
 }
 
-// One sample translated by s: pixels (C,H,W) uint8 -> x_row (C,H,W) fp32, norm(0) where the source
-// pixel (i - dy, j - dx) lies outside the image.
-void shift_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, float mean, float std_dev, float* x_row) {
-  const float fill = normalize(0, mean, std_dev);
+// One sample mirrored when `flip`, then translated by s: pixels (C,H,W) uint8 -> x_row (C,H,W) fp32, norm_c(0)
+// where the source pixel (i - dy, j - dx) of the mirrored image lies outside it.
+void transform_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, bool flip, const ChannelValues& mean,
+                   const ChannelValues& std_dev, float* x_row) {
   const int j_begin = std::clamp(s.dx, 0, W), j_end = std::clamp(W + s.dx, 0, W);  // j - dx in [0, W)
-  for (int c = 0; c < C; ++c)
+  for (int c = 0; c < C; ++c) {
+    const float m = mean.value[c], sd = std_dev.value[c];
+    const float fill = normalize(0, m, sd);
     for (int i = 0; i < H; ++i) {
       float* out = x_row + (int64_t(c) * H + i) * W;  // x[b,c,i,:]
       const int si = i - s.dy;
@@ -51,9 +61,13 @@ void shift_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, float m
       }
       const uint8_t* in = pixels + (int64_t(c) * H + si) * W;  // images[r,c,si,:]
       for (int j = 0; j < j_begin; ++j) out[j] = fill;
-      for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[j - s.dx], mean, std_dev);
+      if (flip)
+        for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[W - 1 - (j - s.dx)], m, sd);
+      else
+        for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[j - s.dx], m, sd);
       for (int j = std::max(j_begin, j_end); j < W; ++j) out[j] = fill;
     }
+  }
 }
 
 }  // namespace
@@ -67,17 +81,22 @@ void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B
   OpScope scope(exec, "gather_batch", cost);
 
   const int k = src.shift;
-  const uint64_t key = k > 0 ? *src.shift_key : 0;
-  const int H = src.height, W = src.width, C = k > 0 ? D / (H * W) : 0;
+  const bool flip = src.flip, spatial = k > 0 || flip;
+  const uint64_t shift_key = k > 0 ? *src.shift_key : 0, flip_key = flip ? *src.flip_key : 0;
+  const int H = src.height, W = src.width;
+  const int C = H > 0 && W > 0 ? std::max(1, D / (H * W)) : 1;
+  const int64_t P = D / C;  // values per plane
   const int64_t tasks = (B + kRowsPerTask - 1) / kRowsPerTask;
   parallel_for(exec.pool, tasks, [&](int64_t t) {
     const int64_t end = std::min<int64_t>(B, (t + 1) * kRowsPerTask);
     for (int64_t b = t * kRowsPerTask; b < end; ++b) {
       const int64_t r = src.perm[first + b];
-      if (k > 0)
-        shift_row(src.images + r * D, C, H, W, batch_shift(key, uint64_t(first + b), k), src.mean, src.std, x + b * D);
+      const uint64_t p = uint64_t(first + b);
+      if (spatial)
+        transform_row(src.images + r * D, C, H, W, k > 0 ? batch_shift(shift_key, p, k) : PixelShift{},
+                      flip && batch_flip(flip_key, p), src.mean, src.std, x + b * D);
       else
-        normalize_row(src.images + r * D, D, src.mean, src.std, x + b * D);
+        normalize_row(src.images + r * D, C, P, src.mean, src.std, x + b * D);
       y[b] = src.labels[r];
     }
   });

@@ -27,7 +27,7 @@ data::Dataset synthetic(int64_t count, int channels, int rows, int cols) {
   std::uniform_int_distribution<int> byte(1, 255), digit(0, 9);
   for (auto& px : d.images) px = static_cast<uint8_t>(byte(rng()));
   for (auto& l : d.labels) l = static_cast<uint8_t>(digit(rng()));
-  d.mean = 0.1307f, d.std = 0.3081f;
+  d.mean.assign(size_t(channels), 0.1307f), d.std.assign(size_t(channels), 0.3081f);
   return d;
 }
 
@@ -101,7 +101,7 @@ TEST_CASE("DeviceBatcher with shift k: translated images, fresh each epoch, repr
       REQUIRE(epoch1.y[size_t(b)] == d.labels[size_t(r)]);
       INFO("position " << b);
       const auto found =
-          matching_shifts(&d.images[size_t(r * D)], d.channels, d.rows, d.cols, c.k, d.mean, d.std, &epoch1.x[size_t(b * D)]);
+          matching_shifts(&d.images[size_t(r * D)], d.channels, d.rows, d.cols, c.k, d.mean[0], d.std[0], &epoch1.x[size_t(b * D)]);
       REQUIRE(!found.empty());
       dys.push_back(found[0].dy), dxs.push_back(found[0].dx);
     }
