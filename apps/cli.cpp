@@ -23,14 +23,14 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
 
   const std::vector<Command> commands{register_train(app), register_devices(app), register_eval(app),
-                                      register_profile(app)};
+                                      register_profile(app), register_predict(app)};
 
   // CLI11 says only "A subcommand is required" for a word it does not know: name it.
   if (argc > 1 && argv[1][0] != '-') {
     bool known = false;
     for (const auto& command : commands) known |= command.app->get_name() == argv[1];
     if (!known) {
-      std::fprintf(stderr, "nanotrain: unknown command '%s' (commands: train, eval, profile, devices)\n", argv[1]);
+      std::fprintf(stderr, "nanotrain: unknown command '%s' (commands: train, eval, predict, profile, devices)\n", argv[1]);
       return 2;
     }
   }

@@ -65,8 +65,31 @@ void setup_logging(const CommonOptions& o) {
   spdlog::set_default_logger(logger);
 }
 
+namespace {
+namespace fs = std::filesystem;
+
+// The check every output gets: the folder takes a new file. The probe is what an atomic write does first.
+void probe_folder(const char* flag, const std::string& shown, const fs::path& folder) {
+  std::string probe = (folder / ".nanotrain-probe.XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    throw UsageError(cat(flag, ": cannot write '", shown, "': folder '", folder.string(), "' takes no new file: ",
+                         std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+}  // namespace
+
+void check_output_folder(const char* flag, const std::string& folder) {
+  std::error_code ec;
+  if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
+    throw UsageError(cat(flag, ": '", folder, "' is a file, not a folder"));
+  if (!fs::is_directory(folder, ec) && !fs::create_directories(folder, ec))
+    throw UsageError(cat(flag, ": cannot make the folder '", folder, "': ", ec.message()));
+  probe_folder(flag, folder, folder);
+}
+
 void check_outputs(const std::vector<OutputPath>& outputs) {
-  namespace fs = std::filesystem;
   std::vector<std::pair<fs::path, const char*>> seen;
   for (const OutputPath& o : outputs) {
     if (o.path.empty()) continue;
@@ -76,14 +99,7 @@ void check_outputs(const std::vector<OutputPath>& outputs) {
     const fs::path folder = fs::path(o.path).has_parent_path() ? fs::path(o.path).parent_path() : fs::path(".");
     if (!fs::is_directory(folder, ec))
       throw UsageError(cat(o.flag, ": cannot write '", shown, "': folder '", folder.string(), "' does not exist"));
-    // The probe is what the atomic write does first: a new file in that folder.
-    std::string probe = (folder / ".nanotrain-probe.XXXXXX").string();
-    const int fd = ::mkstemp(probe.data());
-    if (fd < 0)
-      throw UsageError(cat(o.flag, ": cannot write '", shown, "': folder '", folder.string(),
-                           "' takes no new file: ", std::strerror(errno)));
-    ::close(fd);
-    ::unlink(probe.c_str());
+    probe_folder(o.flag, shown, folder);
     const fs::path canonical = fs::weakly_canonical(o.path, ec);
     for (const auto& [other, flag] : seen)
       if (other == canonical) throw UsageError(cat(o.flag, " and ", flag, " name the same file '", o.path, "'"));

@@ -54,6 +54,9 @@ struct OutputPath {
 // folder, its folder exists and takes a new file (a probe file is made and removed there), and no two flags name
 // the same file. Throws UsageError naming the flag.
 void check_outputs(const std::vector<OutputPath>& outputs);
+// A folder the command will write files into (--misclassified, --checkpoint-dir): made when missing, then checked
+// to take a new file. Throws UsageError naming the flag.
+void check_output_folder(const char* flag, const std::string& folder);
 
 // The log line that says where the command runs and why; a warning first when a GPU is there but unusable.
 void log_device(const Context& ctx);
@@ -71,5 +74,6 @@ Command register_train(CLI::App& app);
 Command register_devices(CLI::App& app);
 Command register_eval(CLI::App& app);
 Command register_profile(CLI::App& app);
+Command register_predict(CLI::App& app);
 
 }  // namespace nt::app

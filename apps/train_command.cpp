@@ -1,4 +1,5 @@
 // nanotrain train: train a model, evaluate it after every epoch, print and record the metrics.
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -7,11 +8,16 @@
 #include <cstdlib>
 #include <limits>
 #include <utility>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
 #include <memory>
 #include <numbers>
+#include <optional>
 
 #include "apps/command.h"
+#include "apps/model_card.h"
 #include "core/atomic_file.h"
 #include "apps/profiling.h"
 #include "apps/workload.h"
@@ -40,9 +46,14 @@ struct TrainCommand {
   std::string metrics_path;
   int64_t train_limit = 0;
   int shift = 0;  // training augmentation: random translations of up to this many pixels
+  bool flip = false;  // training augmentation: random left-right mirroring
   bool no_graphs = false;
   bool allow_nonfinite = false;  // go on through NaN or infinite losses (for studying divergence)
   bool save_on_divergence = false;  // a diverged run writes its last good weights to PATH.diverged-at-epoch-N
+  std::string resume_from;  // a resumable checkpoint (--checkpoint-dir) to go on from
+  int checkpoint_every = 0;  // write a resumable checkpoint after every N epochs (0: none)
+  std::string checkpoint_dir;
+  int keep = 0;              // resumable checkpoints kept, the newest (0: all)
   std::string init_from;   // load the initial weights instead of initializing
   std::string init_out;    // save the initial weights (before training)
   std::string save_path;   // save the weights after the last epoch
@@ -80,6 +91,16 @@ void validate_train(const TrainCommand& t) {
     throw UsageError("--save-on-divergence: writes beside --save PATH (as PATH.diverged-at-epoch-N): give --save too");
   if (t.save_on_divergence && t.allow_nonfinite)
     throw UsageError("--save-on-divergence: --allow-nonfinite goes on through divergence, so nothing would be written");
+  if (t.checkpoint_every < 0 || t.checkpoint_every > 100000)
+    throw UsageError(cat("--checkpoint-every: must be in [0, 100000], got ", t.checkpoint_every));
+  if ((t.checkpoint_every > 0) != !t.checkpoint_dir.empty())
+    throw UsageError(t.checkpoint_every > 0 ? "--checkpoint-every: give --checkpoint-dir DIR too"
+                                            : "--checkpoint-dir: give --checkpoint-every N too");
+  if (t.keep < 0) throw UsageError(cat("--keep: must be >= 0 (0 keeps every checkpoint), got ", t.keep));
+  if (!t.resume_from.empty() && !fs::is_regular_file(t.resume_from))
+    throw UsageError(cat("--resume: no file '", t.resume_from, "'"));
+  if (!t.resume_from.empty() && !t.init_from.empty())
+    throw UsageError("--resume: goes on from a checkpoint's weights; --init-from would replace them (not both)");
   if (t.train_limit < 0) throw UsageError(cat("--train-limit: must be >= 0, got ", t.train_limit));
   if (t.shift < 0 || t.shift > 8) throw UsageError(cat("--shift: must be in [0, 8], got ", t.shift));
   // Outputs are checked now, not after an hour of training.
@@ -89,6 +110,7 @@ void validate_train(const TrainCommand& t) {
                  {"--order-out", t.order_out},
                  {"--profile-out", t.profile_out.empty() ? "" : t.profile_out + ".csv",
                   t.profile_out + ".csv, .json and .trace.json"}});
+  if (!t.checkpoint_dir.empty()) check_output_folder("--checkpoint-dir", t.checkpoint_dir);
   parse_profile_timer(t.profile_timer);
   if (t.profile_every < 1 || t.profile_every > 1'000'000)
     throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
@@ -96,11 +118,140 @@ void validate_train(const TrainCommand& t) {
     throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
 
-// What a checkpoint records about the run that wrote it (safetensors "__metadata__").
-CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained) {
-  return {{"model_spec", layers::model_spec(t.workload.model)}, {"dataset", t.workload.dataset}, {"seed", std::to_string(t.seed)},
-          {"epochs_trained", std::to_string(epochs_trained)}, {"batch", std::to_string(t.batch)}};
+// What a checkpoint records about the run that wrote it (safetensors "__metadata__"): the model card, which lets
+// it stand alone (apps/model_card.h), and the run's seed, epochs and batch.
+// ---- the run's flags, as a resumable checkpoint records them ----------------------------------------
+
+std::string exact(double v) {  // text that reads back to the same double
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
 }
+
+// A flag that makes a run what it is: checkpoints record it as "run.<flag>", and --resume takes it from there
+// unless the command line gives it, which must then say the same.
+struct RunFlag {
+  const char* flag;
+  std::string (*get)(const TrainCommand&);
+  void (*set)(TrainCommand&, const std::string&);
+};
+const std::vector<RunFlag>& run_flags() {
+  static const std::vector<RunFlag> flags{
+      {"--model", [](const TrainCommand& t) { return t.workload.model; },
+       [](TrainCommand& t, const std::string& v) { t.workload.model = v; }},
+      {"--dataset", [](const TrainCommand& t) { return t.workload.dataset; },
+       [](TrainCommand& t, const std::string& v) { t.workload.dataset = v; }},
+      {"--epochs", [](const TrainCommand& t) { return std::to_string(t.epochs); },
+       [](TrainCommand& t, const std::string& v) { t.epochs = std::stoi(v); }},
+      {"--batch", [](const TrainCommand& t) { return std::to_string(t.batch); },
+       [](TrainCommand& t, const std::string& v) { t.batch = std::stoi(v); }},
+      {"--optimizer", [](const TrainCommand& t) { return t.optimizer.name; },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.name = v; }},
+      {"--lr", [](const TrainCommand& t) { return exact(t.optimizer.lr); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.lr = std::stod(v); }},
+      {"--momentum", [](const TrainCommand& t) { return exact(t.optimizer.momentum); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.momentum = std::stod(v); }},
+      {"--weight-decay", [](const TrainCommand& t) { return exact(t.optimizer.weight_decay); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.weight_decay = std::stod(v); }},
+      {"--beta1", [](const TrainCommand& t) { return exact(t.optimizer.beta1); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.beta1 = std::stod(v); }},
+      {"--beta2", [](const TrainCommand& t) { return exact(t.optimizer.beta2); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.beta2 = std::stod(v); }},
+      {"--eps", [](const TrainCommand& t) { return exact(t.optimizer.eps); },
+       [](TrainCommand& t, const std::string& v) { t.optimizer.eps = std::stod(v); }},
+      {"--lr-schedule", [](const TrainCommand& t) { return t.lr_schedule; },
+       [](TrainCommand& t, const std::string& v) { t.lr_schedule = v; }},
+      {"--seed", [](const TrainCommand& t) { return std::to_string(t.seed); },
+       [](TrainCommand& t, const std::string& v) { t.seed = std::stoull(v); }},
+      {"--shift", [](const TrainCommand& t) { return std::to_string(t.shift); },
+       [](TrainCommand& t, const std::string& v) { t.shift = std::stoi(v); }},
+      {"--train-limit", [](const TrainCommand& t) { return std::to_string(t.train_limit); },
+       [](TrainCommand& t, const std::string& v) { t.train_limit = std::stoll(v); }},
+      {"--flip", [](const TrainCommand& t) { return std::string(t.flip ? "1" : "0"); },
+       [](TrainCommand& t, const std::string& v) { t.flip = v == "1"; }},
+      {"--classes", [](const TrainCommand& t) { return std::to_string(t.workload.classes); },
+       [](TrainCommand& t, const std::string& v) { t.workload.classes = std::stoi(v); }},
+  };
+  return flags;
+}
+std::string run_key(const RunFlag& f) { return cat("run.", f.flag + 2); }
+
+// What a checkpoint records about the run that wrote it: the model card, which lets it stand alone
+// (apps/model_card.h), the run's flags and how many epochs it has trained.
+struct RunRecord {
+  const TrainCommand& t;
+  ModelCard card;
+  CheckpointMetadata at_epoch(int epochs_trained) const {
+    CheckpointMetadata m{{"seed", std::to_string(t.seed)}, {"epochs_trained", std::to_string(epochs_trained)},
+                         {"batch", std::to_string(t.batch)}};
+    for (const RunFlag& f : run_flags()) m[run_key(f)] = f.get(t);
+    card.write_to(m);
+    return m;
+  }
+};
+
+// The command as --resume continues it: each run flag from the checkpoint unless given, and then the same; the
+// epochs it has trained. Throws UsageError naming what differs.
+std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd) {
+  const auto file = SafetensorsFile::read(t.resume_from);
+  const auto& meta = file.metadata();
+  auto field = [&](const std::string& key) -> const std::string& {
+    const auto it = meta.find(key);
+    if (it == meta.end())
+      throw UsageError(cat("--resume: '", t.resume_from, "' is no resumable checkpoint (no '", key,
+                           "' in its metadata; --checkpoint-dir writes them)"));
+    return it->second;
+  };
+  TrainCommand out = t;
+  for (const RunFlag& f : run_flags()) {
+    const std::string& recorded = field(run_key(f));
+    if (cmd.count(f.flag) == 0) {
+      f.set(out, recorded);
+    } else if (f.get(t) != recorded && std::string_view(f.flag) != "--epochs") {
+      throw UsageError(cat("--resume: '", t.resume_from, "' was trained with ", f.flag, " ", recorded,
+                           ", this command gives ", f.get(t), " (leave the flag out to go on as it was)"));
+    }
+  }
+  const int trained = std::stoi(field("epochs_trained"));
+  if (out.lr_schedule == "cosine" && out.epochs != std::stoi(field("run.epochs")))
+    throw UsageError(cat("--epochs: the cosine schedule of '", t.resume_from, "' spans ", field("run.epochs"),
+                         " epochs; a resumed run must keep them"));
+  if (out.epochs <= trained)
+    throw UsageError(cat("--epochs: '", t.resume_from, "' has trained ", trained, " epochs already; ask for more"));
+  return {out, trained};
+}
+
+// Resumable checkpoints, DIR/epoch-NNNNNN.safetensors after every --checkpoint-every epochs: the model, the
+// optimizer's state and each layer's run state (engine/checkpoint.h, StateTensors), written atomically; the
+// newest --keep of them kept.
+class CheckpointDir {
+ public:
+  CheckpointDir(const TrainCommand& t, const RunRecord& run) : t_(t), run_(run) {}
+  void after_epoch(int epoch, const Context& ctx, const Model& model, const StateTensors& state) const {
+    if (t_.checkpoint_every == 0 || epoch % t_.checkpoint_every != 0) return;
+    char name[40];
+    std::snprintf(name, sizeof name, "epoch-%06d.safetensors", epoch);
+    const std::string path = (fs::path(t_.checkpoint_dir) / name).string();
+    write_checkpoint(path, checkpoint_image(model, ctx.exec(), run_.at_epoch(epoch), state));
+    spdlog::info("checkpoint: {}", path);
+    if (t_.keep > 0) prune();
+  }
+
+ private:
+  void prune() const {
+    std::vector<fs::path> written;
+    for (const auto& entry : fs::directory_iterator(t_.checkpoint_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() == std::string_view("epoch-000000.safetensors").size() && name.starts_with("epoch-") &&
+          name.ends_with(".safetensors"))
+        written.push_back(entry);
+    }
+    std::sort(written.begin(), written.end());
+    for (size_t i = 0; i + static_cast<size_t>(t_.keep) < written.size(); ++i) fs::remove(written[i]);
+  }
+  const TrainCommand& t_;
+  const RunRecord& run_;
+};
 
 // ---- data ------------------------------------------------------------------------------------------
 
@@ -112,6 +263,19 @@ CheckpointMetadata checkpoint_metadata(const TrainCommand& t, int epochs_trained
 class MetricsFile {
  public:
   explicit MetricsFile(std::string path) : path_(std::move(path)) {}  // checked with the other outputs
+  // A resumed run appends: the file's lines up to `epoch` are kept (later ones, of epochs the run trains again,
+  // are not). A file that is not there starts empty.
+  void resume_after(int epoch) {
+    std::ifstream in(path_);
+    int number = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++number;
+      const auto json = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!json.is_object() || !json.contains("epoch") || !json["epoch"].is_number_integer())
+        throw UsageError(cat("--metrics: line ", number, " of '", path_, "' is not a metrics line; give another file"));
+      if (json["epoch"].get<int>() <= epoch) lines_ += line + "\n";
+    }
+  }
   void append(const EpochMetrics& m) {
     if (path_.empty()) return;
     // JSON has no NaN or infinity: such a loss is written as null, and the line says why.
@@ -140,17 +304,17 @@ class MetricsFile {
 // --save-on-divergence: one read-back per epoch, between epochs, and only when asked.
 class LastGoodWeights {
  public:
-  LastGoodWeights(const TrainCommand& t, const Context& ctx, const Model& model)
-      : t_(t), ctx_(ctx), model_(model), enabled_(t.save_on_divergence) {
-    keep(0);
+  LastGoodWeights(const RunRecord& run, const Context& ctx, const Model& model, int start_epoch)
+      : run_(run), ctx_(ctx), model_(model), enabled_(run.t.save_on_divergence) {
+    keep(start_epoch);
   }
   void keep(int epoch) {
-    if (enabled_) image_ = checkpoint_image(model_, ctx_.exec(), checkpoint_metadata(t_, epoch));
+    if (enabled_) image_ = checkpoint_image(model_, ctx_.exec(), run_.at_epoch(epoch));
   }
   // Writes them beside --save and says where; "" when not asked.
   std::string write(int diverged_epoch) const {
     if (!enabled_) return "";
-    const std::string path = cat(t_.save_path, ".diverged-at-epoch-", diverged_epoch);
+    const std::string path = cat(run_.t.save_path, ".diverged-at-epoch-", diverged_epoch);
     CheckpointImage image = image_;
     image.metadata["diverged_at_epoch"] = std::to_string(diverged_epoch);
     write_checkpoint(path, image);
@@ -158,7 +322,7 @@ class LastGoodWeights {
   }
 
  private:
-  const TrainCommand& t_;
+  const RunRecord& run_;
   const Context& ctx_;
   const Model& model_;
   bool enabled_;
@@ -221,14 +385,20 @@ void print_epoch(const EpochMetrics& m) {
   std::fflush(stdout);
 }
 
-int run_train(const TrainCommand& t) {
-  validate_train(t);
+int run_train(const TrainCommand& given, const CLI::App& cmd) {
+  validate_train(given);
+  // A resumed run takes its flags from the checkpoint (those not given) and starts after the epochs it trained.
+  const auto [t, trained] = given.resume_from.empty() ? std::pair{given, 0} : resumed(given, cmd);
+  if (trained > 0) validate_train(t);
   setup_logging(t.common);
   MetricsFile metrics(t.metrics_path);
+  if (trained > 0) metrics.resume_after(trained);
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.
   Context ctx(t.common.context());
-  Workload w = load_workload(t.workload, t.batch, t.train_limit);
+  // --init-from's card gives the model unless --model says otherwise.
+  const std::optional<ModelCard> init_card = t.init_from.empty() ? std::nullopt : read_model_card(t.init_from);
+  Workload w = load_workload(t.workload.with_card(init_card ? &*init_card : nullptr), t.batch, t.train_limit);
   const auto& split = w.split;
   auto& model = w.model;
   if (!t.order_out.empty()) {
@@ -251,10 +421,13 @@ int run_train(const TrainCommand& t) {
                split.test.count);
   spdlog::info("{}", model->summary());
   if (!t.init_from.empty()) spdlog::info("initial weights from {}", t.init_from);
-  if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), checkpoint_metadata(t, 0));
+  const RunRecord run{t, ModelCard::of(w.model_given_as, split.train)};
+  if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), run.at_epoch(0));
 
-  data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed, t.shift);
-  if (t.shift > 0) spdlog::info("augmentation: random shifts of up to {} pixels", t.shift);
+  data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed, t.shift, t.flip);
+  if (t.shift > 0 || t.flip)
+    spdlog::info("augmentation:{}{}", t.flip ? " random left-right flips" : "",
+                 t.shift > 0 ? cat(t.flip ? "," : "", " random shifts of up to ", t.shift, " pixels") : "");
   data::DeviceBatcher test_data(ctx, split.test, /*shuffle=*/false, t.seed);
   if (!t.order_out.empty()) {
     std::vector<int32_t> orders;
@@ -284,16 +457,24 @@ int run_train(const TrainCommand& t) {
     };
   }
   Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
+  StateTensors state = optimizer->state();  // what a resumable checkpoint holds beside the model
+  for (auto& s : model->run_state()) state.push_back(std::move(s));
+  if (trained > 0) {
+    load_safetensors(t.resume_from, *model, ctx.exec(), state);
+    require_finite_checkpoint(ctx, *model, "--resume", t.resume_from);
+    spdlog::info("resuming after epoch {} of {} from {}", trained, t.epochs, t.resume_from);
+  }
   // Profiled epochs run eagerly unless --profile-graphs asks CUPTI to time the replayed graphs (docs/profiler.md).
   ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1,
                            t.profile_out, /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs,
                            t.profile_every);
 
-  LastGoodWeights last_good(t, ctx, *model);
-  for (int epoch = 1; epoch <= t.epochs; ++epoch) {
+  LastGoodWeights last_good(run, ctx, *model, trained);
+  const CheckpointDir checkpoints(t, run);
+  for (int epoch = trained + 1; epoch <= t.epochs; ++epoch) {
     current_epoch = epoch;
     profiling.resume();
-    if (epoch == 1 && profiling.enabled() && ctx.on_cuda() && options.use_graphs &&
+    if (epoch == trained + 1 && profiling.enabled() && ctx.on_cuda() && options.use_graphs &&
         !ctx.exec().observer->times_graph_replays())
       spdlog::info("profiling: CUDA graphs off, eager launches{}",
                    t.profile_graphs ? " (the events timer cannot time replayed graphs)" : " (--profile-graphs keeps them)");
@@ -303,10 +484,11 @@ int run_train(const TrainCommand& t) {
     print_epoch(m);
     metrics.append(m);
     check_finite(m, t, split.train.count / t.batch, ctx, *model, last_good);
+    checkpoints.after_epoch(epoch, ctx, *model, state);
   }
   profiling.finish();
   if (!t.save_path.empty()) {
-    save_safetensors(t.save_path, *model, ctx.exec(), checkpoint_metadata(t, t.epochs));
+    save_safetensors(t.save_path, *model, ctx.exec(), run.at_epoch(t.epochs));
     spdlog::info("saved the trained weights to {}", t.save_path);
   }
   return 0;
@@ -345,12 +527,25 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--shift", train->shift,
                         "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
       ->capture_default_str();
+  train_cmd->add_flag("--flip", train->flip,
+                      "Training augmentation: mirror each image left-right with probability 1/2 (as --shift: the same "
+                      "draws on CPU and GPU)");
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
                       "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
   train_cmd->add_flag("--save-on-divergence", train->save_on_divergence,
                       "When the run diverges, write the last good weights (those of the epoch before) to "
                       "PATH.diverged-at-epoch-N beside --save PATH; --save itself is never overwritten by a diverged run");
+  train_cmd->add_option("--checkpoint-every", train->checkpoint_every,
+                        "Write a resumable checkpoint (weights, optimizer state, position) after every N epochs")
+      ->capture_default_str();
+  train_cmd->add_option("--checkpoint-dir", train->checkpoint_dir, "Where: DIR/epoch-NNNNNN.safetensors")
+      ->check(non_empty_path());
+  train_cmd->add_option("--keep", train->keep, "Keep the newest K resumable checkpoints (0: all)")->capture_default_str();
+  train_cmd->add_option("--resume", train->resume_from,
+                        "Go on from a resumable checkpoint: the same run, bit for bit, from the epoch after it; flags "
+                        "left out are the checkpoint's, flags given must match")
+      ->check(non_empty_path());
   train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's")
       ->check(non_empty_path());
   train_cmd->add_option("--init-out", train->init_out, "Save the initial weights (safetensors, PyTorch's names)")
@@ -370,7 +565,7 @@ Command register_train(CLI::App& app) {
   train_cmd->add_flag("--profile-graphs", train->profile_graphs,
                       "Profile the replayed CUDA graphs (CUPTI) instead of eager launches (implies --profile)");
 
-  return {train_cmd, [train] { return run_train(*train); }};
+  return {train_cmd, [train, train_cmd] { return run_train(*train, *train_cmd); }};
 }
 
 }  // namespace nt::app

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/model_card.h"
 #include "data/dataset.h"
 #include "engine/model.h"
 
@@ -17,6 +18,11 @@ struct WorkloadOptions {
   std::string model = "mlp";
   std::string dataset = "mnist";
   std::string data_dir;
+  int classes = 0;  // 0: the largest training label + 1
+  bool model_given = false, dataset_given = false;  // on the command line (else a checkpoint's card may choose)
+
+  // The options with a checkpoint's card filling in what the command line left out (--model, --dataset, --classes).
+  WorkloadOptions with_card(const ModelCard* card) const;
 };
 
 // model_help: what --model means for this command (e.g. "the saved model's architecture").
@@ -29,6 +35,7 @@ std::string resolve_data_dir(const std::string& data_dir, const std::string& dat
 
 struct Workload {
   std::string data_dir;
+  std::string model_given_as;  // --model (or the card's spec): a preset's name or a spec
   data::DatasetSplit split;
   std::unique_ptr<Model> model;  // built for the data's sample shape and classes; parameters not yet initialized
 };

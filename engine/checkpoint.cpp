@@ -582,9 +582,20 @@ CheckpointImage checkpoint_image(const ParamStore& params, const kernels::Exec& 
   return {host_tensors(params, exec), std::move(metadata)};
 }
 
-CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata) {
+bool is_run_state(const std::string& tensor_name) {
+  return tensor_name.starts_with("optimizer.") || tensor_name.starts_with("train_state.");
+}
+
+CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata,
+                                 const StateTensors& state) {
   metadata.try_emplace("model", model.name());
-  return checkpoint_image(model.params(), exec, std::move(metadata));
+  CheckpointImage image = checkpoint_image(model.params(), exec, std::move(metadata));
+  for (const auto& [name, tensor] : state) {
+    NT_CHECK(is_run_state(name), "run state '", name, "' outside optimizer. and train_state.");
+    image.tensors.push_back(host_tensor(name, tensor, exec));
+  }
+  kernels::synchronize(exec);  // every copy has landed
+  return image;
 }
 
 void write_checkpoint(const std::string& path, const CheckpointImage& image) {
@@ -603,7 +614,8 @@ void save_safetensors(const std::string& path, const Model& model, const kernels
 
 // ---- loading into a model --------------------------------------------------------------------------
 
-CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec) {
+CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec,
+                                    const StateTensors& state) {
   NT_CHECK(!model.params().params().empty(), "loading into a model without parameters (call init_params first)");
   if (model.params().dtype() != DType::f32)
     throw Error(cat("checkpoint ", quoted(path), ": checkpoints hold f32 parameters, this model's are ",
@@ -613,6 +625,7 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
   std::vector<std::pair<std::string, Tensor>> targets;
   for (const auto& p : model.params().params()) targets.emplace_back(p.name, p.value);
   for (const auto& b : model.params().buffers()) targets.emplace_back(b.name, b.value);
+  targets.insert(targets.end(), state.begin(), state.end());
 
   // Validate everything before copying anything, so that a failed load leaves the model unchanged.
   std::vector<std::string> missing, unexpected;
@@ -632,7 +645,7 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
                       " but model ", quoted(model.name()), " expects ", value.shape().str()));
   }
   for (const auto& t : file.tensors())
-    if (!expected.count(t.name)) unexpected.push_back(t.name);
+    if (!expected.count(t.name) && (!state.empty() || !is_run_state(t.name))) unexpected.push_back(t.name);
   if (!missing.empty())
     throw Error(cat("checkpoint ", quoted(path), ": missing tensor", missing.size() > 1 ? "s " : " ",
                     join_names(missing), " of model ", quoted(model.name()),

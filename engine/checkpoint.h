@@ -31,6 +31,12 @@ namespace nt {
 // "__metadata__": free-form string pairs (producer, model name, seed, ...).
 using CheckpointMetadata = std::map<std::string, std::string>;
 
+// A training run's state beside the model's tensors (optimizer moments, dropout counters), by name in the file:
+// Optimizer::state and Model::run_state. Resumable checkpoints (train --checkpoint-dir) hold it; names start with
+// "optimizer." or "train_state.", which loading a model alone skips, so such a file evaluates like any other.
+using StateTensors = std::vector<std::pair<std::string, Tensor>>;
+bool is_run_state(const std::string& tensor_name);
+
 // ---- whole models ----------------------------------------------------------------------------------
 // Every parameter (F32) and every buffer (BatchNorm's running statistics F32, num_batches_tracked I64),
 // in the model's order. The values are read back from the device (this synchronizes).
@@ -42,8 +48,10 @@ void save_safetensors(const std::string& path, const ParamStore& params, const k
 // Replaces every parameter and buffer of `model` (which must have its parameters, i.e. init_params()
 // was called) with the file's values. The file must hold exactly the model's tensors: a missing tensor,
 // an unexpected one, another dtype (F32; I64 for counters) or another shape is an error naming the tensor.
-// Returns the file's metadata.
-CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec);
+// Tensors of a run's state in the file (is_run_state) are skipped, unless `state` asks for them: then each of
+// those must be there too, with its dtype and shape, and nothing else may be. Returns the file's metadata.
+CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec,
+                                    const StateTensors& state = {});
 
 // ---- the container, for tools and tests ------------------------------------------------------------
 struct SafetensorsTensor {
@@ -83,13 +91,15 @@ struct NamedTensor {
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata);
 
-// What save_safetensors writes, read back to the host now and written later: the last good weights of a run, kept
-// between epochs for train --save-on-divergence. Taking one synchronizes: between epochs only, never in a step.
+// What save_safetensors writes (with `state` after the model's tensors), read back to the host now and written
+// later: the last good weights of a run (train --save-on-divergence), a resumable checkpoint. Taking one
+// synchronizes: between epochs only, never in a step.
 struct CheckpointImage {
   std::vector<NamedTensor> tensors;
   CheckpointMetadata metadata;
 };
-CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata = {});
+CheckpointImage checkpoint_image(const Model& model, const kernels::Exec& exec, CheckpointMetadata metadata = {},
+                                 const StateTensors& state = {});
 CheckpointImage checkpoint_image(const ParamStore& params, const kernels::Exec& exec, CheckpointMetadata metadata = {});
 void write_checkpoint(const std::string& path, const CheckpointImage& image);
 

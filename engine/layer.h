@@ -76,6 +76,9 @@ class Layer {
   // A seed of the layer's own (dropout masks), derived from the model's seed: the same seed gives the
   // same training run on every backend.
   virtual void seed(uint64_t seed) { (void)seed; }
+  // State a training run carries from step to step besides parameters and buffers (Dropout's draw counter), by a
+  // short name: saved and restored by resumable checkpoints so that a resumed run draws what it would have.
+  virtual std::vector<std::pair<std::string, Tensor>> run_state() const { return {}; }
   // A view layer (Flatten) only reshapes: its output and output gradient alias its input's, and
   // the model never calls its forward or backward.
   virtual bool is_view() const { return false; }

@@ -124,4 +124,12 @@ void Model::backward(const kernels::Exec& exec, int rows, size_t layers) {
   }
 }
 
+std::vector<std::pair<std::string, Tensor>> Model::run_state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& layer : layers_)
+    for (auto& [name, tensor] : layer->run_state())
+      out.emplace_back(cat("train_state.", layer->sequential_index, ".", name), tensor);
+  return out;
+}
+
 }  // namespace nt

@@ -43,6 +43,8 @@ class Model {
   const Tensor& activation(size_t i) const { return activations_.at(i); }   // 0 = input, i = output of layer i-1
   const Tensor& activation_grad(size_t i) const { return activation_grads_.at(i); }  // undefined where unneeded
   const std::string& layer_label(size_t i) const { return layer_labels_.at(i); }     // "4 linear 160->10"
+  // Every layer's run state (Layer::run_state) as "train_state.<module index>.<name>"; valid once compiled.
+  std::vector<std::pair<std::string, Tensor>> run_state() const;
 
   static constexpr size_t kAllLayers = static_cast<size_t>(-1);
   // rows <= batch(): the first `rows` samples of input() are used. `layers` limits a pass to the first

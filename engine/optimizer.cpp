@@ -63,6 +63,35 @@ std::string Adam::describe() const {
              "), eps=", hyper_.eps, ", weight_decay=", hyper_.weight_decay, ")");
 }
 
+namespace {
+// Per-parameter views of a state block laid out as the parameters, named optimizer.state.<i>.<name>.
+void add_views(std::vector<std::pair<std::string, Tensor>>& out, const ParamStore& params, const Tensor& block,
+               const char* name) {
+  const auto* values = static_cast<const uint8_t*>(params.values().raw());
+  auto* base = static_cast<uint8_t*>(block.raw());
+  const auto& list = params.params();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto offset = static_cast<const uint8_t*>(list[i].value.raw()) - values;
+    out.emplace_back(cat("optimizer.state.", i, ".", name),
+                     Tensor::view(base + offset, list[i].value.shape(), block.dtype(), block.backend()));
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (velocity_.defined()) add_views(out, params_, velocity_, "momentum_buffer");
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Adam::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  add_views(out, params_, m_, "exp_avg");
+  add_views(out, params_, v_, "exp_avg_sq");
+  out.emplace_back("optimizer.step", steps_);
+  return out;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const kernels::Exec& exec, ParamStore& params, const OptimizerConfig& c) {
   auto f = [](double v) { return static_cast<float>(v); };
   if (c.name == "sgd") return std::make_unique<Sgd>(exec, params, kernels::SgdHyper{f(c.lr), f(c.momentum), f(c.weight_decay)});

@@ -18,6 +18,11 @@ class Optimizer {
   // update reads it there, so a captured epoch replays with whatever factor was set before it (a
   // stream-ordered copy: call it between epochs, never inside a step).
   void set_lr_factor(const kernels::Exec& exec, float factor) const;
+  // The optimizer's state as tensors named after PyTorch's optimizer state_dict where it fits: per parameter i (the
+  // model's order) "optimizer.state.i.momentum_buffer" (SGD with momentum), "optimizer.state.i.exp_avg" and
+  // "exp_avg_sq" (Adam); Adam's step counter, one for all parameters, is "optimizer.step" (i64 {t, done}). Views of
+  // the live state: resumable checkpoints read and write through them.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
 
  protected:
   Tensor lr_factor_;  // (1) f32, 1 until set; requested by each optimizer with its state
@@ -32,6 +37,7 @@ class Adam final : public Optimizer {
   Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyper& hyper);
   void step(const kernels::Exec& exec) override;
   std::string describe() const override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
 
  private:
   ParamStore& params_;
@@ -47,6 +53,7 @@ class Sgd final : public Optimizer {
   Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper& hyper);
   void step(const kernels::Exec& exec) override;
   std::string describe() const override;
+  std::vector<std::pair<std::string, Tensor>> state() const override;
 
  private:
   ParamStore& params_;

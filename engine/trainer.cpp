@@ -134,7 +134,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   return m;
 }
 
-void Trainer::enqueue_eval(BatchSource& data) {
+void Trainer::enqueue_eval(BatchSource& data, std::vector<float>* logits) {
   const auto& exec = ctx_.exec();
   kernels::fill_zero(exec, eval_totals_.loss_sum.raw(), eval_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, eval_totals_.correct.raw(), eval_totals_.correct.bytes());
@@ -146,6 +146,11 @@ void Trainer::enqueue_eval(BatchSource& data) {
     data.gather(exec, first, rows, model_.input(), labels_, false);
     model_.forward(exec, rows, Mode::eval, body_layers());
     enqueue_loss(rows, false, eval_totals_);
+    if (logits) {
+      const Tensor out = model_.output().rows(rows);
+      const auto classes = static_cast<size_t>(model_.output_shape().numel());
+      kernels::copy_device_to_host(exec, logits->data() + static_cast<size_t>(first) * classes, out.raw(), out.bytes());
+    }
   }
 }
 
@@ -165,6 +170,22 @@ EvalResult Trainer::evaluate(BatchSource& data) {
     enqueue_eval(data);
   }
   auto [loss_sum, correct] = read_totals(eval_totals_);
+  r.ms = ms_since(t0);
+  const auto n = static_cast<double>(data.examples());
+  r.loss = loss_sum / n;
+  r.accuracy = static_cast<double>(correct) / n;
+  return r;
+}
+
+EvalResult Trainer::evaluate(BatchSource& data, std::vector<float>& logits) {
+  profile::NvtxRange range("evaluate");
+  const auto& exec = ctx_.exec();
+  EvalResult r;
+  auto t0 = Clock::now();
+  logits.assign(static_cast<size_t>(data.examples() * model_.output_shape().numel()), 0.f);
+  data.begin_epoch(exec, 0);
+  enqueue_eval(data, &logits);
+  auto [loss_sum, correct] = read_totals(eval_totals_);  // synchronizes: every copy has landed
   r.ms = ms_since(t0);
   const auto n = static_cast<double>(data.examples());
   r.loss = loss_sum / n;

@@ -54,6 +54,9 @@ class Trainer {
   int64_t steps_per_epoch() const;      // full batches only (drop_last)
   EpochMetrics train_epoch(int epoch);  // training only; test fields left 0
   EvalResult evaluate(BatchSource& data);
+  // The same pass, eagerly, also copying each batch's logits to the host: (examples, classes) row-major, the very
+  // values whose argmax the loss counts as correct (eval --confusion, predict). Synchronizes once per batch.
+  EvalResult evaluate(BatchSource& data, std::vector<float>& logits);
   EpochMetrics run_epoch(int epoch, BatchSource* test);  // train_epoch then evaluate(test)
 
   // Enqueues step `step` of the current epoch: no allocation, no synchronization, no host copy.
@@ -63,7 +66,8 @@ class Trainer {
 
  private:
   void enqueue_train_epoch();
-  void enqueue_eval(BatchSource& data);
+  // With `logits`, each batch's logits are copied to it after the batch (eager only).
+  void enqueue_eval(BatchSource& data, std::vector<float>* logits = nullptr);
   std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
   size_t body_layers() const;  // the layers that run outside the loss
   // The loss over the model's output for `rows` samples, with `dlogits` and the input gradients in training.

@@ -22,6 +22,10 @@ const std::map<std::string, std::string>& named_models() {
   static const std::map<std::string, std::string> models{
       {"mlp", "linear:320,relu,linear:160,relu,linear:10"},
       {"cnn", "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10"},
+      // For CIFAR-10 (3x32x32): three conv-BN-ReLU-pool blocks halving the image and doubling the channels, then a
+      // linear head; the class count comes from the data.
+      {"cnn-cifar", "conv:64:3,bn,relu,maxpool:2,conv:128:3,bn,relu,maxpool:2,conv:256:3,bn,relu,maxpool:2,flatten,"
+                    "linear:10"},
   };
   return models;
 }
@@ -95,13 +99,16 @@ void link_statistics(std::vector<std::unique_ptr<Layer>>& layers) {
 
 }  // namespace
 
-std::string model_spec(const std::string& name_or_spec) {
+std::string model_spec(const std::string& name_or_spec, int classes) {
   auto it = named_models().find(name_or_spec);
-  return it != named_models().end() ? it->second : name_or_spec;
+  if (it == named_models().end()) return name_or_spec;
+  // A preset's head has one output per class of the data.
+  const std::string& spec = it->second;
+  return spec.substr(0, spec.rfind(':') + 1) + std::to_string(classes);
 }
 
 std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes) {
-  const std::string spec = model_spec(name_or_spec);
+  const std::string spec = model_spec(name_or_spec, classes);
   const auto items = split(spec, ',');
   if (spec.empty() || items.empty()) throw Error("--model: empty model spec");
   if (spec.back() == ',' || std::find(items.begin(), items.end(), "") != items.end())

@@ -23,8 +23,9 @@
 
 namespace nt::layers {
 
-// The spec string of a named model, or the input itself when it is not a known name.
-std::string model_spec(const std::string& name_or_spec);
+// The spec string of a named model (mlp, cnn, cnn-cifar) whose head has `classes` outputs, or the input itself when
+// it is not a known name. Presets take any input shape: convolutions take the data's channels, Linear its sizes.
+std::string model_spec(const std::string& name_or_spec, int classes = 10);
 
 // sample_shape: (channels, rows, cols) of the data. Throws nt::Error naming --model on a bad spec.
 std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes);

@@ -17,6 +17,7 @@ class Dropout final : public Layer {
   std::string describe() const override;
   Shape output_shape(const Shape& input) const override { return input; }
   void seed(uint64_t seed) override { seed_ = seed; }
+  std::vector<std::pair<std::string, Tensor>> run_state() const override { return {{"dropout_counter", counter_}}; }
   void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
   void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,

@@ -39,7 +39,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --model resnet9000", "--model"},
       {"train --model linear:abc", "--model"},
       {"train --device tpu", "--device"},
-      {"train --dataset cifar", "--dataset"},
+      {"train --dataset ../cifar", "--dataset"},  // a name, not a path
       {"train --threads -1", "--threads"},
       {"train --log-level loud", "--log-level"},
       {"train --shift 9", "--shift"},

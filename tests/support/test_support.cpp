@@ -151,6 +151,91 @@ void check_divergence_stops_the_run(const std::string& device) {
   CHECK(std::count(eval.out.begin(), eval.out.end(), '\n') == 1);
 }
 
+namespace {
+// Every tensor of two checkpoints, byte for byte.
+void check_same_tensors(const std::string& a_path, const std::string& b_path) {
+  const auto a = SafetensorsFile::read(a_path), b = SafetensorsFile::read(b_path);
+  REQUIRE(a.tensors().size() == b.tensors().size());
+  for (const auto& t : a.tensors()) {
+    INFO(t.name);
+    const auto* same = b.find(t.name);
+    REQUIRE(same != nullptr);
+    REQUIRE(same->end - same->begin == t.end - t.begin);
+    CHECK(std::equal(a.bytes(t), a.bytes(t) + (t.end - t.begin), b.bytes(*same)));
+  }
+}
+
+// The metrics lines without their timings (epoch_ms, eval_ms, samples_per_s differ run to run).
+std::vector<std::string> metrics_without_timings(const std::string& path) {
+  std::vector<std::string> lines;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) lines.push_back(line.substr(0, line.find(", \"epoch_ms\"")));
+  return lines;
+}
+}  // namespace
+
+void check_resume_is_exact(const std::string& device) {
+  const TempDir dir;
+  const std::string base = cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
+                               " --train-limit 1280 --log-level warn");
+  struct Recipe {
+    const char* name;
+    std::string flags;
+  };
+  const Recipe recipes[] = {{"sgd-momentum", " --model mlp --lr 0.05 --momentum 0.9"},
+                            // A small convolution, BatchNorm (running statistics) and dropout (its draw counter).
+                            {"adam-cosine-shift", " --model conv:4:3,bn,relu,maxpool:2,flatten,dropout:0.2,linear:10"
+                                                  " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"}};
+  for (const auto& r : recipes) {
+    INFO(r.name);
+    const std::string whole = dir.file(cat(r.name, "-whole.safetensors")), resumed = dir.file(cat(r.name, "-resumed.safetensors"));
+    const std::string whole_metrics = dir.file(cat(r.name, "-whole.jsonl")), metrics = dir.file(cat(r.name, ".jsonl"));
+    const std::string checkpoints = dir.file(r.name);
+    const auto straight = run_command(base + r.flags + " --epochs 3 --save " + whole + " --metrics " + whole_metrics);
+    INFO(straight.out);
+    REQUIRE(straight.exit_code == 0);
+    // The same run, checkpointed after every epoch; its epoch-1 checkpoint is what a run stopped there leaves.
+    const auto first = run_command(base + r.flags + " --epochs 3 --checkpoint-every 1 --checkpoint-dir " +
+                                   checkpoints + " --metrics " + metrics);
+    INFO(first.out);
+    REQUIRE(first.exit_code == 0);
+    const std::string resume_point = dir.file(cat(r.name, "-epoch1.safetensors"));
+    std::filesystem::copy_file(checkpoints + "/epoch-000001.safetensors", resume_point);
+    // Resumed with no flags but where to write: the rest comes from the checkpoint. The metrics file keeps epoch 1
+    // and gets epochs 2 and 3 again.
+    const auto resume = run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
+                                        " --log-level warn --resume ", resume_point, " --epochs 3 --save ", resumed,
+                                        " --metrics ", metrics));
+    INFO(resume.out);
+    REQUIRE(resume.exit_code == 0);
+    CHECK(resume.out.find("epoch   1 |") == std::string::npos);
+    CHECK(resume.out.find("epoch   2 |") != std::string::npos);
+    check_same_tensors(whole, resumed);
+    CHECK(metrics_without_timings(metrics) == metrics_without_timings(whole_metrics));
+  }
+  // --keep: the newest K.
+  const auto kept = run_command(base + " --epochs 3 --checkpoint-every 1 --keep 2 --checkpoint-dir " + dir.file("kept"));
+  REQUIRE(kept.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dir.file("kept/epoch-000001.safetensors")));
+  CHECK(std::filesystem::exists(dir.file("kept/epoch-000002.safetensors")));
+  CHECK(std::filesystem::exists(dir.file("kept/epoch-000003.safetensors")));
+  // A resume that changes what the run is: refused, naming the flag and both values.
+  const std::string point = dir.file("sgd-momentum-epoch1.safetensors");
+  struct Change {
+    const char* flags;
+    const char* says;
+  };
+  for (const Change c : {Change{" --batch 32", "--batch 64, this command gives 32"},
+                         Change{" --model linear:10", "--model mlp, this command gives linear:10"},
+                         Change{" --optimizer adam", "--optimizer sgd, this command gives adam"}}) {
+    const auto r = run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --resume ", point,
+                                   c.flags));
+    INFO(r.out);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.find(c.says) != std::string::npos);
+  }
+}
+
 std::vector<bool> tf32_modes() {
   if (cuda_device().has_tf32()) return {false, true};
   WARN("TF32 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());

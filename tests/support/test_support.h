@@ -146,6 +146,10 @@ void check_context_refuses_tf32();
 // epoch, keeps the checkpoint at --save, writes JSON metrics (null for NaN); with --allow-nonfinite it goes on, and
 // eval refuses the checkpoint it saved.
 void check_divergence_stops_the_run(const std::string& device);
+// Through the CLI on `device`: a run stopped after an epoch and resumed from its resumable checkpoint ends in the
+// same bits and metrics as the run that was never stopped (SGD with momentum; Adam with the cosine schedule and
+// --shift), and a resume that changes the model, batch or optimizer is refused naming the flag.
+void check_resume_is_exact(const std::string& device);
 
 // ---- data and binaries ------------------------------------------------------------------------------
 std::string mnist_dir();         // NT_DATA_DIR, else the folder scripts/fetch-data fills
