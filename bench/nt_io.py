@@ -1,11 +1,12 @@
 """Files shared with the engine: IDX data sets (raw or .gz) and safetensors checkpoints.
 
 Normalization is the engine's, in float32 with the same operations in the same order
-(data/dataset.cpp, kernels/cpu/batch.cpp): x = (pixel / 255 - mean) / std, each step rounded to float32.
+(data/dataset.cpp, kernels/cpu/batch.cpp): x = (pixel / 255 - mean[c]) / std[c] for channel c, each step rounded
+to float32; images planar (N, C, H, W), rank-4 IDX files (channels last) transposed as the engine does.
 It runs once on the host with NumPy, so no GPU division-by-scalar shortcut (PyTorch multiplies by the
 reciprocal there) can make the inputs differ from the engine's by an ulp.
 MNIST uses the field's constants 0.1307 / 0.3081; any other data set the mean and population standard
-deviation of its train pixels, computed as data/dataset.cpp does (a byte histogram, in double).
+deviation of its train pixels per channel, computed as data/dataset.cpp does (a byte histogram, in double).
 
 safetensors are read and written here with NumPy alone (the format is a length, a JSON header and raw
 little-endian bytes), so the scripts need no extra package; when the `safetensors` package is installed,
@@ -50,8 +51,33 @@ def find_data_dir(given=None, dataset="mnist"):
     raise SystemExit(f"no {dataset} folder: pass --data DIR or set NT_DATA_DIR (scripts/fetch-data {dataset})")
 
 
-def load_split(data_dir):
-    """The four standard files (raw preferred, else .gz): (train_images, train_labels, test_images, test_labels)."""
+def sample_shape(dataset):
+    """(C, H, W) of one example: CIFAR-10's 3x32x32, else MNIST's 1x28x28 (the IDX sets the baselines use)."""
+    return (3, 32, 32) if dataset == "cifar10" else (1, 28, 28)
+
+
+def load_cifar10(data_dir):
+    """CIFAR-10's binary batches (data/cifar.cpp): records of 1 label byte and 3072 planar RGB bytes;
+    data_batch_1..5.bin train, test_batch.bin test. Returns planar (N, 3, 32, 32) images and labels."""
+    def read(names):
+        records = []
+        for name in names:
+            raw = np.fromfile(os.path.join(data_dir, name), dtype=np.uint8)
+            if raw.size % 3073:
+                raise SystemExit(f"{data_dir}/{name}: {raw.size} bytes, not a multiple of 3073")
+            records.append(raw.reshape(-1, 3073))
+        records = np.concatenate(records)
+        return np.ascontiguousarray(records[:, 1:].reshape(-1, 3, 32, 32)), records[:, 0].copy()
+    tr_x, tr_y = read([f"data_batch_{i}.bin" for i in range(1, 6)])
+    te_x, te_y = read(["test_batch.bin"])
+    return tr_x, tr_y, te_x, te_y
+
+
+def load_split(data_dir, dataset="mnist"):
+    """The four standard files (raw preferred, else .gz): (train_images, train_labels, test_images, test_labels);
+    CIFAR-10's batches for dataset "cifar10"."""
+    if dataset == "cifar10":
+        return load_cifar10(data_dir)
     out = []
     for name in STANDARD_FILES:
         raw, gz = os.path.join(data_dir, name), os.path.join(data_dir, name + ".gz")
@@ -62,34 +88,56 @@ def load_split(data_dir):
     return tuple(out)
 
 
+def planar(images):
+    """Images as the engine lays them out, (N, C, H, W): a rank-3 file's (N, H, W) gets C = 1, a rank-4 file's
+    (N, H, W, C), channels last, is transposed (data/dataset.cpp)."""
+    if images.ndim == 3:
+        return images[:, None]
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+
+
 def normalization(dataset, train_images):
-    """(mean, std) as float32, exactly as data/dataset.cpp chooses them."""
-    if dataset == "mnist":
-        return np.float32(MNIST_MEAN), np.float32(MNIST_STD)
-    hist = np.bincount(train_images.reshape(-1), minlength=256)
-    n = float(train_images.size)
-    mean = 0.0
-    for v in range(256):
-        mean += float(hist[v]) * (v / 255.0)
-    mean /= n
-    var = 0.0
-    for v in range(256):
-        dev = v / 255.0 - mean
-        var += float(hist[v]) * dev * dev
-    return np.float32(mean), np.float32((var / n) ** 0.5)
+    """(mean, std), float32 arrays of one value per channel, exactly as data/dataset.cpp chooses them.
+    train_images: planar (N, C, H, W), or (N, H, W) for one channel."""
+    images = planar(train_images) if train_images.ndim == 3 else train_images
+    channels = images.shape[1]
+    if dataset == "mnist" and channels == 1:
+        return np.array([MNIST_MEAN], np.float32), np.array([MNIST_STD], np.float32)
+    means, stds = [], []
+    for c in range(channels):
+        hist = np.bincount(images[:, c].reshape(-1), minlength=256)
+        n = float(images[:, c].size)
+        mean = 0.0
+        for v in range(256):
+            mean += float(hist[v]) * (v / 255.0)
+        mean /= n
+        var = 0.0
+        for v in range(256):
+            dev = v / 255.0 - mean
+            var += float(hist[v]) * dev * dev
+        means.append(mean)
+        stds.append((var / n) ** 0.5)
+    return np.array(means, np.float32), np.array(stds, np.float32)
 
 
 def normalize(images, mean, std):
-    """uint8 (N, H, W) -> float32 (N, H*W): ((x / 255) - mean) / std, each operation rounded to float32."""
-    x = images.reshape(images.shape[0], -1).astype(np.float32)
+    """uint8 planar (N, C, H, W), or (N, H, W) for one channel -> float32 (N, C*H*W):
+    ((x / 255) - mean[c]) / std[c], each operation rounded to float32."""
+    images = planar(images) if images.ndim == 3 else images
+    n, channels = images.shape[0], images.shape[1]
+    mean = np.asarray(mean, np.float32).reshape(1, -1, 1)
+    std = np.asarray(std, np.float32).reshape(1, -1, 1)
+    x = images.reshape(n, channels, -1).astype(np.float32)
     x = x / np.float32(255.0)
-    x = x - np.float32(mean)
-    return x / np.float32(std)
+    x = x - mean
+    return (x / std).reshape(n, -1)
 
 
 def load_dataset(data_dir, dataset="mnist", train_limit=0):
-    """Normalized float32 inputs and int64 labels: (x_train, y_train, x_test, y_test)."""
-    tr_x, tr_y, te_x, te_y = load_split(data_dir)
+    """Normalized float32 inputs (N, C*H*W), planar, and int64 labels: (x_train, y_train, x_test, y_test)."""
+    tr_x, tr_y, te_x, te_y = load_split(data_dir, dataset)
+    if tr_x.ndim != 4 or dataset != "cifar10":
+        tr_x, te_x = planar(tr_x), planar(te_x)
     mean, std = normalization(dataset, tr_x)   # from the full train split, as the engine
     if train_limit and train_limit < tr_x.shape[0]:
         tr_x, tr_y = tr_x[:train_limit], tr_y[:train_limit]

@@ -55,6 +55,8 @@ MODES = ("dataloader", "resident", "graph")
 NAMED_MODELS = {
     "mlp": "linear:320,relu,linear:160,relu,linear:10",
     "cnn": "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10",
+    "cnn-cifar": "conv:64:3,bn,relu,maxpool:2,conv:128:3,bn,relu,maxpool:2,conv:256:3,bn,relu,maxpool:2,flatten,"
+                 "linear:10",
 }
 
 
@@ -162,9 +164,9 @@ class Data:
 
     def __init__(self, args, device):
         x_tr, y_tr, x_te, y_te = nt_io.load_dataset(args.data, args.dataset, args.train_limit)
-        self.sample_shape = (1, 28, 28)   # MNIST and Fashion-MNIST
+        self.sample_shape = nt_io.sample_shape(args.dataset)
         # A conv model takes NCHW samples; the engine's NCHW input has the same bytes as the flat one.
-        view = (-1, 784) if flat_input(args.model) else (-1, *self.sample_shape)
+        view = (-1, int(np.prod(self.sample_shape))) if flat_input(args.model) else (-1, *self.sample_shape)
         self.x_train, self.y_train = torch.from_numpy(x_tr).view(view), torch.from_numpy(y_tr)
         self.x_test, self.y_test = torch.from_numpy(x_te).view(view), torch.from_numpy(y_te)
         self.device = device
@@ -423,7 +425,7 @@ def eval_only(args, device):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="mlp", help="mlp, cnn, or the engine's spec (conv:K:R,bn,relu,...)")
-    ap.add_argument("--dataset", default="mnist", choices=["mnist", "fashion-mnist"])
+    ap.add_argument("--dataset", default="mnist", choices=["mnist", "fashion-mnist", "cifar10"])
     ap.add_argument("--data", help="folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=5)
