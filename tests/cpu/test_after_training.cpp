@@ -97,12 +97,12 @@ TEST_CASE("eval --confusion: the matrix holds every test example, its diagonal i
   }
   CHECK(total == 10000);
   CHECK(json.at("predictions").size() == 10000);
-  CHECK(static_cast<double>(diagonal) / 10000 == Approx(json.at("accuracy").get<double>()).epsilon(1e-12));
+  CHECK(static_cast<double>(diagonal) / 10000 == test::Approx(json.at("accuracy").get<double>()).epsilon(1e-12));
   // Per class: recall is the diagonal over the row, precision over the column.
   const auto& per_class = json.at("classes");
   int64_t column3 = 0;
   for (size_t label = 0; label < 10; ++label) column3 += matrix[label][3].get<int64_t>();
-  CHECK(per_class[3].at("precision").get<double>() == Approx(double(matrix[3][3].get<int64_t>()) / double(column3)));
+  CHECK(per_class[3].at("precision").get<double>() == test::Approx(double(matrix[3][3].get<int64_t>()) / double(column3)));
   CHECK(per_class[3].at("examples").get<int64_t>() == 1010);  // MNIST's test set has 1010 threes
 
   const auto table = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", trained_model(), " --confusion")));
