@@ -72,10 +72,7 @@ struct Images {
   const uint8_t* image(int64_t r) const { return &images[size_t(r) * D]; }
 };
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
+using Batch = GatheredEpoch;  // x (B, D), y (B)
 
 Batch gather(const Exec& exec, const kernels::BatchSource& src, int64_t first, int B) {
   Batch g{poisoned(size_t(B) * src.D), std::vector<int32_t>(size_t(B), -1)};
@@ -205,25 +202,6 @@ data::Dataset rgb_set(int64_t count, int rows, int cols) {
   return d;
 }
 
-// The whole epoch, `batch` rows at a time, after begin_epoch(epoch).
-Batch gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const data::Dataset& d, int epoch, int batch) {
-  const auto& exec = ctx.exec();
-  batcher.begin_epoch(exec, epoch);
-  const int64_t D = d.image_size();
-  Tensor x = Tensor::empty(Shape{batch, D}, DType::f32, exec.backend);
-  Tensor y = Tensor::empty(Shape{batch}, DType::i32, exec.backend);
-  Batch g;
-  for (int64_t first = 0; first < d.count; first += batch) {
-    const int rows = static_cast<int>(std::min<int64_t>(batch, d.count - first));
-    std::fill_n(x.f32(), x.numel(), kPoison);
-    batcher.gather(exec, first, rows, x, y, false);
-    auto xs = x.to_host<float>(exec);
-    auto ys = y.to_host<int32_t>(exec);
-    g.x.insert(g.x.end(), xs.begin(), xs.begin() + rows * D);
-    g.y.insert(g.y.end(), ys.begin(), ys.begin() + rows);
-  }
-  return g;
-}
 
 // The (flip, shift) within [-k, k]^2 that explains each gathered image; fails unless exactly one does.
 struct Draw {

@@ -31,33 +31,9 @@ data::Dataset synthetic(int64_t count, int channels, int rows, int cols) {
   return d;
 }
 
-struct Gathered {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-
-// The whole epoch, gathered `batch` rows at a time (after begin_epoch(epoch)).
-Gathered gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const data::Dataset& d, int epoch, int batch) {
-  const auto& exec = ctx.exec();
-  batcher.begin_epoch(exec, epoch);
-  const int64_t D = d.image_size();
-  Tensor x = Tensor::empty(Shape{batch, D}, DType::f32, exec.backend);
-  Tensor y = Tensor::empty(Shape{batch}, DType::i32, exec.backend);
-  Gathered g;
-  for (int64_t first = 0; first < d.count; first += batch) {
-    const int rows = static_cast<int>(std::min<int64_t>(batch, d.count - first));
-    std::fill_n(x.f32(), x.numel(), kPoison);
-    batcher.gather(exec, first, rows, x, y, false);
-    auto xs = x.to_host<float>(exec);
-    auto ys = y.to_host<int32_t>(exec);
-    g.x.insert(g.x.end(), xs.begin(), xs.begin() + rows * D);
-    g.y.insert(g.y.end(), ys.begin(), ys.begin() + rows);
-  }
-  return g;
-}
 
 // How many images of two gathers of the same epoch order differ.
-int64_t images_differing(const Gathered& a, const Gathered& b, int64_t D) {
+int64_t images_differing(const GatheredEpoch& a, const GatheredEpoch& b, int64_t D) {
   int64_t n = 0;
   for (size_t i = 0; i < a.y.size(); ++i)
     n += std::memcmp(&a.x[i * size_t(D)], &b.x[i * size_t(D)], size_t(D) * sizeof(float)) != 0 ? 1 : 0;

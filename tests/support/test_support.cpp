@@ -285,6 +285,26 @@ TempDir::~TempDir() {
 }
 std::string TempDir::file(const std::string& name) const { return (std::filesystem::path(path) / name).string(); }
 
+GatheredEpoch gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const data::Dataset& d, int epoch,
+                           int batch) {
+  const auto& exec = ctx.exec();
+  batcher.begin_epoch(exec, epoch);
+  const int64_t D = d.image_size();
+  Tensor x = Tensor::empty(Shape{batch, D}, DType::f32, exec.backend);
+  Tensor y = Tensor::empty(Shape{batch}, DType::i32, exec.backend);
+  GatheredEpoch g;
+  for (int64_t first = 0; first < d.count; first += batch) {
+    const int rows = static_cast<int>(std::min<int64_t>(batch, d.count - first));
+    std::fill_n(x.f32(), x.numel(), kPoison);
+    batcher.gather(exec, first, rows, x, y, false);
+    const auto xs = x.to_host<float>(exec);
+    const auto ys = y.to_host<int32_t>(exec);
+    g.x.insert(g.x.end(), xs.begin(), xs.begin() + rows * D);
+    g.y.insert(g.y.end(), ys.begin(), ys.begin() + rows);
+  }
+  return g;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "data/batcher.h"
+#include "engine/context.h"
 #include "kernels/batch.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/exec.h"
@@ -178,7 +180,16 @@ struct TempDir {
   std::string path;
 };
 
-std::string read_file(const std::string& path);  // every byte of it ("" when it cannot be read)
+std::string read_file(const std::string& path);
+
+// The whole epoch of a batcher, `batch` rows at a time after begin_epoch(epoch), each batch's output poisoned
+// before its gather.
+struct GatheredEpoch {
+  std::vector<float> x;    // (examples, values per example)
+  std::vector<int32_t> y;  // (examples)
+};
+GatheredEpoch gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const data::Dataset& d, int epoch,
+                           int batch);  // every byte of it ("" when it cannot be read)
 
 // The temporary files of an atomic write to `path` that are still beside it (core/atomic_file.h: PATH.tmp.*).
 std::vector<std::string> temporaries_of(const std::string& path);
