@@ -208,6 +208,36 @@ TEST_CASE("a resumed CPU run ends in the same bits and metrics as one never stop
   test::check_resume_is_exact("cpu");
 }
 
+TEST_CASE("a run killed while writing a checkpoint keeps the one before, and goes on from it", "[cpu][after][resume]") {
+  const test::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  // Checkpoints of about 10 MB (a 1024-wide layer and Adam's two moments) after every short epoch. Once the first is
+  // there, the run is killed (-9) the moment the temporary of the next one appears: in the middle of its write.
+  const std::string train = cli(cat("train --data ", test::mnist_dir(), " --train-limit 320 --epochs 100 ",
+                                    "--model linear:1024,relu,linear:10 --optimizer adam --checkpoint-every 1 ",
+                                    "--checkpoint-dir ", ckpt));
+  const auto killed = test::run_command(cat(
+      train, " >/dev/null 2>&1 & pid=$!; until [ -e ", ckpt, "/epoch-000001.safetensors ]; do sleep 0.005; done; ",
+      "until ls ", ckpt, "/*.tmp.* >/dev/null 2>&1; do :; done; kill -9 $pid; wait $pid; echo killed $?"));
+  INFO(killed.out);
+  REQUIRE(killed.out.find("killed 137") != std::string::npos);  // 128 + SIGKILL: it did not finish on its own
+  std::vector<std::string> whole, temporaries;
+  for (const auto& e : fs::directory_iterator(ckpt))
+    (e.path().filename().string().find(".tmp.") != std::string::npos ? temporaries : whole).push_back(e.path().string());
+  std::sort(whole.begin(), whole.end());
+  INFO("whole: " << whole.size() << ", temporaries: " << temporaries.size());
+  CHECK(temporaries.size() == 1);  // the write it was killed in
+  REQUIRE_FALSE(whole.empty());
+  for (const auto& path : whole) CHECK_NOTHROW(SafetensorsFile::read(path));  // every checkpoint there is whole
+  const auto resumed = test::run_command(cli(cat("train --data ", test::mnist_dir(), " --resume ", whole.back(),
+                                                 " --epochs ", whole.size() + 1, " --checkpoint-every 1 --checkpoint-dir ",
+                                                 ckpt)));
+  INFO(resumed.out);
+  CHECK(resumed.exit_code == 0);
+  for (const auto& e : fs::directory_iterator(ckpt))  // its save cleared the dead writer's temporary
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
 TEST_CASE("a checkpoint folder that cannot be written is refused before any work", "[cpu][after][cli]") {
   const test::TempDir dir;
   const std::string file = dir.file("a-file");

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/cifar.h"
 #include "data/dataset.h"
+#include "engine/checkpoint.h"
 
 namespace nt::test {
 namespace {
@@ -240,6 +241,31 @@ TEST_CASE("CIFAR-10 faults: one line naming the file", "[cpu][data]") {
     REQUIRE_THROWS_WITH(data::load_dataset_dir(dir.file("absent"), "cifar10"),
                         Contains(dir.file("absent")) && Contains("does not exist"));
   }
+}
+
+TEST_CASE("the cnn preset trains on CIFAR-10's 3x32x32 and its checkpoint names the classes for predict",
+          "[cpu][data][cli]") {
+  const TempDir dir;
+  write_folder(dir);
+  const std::string model = dir.file("cnn.safetensors"), image = dir.file("red.ppm");
+  const auto trained = run_command(cat(cli_path(), " train --device cpu --log-level warn --dataset cifar10 --data ",
+                                       dir.path, " --model cnn --epochs 2 --batch 4 --flip --shift 1 --save ", model));
+  INFO(trained.out);
+  REQUIRE(trained.exit_code == 0);
+  const auto meta = SafetensorsFile::read(model).metadata();
+  CHECK(meta.at("input_shape") == "3,32,32");
+  CHECK(meta.at("dataset") == "cifar10");
+  CHECK(meta.at("class_names").find("\"airplane\",\"automobile\"") != std::string::npos);
+  CHECK(std::count(meta.at("normalization_mean").begin(), meta.at("normalization_mean").end(), ',') == 2);
+  // A 32x32 red PPM: predict answers with the data's class names.
+  std::string ppm = "P6\n32 32\n255\n";
+  for (int i = 0; i < 32 * 32; ++i) ppm += std::string("\xff\x00\x00", 3);
+  write_text(image, ppm);
+  const auto predicted = run_command(cat(cli_path(), " predict --device cpu --log-level warn --top 10 --load ", model,
+                                         " ", image));
+  INFO(predicted.out);
+  REQUIRE(predicted.exit_code == 0);
+  for (const char* name : kNames) CHECK(predicted.out.find(std::string(" ") + name + " (") != std::string::npos);
 }
 
 }  // namespace nt::test
