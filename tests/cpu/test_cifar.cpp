@@ -83,20 +83,6 @@ void write_folder(const TempDir& dir) {
   write_text(dir.file("batches.meta.txt"), "\n" + meta + "\n\n");
 }
 
-class NamesFileAnd : public TextMatcher {
- public:
-  NamesFileAnd(std::string path, std::string phrase) : path_(std::move(path)), phrase_(std::move(phrase)) {}
-  bool match(const std::string& msg) const override {
-    return msg.find(path_) != std::string::npos && msg.find(phrase_) != std::string::npos &&
-           msg.find('\n') == std::string::npos;
-  }
-  std::string describe() const override { return "one line naming \"" + path_ + "\" with \"" + phrase_ + "\""; }
-
- private:
-  std::string path_, phrase_;
-};
-NamesFileAnd names(const std::string& path, const std::string& phrase) { return {path, phrase}; }
-
 }  // namespace
 
 TEST_CASE("A CIFAR-10 batch reads its labels and its planar images exactly", "[cpu][data]") {

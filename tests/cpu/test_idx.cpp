@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using nt::test::Approx;
 using nt::test::Contains;
+using nt::test::names;
 using nt::data::load_idx_pair;
 using nt::data::read_idx_images;
 using nt::data::read_idx_labels;
@@ -91,22 +92,6 @@ void write_as(bool gzip, const std::string& path, const Bytes& bytes) {
   if (gzip) write_gzip(path, bytes);
   else write_raw(path, bytes);
 }
-
-// Matches a message that holds both the file's name and the phrase that tells this fault from the others.
-// (A class, not `Contains(a) && Contains(b)` returned from a function: Catch2 v2 combined matchers keep
-// pointers to their parts, which would dangle.)
-class NamesFileAnd : public nt::test::TextMatcher {
- public:
-  NamesFileAnd(std::string path, std::string phrase) : path_(std::move(path)), phrase_(std::move(phrase)) {}
-  bool match(const std::string& msg) const override {
-    return msg.find(path_) != std::string::npos && msg.find(phrase_) != std::string::npos;
-  }
-  std::string describe() const override { return "names \"" + path_ + "\" and contains \"" + phrase_ + "\""; }
-
- private:
-  std::string path_, phrase_;
-};
-NamesFileAnd names(const std::string& path, const std::string& phrase) { return {path, phrase}; }
 
 }  // namespace
 

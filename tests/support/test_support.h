@@ -182,6 +182,22 @@ struct TempDir {
 
 std::string read_file(const std::string& path);
 
+// An error message that names the file `path` and holds `phrase`, on one line: what every nt::Error about a file
+// must be. REQUIRE_THROWS_WITH(read(p), names(p, "truncated payload")).
+class NamesFileAnd : public TextMatcher {
+ public:
+  NamesFileAnd(std::string path, std::string phrase) : path_(std::move(path)), phrase_(std::move(phrase)) {}
+  bool match(const std::string& msg) const override {
+    return msg.find(path_) != std::string::npos && msg.find(phrase_) != std::string::npos &&
+           msg.find('\n') == std::string::npos;
+  }
+  std::string describe() const override { return "one line naming \"" + path_ + "\" with \"" + phrase_ + "\""; }
+
+ private:
+  std::string path_, phrase_;
+};
+inline NamesFileAnd names(const std::string& path, const std::string& phrase) { return {path, phrase}; }
+
 // The whole epoch of a batcher, `batch` rows at a time after begin_epoch(epoch), each batch's output poisoned
 // before its gather.
 struct GatheredEpoch {
