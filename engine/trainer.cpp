@@ -154,13 +154,20 @@ void Trainer::enqueue_eval(BatchSource& data, std::vector<float>* logits) {
   }
 }
 
-EvalResult Trainer::evaluate(BatchSource& data) {
+EvalResult Trainer::evaluate(BatchSource& data) { return evaluate_pass(data, nullptr); }
+
+EvalResult Trainer::evaluate(BatchSource& data, std::vector<float>& logits) { return evaluate_pass(data, &logits); }
+
+EvalResult Trainer::evaluate_pass(BatchSource& data, std::vector<float>* logits) {
   profile::NvtxRange range("evaluate");
   const auto& exec = ctx_.exec();
   EvalResult r;
   auto t0 = Clock::now();
   data.begin_epoch(exec, 0);
-  if (replay_graphs(ctx_, options_)) {
+  if (logits) {  // eager: each batch's logits are copied back before the next batch overwrites them
+    logits->assign(static_cast<size_t>(data.examples() * model_.output_shape().numel()), 0.f);
+    enqueue_eval(data, logits);
+  } else if (replay_graphs(ctx_, options_)) {
     if (stale(eval_graph_, exec) || eval_graph_source_ != &data) {
       eval_graph_ = kernels::Graph::capture(exec, [&] { enqueue_eval(data); });
       eval_graph_source_ = &data;
@@ -169,22 +176,6 @@ EvalResult Trainer::evaluate(BatchSource& data) {
   } else {
     enqueue_eval(data);
   }
-  auto [loss_sum, correct] = read_totals(eval_totals_);
-  r.ms = ms_since(t0);
-  const auto n = static_cast<double>(data.examples());
-  r.loss = loss_sum / n;
-  r.accuracy = static_cast<double>(correct) / n;
-  return r;
-}
-
-EvalResult Trainer::evaluate(BatchSource& data, std::vector<float>& logits) {
-  profile::NvtxRange range("evaluate");
-  const auto& exec = ctx_.exec();
-  EvalResult r;
-  auto t0 = Clock::now();
-  logits.assign(static_cast<size_t>(data.examples() * model_.output_shape().numel()), 0.f);
-  data.begin_epoch(exec, 0);
-  enqueue_eval(data, &logits);
   auto [loss_sum, correct] = read_totals(eval_totals_);  // synchronizes: every copy has landed
   r.ms = ms_since(t0);
   const auto n = static_cast<double>(data.examples());

@@ -66,6 +66,8 @@ class Trainer {
 
  private:
   void enqueue_train_epoch();
+  // Both evaluate()s: replayed as a graph without `logits`, eagerly with them.
+  EvalResult evaluate_pass(BatchSource& data, std::vector<float>* logits);
   // With `logits`, each batch's logits are copied to it after the batch (eager only).
   void enqueue_eval(BatchSource& data, std::vector<float>* logits = nullptr);
   std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
