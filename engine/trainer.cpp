@@ -47,6 +47,9 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
     throw OutOfMemory(cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
   }
   fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
+  if (options.on_progress)
+    progress_marks_ = kernels::StreamMarks(ctx.exec().backend,
+                                           static_cast<int>(std::min<int64_t>(steps_per_epoch(), kProgressMarks)));
 }
 
 int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.batch; }
@@ -85,16 +88,38 @@ void Trainer::enqueue_train_step(int64_t step) {
   optimizer_.step(exec);
 }
 
-void Trainer::enqueue_train_epoch() {
+void Trainer::enqueue_train_epoch(bool eager) {
   const auto& exec = ctx_.exec();
   kernels::fill_zero(exec, train_totals_.loss_sum.raw(), train_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, train_totals_.correct.raw(), train_totals_.correct.bytes());
   const int64_t steps = steps_per_epoch();
-  const bool report = options_.on_step && train_graph_.empty() && !replay_graphs(ctx_, options_);
+  // Eagerly, the marks passed are told as the steps are enqueued; in a capture nothing runs until the launch.
+  int recorded = 0, reported = 0;
   for (int64_t s = 0; s < steps; ++s) {
     enqueue_train_step(s);
-    if (report) options_.on_step(s + 1, steps);
+    if (recorded < progress_marks_.size() && s + 1 == marked_step(recorded)) {
+      progress_marks_.record(exec, recorded++);
+      if (eager) reported = report_progress(reported, recorded, /*wait=*/false);
+    }
   }
+  if (eager) report_progress(reported, recorded, /*wait=*/true);
+}
+
+int64_t Trainer::marked_step(int mark) const {
+  return steps_per_epoch() * (mark + 1) / progress_marks_.size();  // the last mark after the last step
+}
+
+int Trainer::report_progress(int next, int recorded, bool wait) const {
+  for (; next < recorded; ++next) {
+    if (wait)
+      progress_marks_.wait(next);
+    else if (!progress_marks_.passed(next))
+      break;
+    EpochProgress p{marked_step(next), steps_per_epoch(), 0.0};
+    if (next > 0) p.ms_per_step = progress_marks_.ms_between(0, next) / static_cast<double>(p.steps_done - marked_step(0));
+    options_.on_progress(p);
+  }
+  return next;
 }
 
 std::pair<double, int64_t> Trainer::read_totals(const LossTotals& totals) const {
@@ -123,10 +148,11 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   train_.begin_epoch(exec, epoch);
   if (options_.lr_factor) optimizer_.set_lr_factor(exec, static_cast<float>(options_.lr_factor(epoch)));
   if (replay_graphs(ctx_, options_)) {
-    if (stale(train_graph_, exec)) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(); });
+    if (stale(train_graph_, exec)) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(/*eager=*/false); });
     train_graph_.launch(exec);
+    report_progress(0, progress_marks_.size(), /*wait=*/true);
   } else {
-    enqueue_train_epoch();
+    enqueue_train_epoch(/*eager=*/true);
   }
   std::tie(m.train_loss, m.train_acc) = read_train_totals(steps);
   m.epoch_ms = ms_since(t0);

@@ -19,11 +19,22 @@
 
 namespace nt {
 
+// Where a training epoch is, as the device passed one of the marks recorded between its steps.
+struct EpochProgress {
+  int64_t steps_done = 0;
+  int64_t steps = 0;       // in the epoch
+  double ms_per_step = 0;  // since the epoch's first mark, on the device's clock; 0 at the first mark
+};
+
 struct TrainOptions {
   int batch = 64;
   bool use_graphs = true;
   bool fuse_head = true;  // let the loss absorb the model's last layer where it can (Loss::fuses)
-  std::function<void(int64_t step, int64_t steps)> on_step;  // progress (eager mode only)
+  // Told a few times an epoch (kProgressMarks) as the device passes marks recorded between steps, in graph mode too
+  // (kernels::StreamMarks): from the launching thread, in order, the last at the epoch's end. The host may learn of a
+  // mark late (the first launch of a large graph blocks until much of it has run), so the pace is the device's.
+  // Set or not, the steps compute the same bits.
+  std::function<void(const EpochProgress&)> on_progress;
   // A learning-rate schedule: epoch (from 1) -> factor on the optimizer's lr, set before the epoch's
   // steps (the factor lives on the device, so a replayed graph follows it). Empty: constant.
   std::function<double(int epoch)> lr_factor;
@@ -48,6 +59,8 @@ struct EpochMetrics {
 
 class Trainer {
  public:
+  static constexpr int kProgressMarks = 50;  // per epoch, at most: a bar of 2% strides
+
   Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimizer, BatchSource& train,
           const TrainOptions& options);
 
@@ -65,7 +78,11 @@ class Trainer {
   std::pair<double, double> read_train_totals(int64_t steps) const;
 
  private:
-  void enqueue_train_epoch();
+  // Eager: the steps run as enqueued (not captured), so progress is told from here.
+  void enqueue_train_epoch(bool eager);
+  int64_t marked_step(int mark) const;  // the steps done when progress mark `mark` is passed
+  // Tells on_progress of the marks passed since mark `next` (waiting for them all with `wait`); returns the next.
+  int report_progress(int next, int recorded, bool wait) const;
   // Both evaluate()s: replayed as a graph without `logits`, eagerly with them.
   EvalResult evaluate_pass(BatchSource& data, std::vector<float>* logits);
   // With `logits`, each batch's logits are copied to it after the batch (eager only).
@@ -85,6 +102,7 @@ class Trainer {
   Arena arena_;
   Tensor labels_;
   LossTotals train_totals_, eval_totals_;
+  kernels::StreamMarks progress_marks_;  // none without on_progress
   kernels::Graph train_graph_;
   kernels::Graph eval_graph_;
   BatchSource* eval_graph_source_ = nullptr;

@@ -1,6 +1,7 @@
 #include "kernels/runtime.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -314,6 +315,88 @@ void Graph::launch(const Exec& exec) const {
 #else
   (void)exec;
 #endif
+}
+
+// ---- stream marks ----------------------------------------------------------------------------------
+
+StreamMarks::StreamMarks(Backend backend, int count)
+    : backend_(backend), events_(static_cast<size_t>(count), nullptr), host_stamps_(static_cast<size_t>(count), 0.0) {
+  if (backend == Backend::cpu) return;
+#if NT_WITH_CUDA
+  for (void*& e : events_) {
+    cudaEvent_t event = nullptr;
+    NT_CUDA_CHECK(cudaEventCreate(&event));  // with timing: the device's clock paces the progress line
+    e = event;
+  }
+#else
+  throw Error("this build of nanotrain has no CUDA backend");
+#endif
+}
+
+StreamMarks::~StreamMarks() {
+#if NT_WITH_CUDA
+  for (void* e : events_)
+    if (e) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(e)));
+#endif
+}
+
+StreamMarks::StreamMarks(StreamMarks&& other) noexcept { *this = std::move(other); }
+
+StreamMarks& StreamMarks::operator=(StreamMarks&& other) noexcept {
+  std::swap(backend_, other.backend_);
+  std::swap(events_, other.events_);
+  std::swap(host_stamps_, other.host_stamps_);
+  return *this;
+}
+
+void StreamMarks::record(const Exec& exec, int mark) {
+  const auto i = static_cast<size_t>(mark);
+  if (backend_ == Backend::cpu) {
+    host_stamps_.at(i) = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+    return;
+  }
+#if NT_WITH_CUDA
+  // In a capture the record must be external to become a node of the graph (otherwise it would only order the
+  // capture's streams); outside one that flag is refused.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  NT_CUDA_CHECK(cudaStreamIsCapturing(stream_of(exec), &capture));
+  const unsigned flags = capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault;
+  NT_CUDA_CHECK(cudaEventRecordWithFlags(static_cast<cudaEvent_t>(events_.at(i)), stream_of(exec), flags));
+#else
+  (void)exec;
+#endif
+}
+
+bool StreamMarks::passed(int mark) const {
+  if (backend_ == Backend::cpu) return true;
+#if NT_WITH_CUDA
+  const cudaError_t state = cudaEventQuery(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(mark))));
+  if (state == cudaErrorNotReady) return false;
+  NT_CUDA_CHECK(state);
+#else
+  (void)mark;
+#endif
+  return true;
+}
+
+void StreamMarks::wait(int mark) const {
+  if (backend_ == Backend::cpu) return;
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(mark)))));
+#else
+  (void)mark;
+#endif
+}
+
+double StreamMarks::ms_between(int from, int to) const {
+  if (backend_ == Backend::cpu) return host_stamps_.at(static_cast<size_t>(to)) - host_stamps_.at(static_cast<size_t>(from));
+  float ms = 0;
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(from))),
+                                     static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(to)))));
+#endif
+  return ms;
 }
 
 }  // namespace nt::kernels

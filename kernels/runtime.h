@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kernels/exec.h"
 
@@ -87,6 +88,34 @@ class Graph {
   size_t nodes_ = 0;
   profile::LaunchObserver* observer_ = nullptr;  // that saw the capture
   int sequence_ = -1;                            // its name for the captured launches
+};
+
+// ---- stream marks --------------------------------------------------------------------------------
+// Points in a stream's order that the host can ask about without stopping the stream, each stamped with the time
+// the stream passed it: a training epoch records one every few steps so that a person can watch it (engine/trainer.h,
+// on_progress). Recorded during a capture, a mark is a node of the graph (an external event record) and is passed
+// again on every replay. On the CPU, whose ops run as they are called, a mark is passed when it is recorded.
+class StreamMarks {
+ public:
+  StreamMarks() = default;
+  StreamMarks(Backend backend, int count);
+  ~StreamMarks();
+  StreamMarks(StreamMarks&& other) noexcept;
+  StreamMarks& operator=(StreamMarks&& other) noexcept;
+  StreamMarks(const StreamMarks&) = delete;
+  StreamMarks& operator=(const StreamMarks&) = delete;
+
+  int size() const { return static_cast<int>(events_.size()); }
+  void record(const Exec& exec, int mark);  // enqueues mark `mark` on exec's stream
+  bool passed(int mark) const;              // whether the stream has passed it; never waits
+  void wait(int mark) const;                // blocks the host (not the stream) until it has
+  // Milliseconds between the stream's passing two marks that it has passed (the device's clock on the GPU).
+  double ms_between(int from, int to) const;
+
+ private:
+  Backend backend_ = Backend::cpu;
+  std::vector<void*> events_;       // cudaEvent_t each on the GPU
+  std::vector<double> host_stamps_;  // the CPU's: milliseconds on the steady clock when recorded
 };
 
 }  // namespace nt::kernels

@@ -85,3 +85,7 @@ TEST_CASE("softmax cross-entropy absorbs the last layer only where the fused hea
   CHECK_FALSE(absorbs("linear:16,relu,linear:10,dropout:0.1", 10));
   CHECK_FALSE(absorbs("mlp", 10, DType::f64));           // gradient checks keep the separate ops
 }
+
+TEST_CASE("progress is told at every mark of an epoch, and changes no bit", "[cpu][training][progress]") {
+  test::check_progress_is_told("cpu", /*use_graphs=*/false);
+}

@@ -27,6 +27,7 @@ TrainOptions train_options(const RigOptions& o) {
   t.batch = o.batch;
   t.use_graphs = o.use_graphs;
   t.fuse_head = o.fuse_head;
+  t.on_progress = o.on_progress;
   return t;
 }
 }  // namespace
@@ -66,6 +67,44 @@ double Rig::step(int64_t index) {
   trainer.enqueue_train_step(index);
   auto after = trainer.read_train_totals(1).first;
   return (after - before);  // read_train_totals(1) divides by one batch: the step's mean loss
+}
+
+void check_progress_is_told(const std::string& device, bool use_graphs) {
+  // 100 steps spread 50 marks over 2-step strides; 20 steps have a mark each.
+  for (const int64_t steps : {100, 20}) {
+    const auto train = data::subset(mnist().train, 0, steps * 64);
+    RigOptions o;
+    o.device = device;
+    o.use_graphs = use_graphs;
+    o.sgd = {0.05f, 0.9f, 1e-4f};
+    std::vector<int64_t> told;
+    std::vector<double> paces;
+    auto run = [&](bool progress) {
+      RigOptions r = o;
+      if (progress)
+        r.on_progress = [&](const EpochProgress& p) {
+          CHECK(p.steps == steps);
+          told.push_back(p.steps_done);
+          paces.push_back(p.ms_per_step);
+        };
+      Rig rig(train, r);
+      for (int epoch = 1; epoch <= 2; ++epoch) rig.trainer.train_epoch(epoch);
+      return rig.weights();
+    };
+    const auto plain = run(false);
+    const auto watched = run(true);
+    INFO(device << (use_graphs ? ", graphs" : ", eager") << ", " << steps << " steps an epoch");
+    CHECK(same_bits(plain, watched));
+    const int64_t marks = std::min<int64_t>(steps, Trainer::kProgressMarks);
+    std::vector<int64_t> want;
+    for (int epoch = 1; epoch <= 2; ++epoch)
+      for (int64_t m = 0; m < marks; ++m) want.push_back(steps * (m + 1) / marks);
+    CHECK(told == want);
+    for (size_t i = 0; i < paces.size(); ++i) {  // none at an epoch's first mark, then the device's pace
+      INFO("report " << i);
+      CHECK((i % static_cast<size_t>(marks) == 0 ? paces[i] == 0 : paces[i] > 0));
+    }
+  }
 }
 
 }  // namespace nt::test

@@ -1,7 +1,9 @@
 // A complete training set-up (context, mlp, data, loss, SGD, trainer) for end-to-end tests.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "data/batcher.h"
 #include "data/dataset.h"
@@ -24,6 +26,7 @@ struct RigOptions {
   bool use_graphs = true;
   bool fuse_head = true;  // TrainOptions::fuse_head
   bool tf32 = false;      // ContextOptions::tf32: the convolutions on TF32 tensor cores (CUDA)
+  std::function<void(const EpochProgress&)> on_progress;  // TrainOptions::on_progress
 };
 
 struct Rig {
@@ -44,5 +47,10 @@ struct Rig {
   std::unique_ptr<Optimizer> optimizer;
   Trainer trainer;
 };
+
+// On `device` (eagerly, or replaying the epoch's graph): two epochs tell on_progress of every mark, in order, at
+// the steps Trainer::kProgressMarks spreads them over (one per step when an epoch has fewer), the last at the
+// epoch's end; and the weights are the same bits as those of the same run without progress.
+void check_progress_is_told(const std::string& device, bool use_graphs);
 
 }  // namespace nt::test
