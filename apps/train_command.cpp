@@ -20,6 +20,7 @@
 #include "apps/model_card.h"
 #include "core/atomic_file.h"
 #include "apps/profiling.h"
+#include "apps/progress.h"
 #include "apps/workload.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
@@ -63,6 +64,7 @@ struct TrainCommand {
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
   bool profile_graphs = false;         // CUPTI: profile the replayed graphs instead of eager launches
   int profile_every = 1;               // time one step in N (implies profile)
+  std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
 };
 
 void validate_train(const TrainCommand& t) {
@@ -112,14 +114,13 @@ void validate_train(const TrainCommand& t) {
                   t.profile_out + ".csv, .json and .trace.json"}});
   if (!t.checkpoint_dir.empty()) check_output_folder("--checkpoint-dir", t.checkpoint_dir);
   parse_profile_timer(t.profile_timer);
+  parse_progress_mode(t.progress);
   if (t.profile_every < 1 || t.profile_every > 1'000'000)
     throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
   if (t.profile_every > 1 && t.profile_graphs)
     throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
 
-// What a checkpoint records about the run that wrote it (safetensors "__metadata__"): the model card, which lets
-// it stand alone (apps/model_card.h), and the run's seed, epochs and batch.
 // ---- the run's flags, as a resumable checkpoint records them ----------------------------------------
 
 std::string exact(double v) {  // text that reads back to the same double
@@ -354,31 +355,6 @@ void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_pe
                           last_good.write(m.epoch), "; try a lower --lr, or --allow-nonfinite to go on"));
 }
 
-class Progress {
- public:
-  explicit Progress(bool enabled) : enabled_(enabled) {}
-  void update(int epoch, int64_t step, int64_t steps) {
-    if (!enabled_) return;
-    const int64_t percent = 100 * step / steps;
-    if (percent == last_percent_ && step != steps) return;
-    last_percent_ = percent;
-    constexpr int width = 30;
-    const auto filled = static_cast<int>(width * step / steps);
-    std::printf("\r  epoch %3d [%.*s%*s] %3lld%%", epoch, filled, "##############################",
-                width - filled, "", static_cast<long long>(percent));
-    std::fflush(stdout);
-  }
-  void clear() {
-    if (!enabled_ || last_percent_ < 0) return;
-    std::printf("\r%*s\r", 60, "");
-    last_percent_ = -1;
-  }
-
- private:
-  bool enabled_;
-  int64_t last_percent_ = -1;
-};
-
 void print_epoch(const EpochMetrics& m) {
   std::printf("epoch %3d | train loss %.4f acc %6.2f%% | test loss %.4f acc %6.2f%% | %9.1f ms | %8.0f samples/s\n",
               m.epoch, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc, m.epoch_ms, m.samples_per_s);
@@ -442,13 +418,13 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   spdlog::info("{}, {} lr, batch {}, {} epochs, seed {}", optimizer->describe(), t.lr_schedule, t.batch, t.epochs,
                t.seed);
 
-  Progress progress(isatty(STDOUT_FILENO) != 0);
-  int current_epoch = 0;
+  ProgressLine progress(parse_progress_mode(t.progress), t.epochs, stdout, isatty(STDOUT_FILENO) != 0);
   TrainOptions options;
   options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
-  options.on_step = [&](int64_t step, int64_t steps) { progress.update(current_epoch, step, steps); };
+  if (progress.wanted())
+    options.on_progress = [&](const EpochProgress& p) { progress.update(p); };
   if (t.lr_schedule == "cosine") {
     // Cosine annealing per epoch, PyTorch's CosineAnnealingLR(T_max=epochs) stepped once per epoch:
     // epoch e (from 1) trains at lr * (1 + cos(pi * (e - 1) / epochs)) / 2.
@@ -472,7 +448,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   LastGoodWeights last_good(run, ctx, *model, trained);
   const CheckpointDir checkpoints(t, run);
   for (int epoch = trained + 1; epoch <= t.epochs; ++epoch) {
-    current_epoch = epoch;
+    progress.begin_epoch(epoch);
     profiling.resume();
     if (epoch == trained + 1 && profiling.enabled() && ctx.on_cuda() && options.use_graphs &&
         !ctx.exec().observer->times_graph_replays())
@@ -530,6 +506,10 @@ Command register_train(CLI::App& app) {
   train_cmd->add_flag("--flip", train->flip,
                       "Training augmentation: mirror each image left-right with probability 1/2 (as --shift: the same "
                       "draws on CPU and GPU)");
+  train_cmd->add_option("--progress", train->progress,
+                        "auto: a line with the epoch's progress and the time left, on a terminal, for epochs longer "
+                        "than 2 s; always: for every epoch, wherever the output goes; never")
+      ->capture_default_str();
   train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
                       "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 using namespace nt;
+using test::Contains;
 
 namespace {
 
@@ -49,6 +50,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --model conv:4:4294967299,flatten,linear:10", "4294967299"},  // no truncation to int
       {"train --model maxpool:4294967298,flatten,linear:10", "4294967298"},
       {"train --model conv:8:31:1:0,flatten,linear:10", "--model"},  // a spec the data cannot take
+      {"train --progress sometimes", "--progress"},
       {"train --seed -1", "--seed"},                                  // no wrap-around
       {"train --seed 18446744073709551616", "--seed"},
       {"train --lr 1e39", "--lr"},  // finite as a double, infinite in the fp32 optimizer
@@ -195,4 +197,75 @@ TEST_CASE("train writes complete metrics lines", "[cpu][cli]") {
   }
   CHECK(lines == 2);
   std::remove(path.c_str());
+}
+
+namespace {
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// `args` on a terminal: the command runs under script(1), which gives it a pseudo-terminal for stdout.
+test::CommandResult nanotrain_on_a_terminal(const std::string& args) {
+  return test::run_command("script -qec '" + test::cli_path() + " " + args + " --data " + test::mnist_dir() +
+                           "' /dev/null");
+}
+
+double first_epoch_ms(const std::string& out) {  // from "epoch   1 | ... |    1234.5 ms |"
+  const size_t line = out.find("epoch   1 |");
+  const size_t ms = out.find(" ms |", line);
+  if (line == std::string::npos || ms == std::string::npos) return -1;
+  return std::stod(out.substr(out.rfind('|', ms) + 1, ms));
+}
+}  // namespace
+
+TEST_CASE("train --progress always redraws one line per mark with the time left, erased before each epoch's result",
+          "[cpu][cli][progress]") {
+  // 20 steps an epoch: a mark after each (Trainer::kProgressMarks spreads 50 over longer epochs). The first has no
+  // pace yet, so no time left.
+  const auto r = nanotrain("train --device cpu --epochs 2 --train-limit 1280 --progress always");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(occurrences(r.out, "\r  epoch   1/2 [") == 20);
+  CHECK(occurrences(r.out, "\r  epoch   2/2 [") == 20);
+  CHECK_THAT(r.out, Contains("\r  epoch   2/2 [##############################] 100%  0.0 s left in the epoch, 0.0 s in "
+                             "the run"));
+  CHECK_THAT(r.out, Contains(" left in the epoch, "));
+  CHECK_THAT(r.out, Contains("\r  epoch   1/2 [#                             ]   5%\r"));  // no pace yet
+  CHECK_THAT(r.out, Contains("\repoch   1 | train loss"));  // the line erased, then the result
+  CHECK_THAT(r.out, Contains("\repoch   2 | train loss"));
+  for (const char* mode : {"never", "auto"}) {  // auto: this output is a pipe, not a terminal
+    const auto quiet = nanotrain(cat("train --device cpu --epochs 1 --train-limit 1280 --progress ", mode));
+    INFO(quiet.out);
+    REQUIRE(quiet.exit_code == 0);
+    CHECK(quiet.out.find('\r') == std::string::npos);
+  }
+}
+
+TEST_CASE("on a terminal, train draws the progress line for epochs longer than 2 s only", "[cpu][cli][progress]") {
+  if (test::run_command("command -v script").exit_code != 0) {
+    WARN("not judged: no script(1) here to give the run a terminal");
+    return;
+  }
+  const auto short_run = nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 1280");
+  INFO(short_run.out);
+  REQUIRE(short_run.exit_code == 0);
+  REQUIRE(first_epoch_ms(short_run.out) < 1500);
+  CHECK(short_run.out.find("left in the epoch") == std::string::npos);
+  CHECK(nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 1280 --progress always").out.find(
+            "left in the epoch") != std::string::npos);
+
+  // About 4 s an epoch on two cores (AVX-512); a machine that takes it in under 2.5 s leaves the case unjudged.
+  const auto long_run =
+      nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 3200 --model linear:4096,relu,linear:4096,relu,linear:10");
+  INFO(long_run.out);
+  REQUIRE(long_run.exit_code == 0);
+  const double ms = first_epoch_ms(long_run.out);
+  if (ms < 2500) {
+    WARN("the long epoch took " << ms << " ms here: too fast to judge the 2 s threshold");
+    return;
+  }
+  CHECK_THAT(long_run.out, Contains("\r  epoch   1/1 ["));
+  CHECK_THAT(long_run.out, Contains(" left in the epoch, "));
 }
