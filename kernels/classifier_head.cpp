@@ -29,7 +29,13 @@ void classifier_head_unfused(const Exec& exec, const ClassifierHead& h) {
   forward.bias = h.bias;
   gemm(exec, forward);
 
-  softmax_xent(exec, h.logits, h.labels, h.B, h.C, h.dlogits, h.loss_sum, h.correct);
+  softmax_xent(exec, SoftmaxXentArgs<float>{.B = h.B,
+                                            .C = h.C,
+                                            .logits = h.logits,
+                                            .labels = h.labels,
+                                            .dlogits = h.dlogits,
+                                            .loss_sum = h.loss_sum,
+                                            .correct = h.correct});
   if (!h.dweight) return;
 
   GemmDesc dw;                                               // dW (C,K) = dlogitsᵀ·x, db = Σ_b dlogits

@@ -1,5 +1,7 @@
 #include "kernels/runtime.h"
 
+#include "kernels/dispatch.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -30,6 +32,9 @@ namespace cuda {
 int running_code_arch();  // kernels/cuda/probe.cu
 }
 #endif
+
+void throw_no_cuda_backend() { throw Error("this build of nanotrain has no CUDA backend"); }
+void throw_cpu_only(const char* what) { throw Error(cat(what, " runs on the CPU backend only")); }
 
 // ---- devices ---------------------------------------------------------------------------------------
 

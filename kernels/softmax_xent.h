@@ -12,28 +12,31 @@
 
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
+template <class T>
+struct SoftmaxXentArgs {
+  int B = 0, C = 0;
+  const T* logits = nullptr;        // (B, C)
+  const int32_t* labels = nullptr;  // (B), in [0, C)
+  T* dlogits = nullptr;             // (B, C); nullptr: the loss and the count only
+  double* loss_sum = nullptr;       // (1), accumulated
+  int64_t* correct = nullptr;       // (1), accumulated
+};
+
 namespace cpu {
-void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
-                  double* loss_sum, int64_t* correct);
-void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C, double* dlogits,
-                  double* loss_sum, int64_t* correct);
+template <class T>
+void softmax_xent(const Exec& exec, const SoftmaxXentArgs<T>& a);  // float, double
 }  // namespace cpu
 namespace cuda {
-void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
-                  double* loss_sum, int64_t* correct);
-}
-inline void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C,
-                         float* dlogits, double* loss_sum, int64_t* correct) {
-  NT_DISPATCH(exec, softmax_xent, logits, labels, B, C, dlogits, loss_sum, correct);
-}
+void softmax_xent(const Exec& exec, const SoftmaxXentArgs<float>& a);
+}  // namespace cuda
 
-inline void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C,
-                         double* dlogits, double* loss_sum, int64_t* correct) {
-  NT_CPU_ONLY(exec, softmax_xent, logits, labels, B, C, dlogits, loss_sum, correct);
+template <class T>
+void softmax_xent(const Exec& exec, const SoftmaxXentArgs<T>& a) {
+  dispatch<cpu::softmax_xent<T>, cuda::softmax_xent>(exec, a);
 }
 
 }  // namespace nt::kernels

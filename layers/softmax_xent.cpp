@@ -22,13 +22,16 @@ void SoftmaxCrossEntropy::apply(const kernels::Exec& exec, const Tensor& logits,
   check_shapes(logits, labels, dlogits);
   const auto rows = logits.shape()[0], classes = logits.shape()[1];
   const int B = static_cast<int>(rows), C = static_cast<int>(classes);
-  double* loss_sum = totals.loss_sum.data<double>();
-  int64_t* correct = totals.correct.data<int64_t>();
-  if (logits.dtype() == DType::f64)
-    return kernels::softmax_xent(exec, logits.data<double>(), labels.i32(), B, C,
-                                 dlogits ? dlogits->data<double>() : nullptr, loss_sum, correct);
-  kernels::softmax_xent(exec, logits.f32(), labels.i32(), B, C, dlogits ? dlogits->f32() : nullptr, loss_sum,
-                        correct);
+  auto run = [&]<class T>(T /*element type*/) {
+    kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<T>{.B = B,
+                                                            .C = C,
+                                                            .logits = logits.data<T>(),
+                                                            .labels = labels.i32(),
+                                                            .dlogits = dlogits ? dlogits->data<T>() : nullptr,
+                                                            .loss_sum = totals.loss_sum.data<double>(),
+                                                            .correct = totals.correct.data<int64_t>()});
+  };
+  logits.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
 bool SoftmaxCrossEntropy::fuses(const Layer& last) const {

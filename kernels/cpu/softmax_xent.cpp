@@ -80,9 +80,13 @@ RowResult<T> softmax_xent_row(const T* x, int32_t label, int B, int C, T* dlogit
   return {loss, label_ok && k == label};
 }
 
+}  // namespace
+
 template <class T>
-void softmax_xent_impl(const Exec& exec, const T* logits, const int32_t* labels, int B, int C, T* dlogits,
-                       double* loss_sum, int64_t* correct) {
+void softmax_xent(const Exec& exec, const SoftmaxXentArgs<T>& a) {
+  const int B = a.B, C = a.C;
+  const T* logits = a.logits;  // (B, C)
+  T* dlogits = a.dlogits;      // (B, C) or nullptr
   if (B <= 0) return;
   double elems = double(B) * C;
   // Logits read once, labels once, dlogits written once, the two counters read and written.
@@ -96,7 +100,7 @@ void softmax_xent_impl(const Exec& exec, const T* logits, const int32_t* labels,
   int64_t hits = 0;
   if (elems < kSerialElements) {
     for (int b = 0; b < B; ++b) {
-      RowResult<T> r = softmax_xent_row(logits + int64_t(b) * C, labels[b], B, C, grad_row(b));
+      RowResult<T> r = softmax_xent_row(logits + int64_t(b) * C, a.labels[b], B, C, grad_row(b));
       total += r.loss;
       hits += r.correct;
     }
@@ -114,7 +118,7 @@ void softmax_xent_impl(const Exec& exec, const T* logits, const int32_t* labels,
     parallel_for(exec.pool, tasks, [&](int64_t t) {
       int64_t end = std::min<int64_t>(B, (t + 1) * kRowsPerTask);
       for (int64_t b = t * kRowsPerTask; b < end; ++b) {
-        RowResult<T> r = softmax_xent_row(logits + b * C, labels[b], B, C, grad_row(b));
+        RowResult<T> r = softmax_xent_row(logits + b * C, a.labels[b], B, C, grad_row(b));
         row_loss[b] = r.loss;
         row_hit[b] = r.correct;
       }
@@ -124,20 +128,10 @@ void softmax_xent_impl(const Exec& exec, const T* logits, const int32_t* labels,
       hits += row_hit[b];
     }
   }
-  *loss_sum += total;
-  *correct += hits;
+  *a.loss_sum += total;
+  *a.correct += hits;
 }
-
-}  // namespace
-
-void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
-                  double* loss_sum, int64_t* correct) {
-  softmax_xent_impl(exec, logits, labels, B, C, dlogits, loss_sum, correct);
-}
-
-void softmax_xent(const Exec& exec, const double* logits, const int32_t* labels, int B, int C, double* dlogits,
-                  double* loss_sum, int64_t* correct) {
-  softmax_xent_impl(exec, logits, labels, B, C, dlogits, loss_sum, correct);
-}
+template void softmax_xent(const Exec&, const SoftmaxXentArgs<float>&);
+template void softmax_xent(const Exec&, const SoftmaxXentArgs<double>&);
 
 }  // namespace nt::kernels::cpu

@@ -100,15 +100,15 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void softmax_xent(const Exec& exec, const float* logits, const int32_t* labels, int B, int C, float* dlogits,
-                  double* loss_sum, int64_t* correct) {
+void softmax_xent(const Exec& exec, const SoftmaxXentArgs<float>& a) {
+  const int B = a.B, C = a.C;
   if (B <= 0) return;
   double elems = double(B) * C;
   // Logits read once, labels once, dlogits written once, the two counters read and written.
   // Flops per logit: compare, subtract, exp, add (+ divide, subtract, divide for the gradient).
-  profile::OpCost cost{elems * 4 + B * 4.0 + (dlogits ? elems * 4 : 0) + 32, elems * (dlogits ? 7 : 4)};
-  launch(exec, "softmax_xent", cost, softmax_xent_kernel, dim3(1), dim3(kThreads), 0, logits, labels, B, C,
-         dlogits, loss_sum, correct);
+  profile::OpCost cost{elems * 4 + B * 4.0 + (a.dlogits ? elems * 4 : 0) + 32, elems * (a.dlogits ? 7 : 4)};
+  launch(exec, "softmax_xent", cost, softmax_xent_kernel, dim3(1), dim3(kThreads), 0, a.logits, a.labels, B, C,
+         a.dlogits, a.loss_sum, a.correct);
 }
 
 }  // namespace nt::kernels::cuda

@@ -342,13 +342,17 @@ TEST_CASE("SoftmaxCrossEntropy's dlogits match finite differences of the mean lo
   auto mean_loss = [&] {
     double sum = 0;
     int64_t correct = 0;
-    kernels::softmax_xent(exec, logits.data(), labels.data(), B, C, nullptr, &sum, &correct);
+    kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<double>{.B = B, .C = C, .logits = logits.data(),
+                                                                 .labels = labels.data(), .loss_sum = &sum,
+                                                                 .correct = &correct});
     return sum / B;
   };
   std::vector<double> dlogits(B * C, std::nan(""));
   double sum = 0;
   int64_t correct = 0;
-  kernels::softmax_xent(exec, logits.data(), labels.data(), B, C, dlogits.data(), &sum, &correct);
+  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<double>{.B = B, .C = C, .logits = logits.data(),
+                                                               .labels = labels.data(), .dlogits = dlogits.data(),
+                                                               .loss_sum = &sum, .correct = &correct});
   int skipped = 0;
   check_gradient(std::span<double>(logits), dlogits, mean_loss, [] { return 0; }, &skipped);
   CHECK(skipped == 0);

@@ -85,8 +85,10 @@ XentResult run_xent(const Exec& exec, const std::vector<float>& logits, const st
                     int C, bool with_grad) {
   XentResult r;
   r.dlogits = poisoned(with_grad ? size_t(B) * C : 0);
-  kernels::softmax_xent(exec, logits.data(), labels.data(), B, C, with_grad ? r.dlogits.data() : nullptr,
-                        &r.loss_sum, &r.correct);
+  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
+                                                              .labels = labels.data(),
+                                                              .dlogits = with_grad ? r.dlogits.data() : nullptr,
+                                                              .loss_sum = &r.loss_sum, .correct = &r.correct});
   return r;
 }
 
@@ -158,7 +160,9 @@ TEST_CASE("softmax_xent accumulates loss_sum and correct across calls", "[cpu][x
   int64_t correct = 3;
   std::vector<float> dlogits = poisoned(size_t(B) * C);
   for (int call = 0; call < 2; ++call)
-    kernels::softmax_xent(Exec{}, logits.data(), labels.data(), B, C, dlogits.data(), &loss_sum, &correct);
+    kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
+                                                                  .labels = labels.data(), .dlogits = dlogits.data(),
+                                                                  .loss_sum = &loss_sum, .correct = &correct});
   REQUIRE(loss_sum == (1.25 + once.loss_sum) + once.loss_sum);  // each call adds the same double
   REQUIRE(correct == 3 + 2 * once.correct);
 }
@@ -190,8 +194,7 @@ TEST_CASE("softmax_xent does not hide NaN logits or bad labels", "[cpu][xent]") 
 TEST_CASE("softmax_xent with B == 0 touches nothing", "[cpu][xent]") {
   double loss_sum = 2.5;
   int64_t correct = 7;
-  kernels::softmax_xent(Exec{}, static_cast<const float*>(nullptr), nullptr, 0, 10, static_cast<float*>(nullptr),
-                        &loss_sum, &correct);
+  kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = 0, .C = 10, .loss_sum = &loss_sum, .correct = &correct});
   REQUIRE(loss_sum == 2.5);
   REQUIRE(correct == 7);
 }

@@ -85,15 +85,19 @@ TEST_CASE("softmax_xent on CUDA matches the CPU twin", "[cuda][xent]") {
         double cpu_loss = 0.5;  // counters already holding an earlier batch
         int64_t cpu_correct = 2;
         std::vector<float> cpu_grad(n);
-        kernels::softmax_xent(Exec{}, logits.data(), labels.data(), B, C, cpu_grad.data(), &cpu_loss, &cpu_correct);
+        kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
+                                                                      .labels = labels.data(), .dlogits = cpu_grad.data(),
+                                                                      .loss_sum = &cpu_loss, .correct = &cpu_correct});
 
         DeviceBuffer<float> d_logits(gpu, logits);
         DeviceBuffer<int32_t> d_labels(gpu, labels);
         DeviceBuffer<float> d_grad(gpu, poisoned(n));
         DeviceBuffer<double> d_loss(gpu, std::vector<double>{0.5});
         DeviceBuffer<int64_t> d_correct(gpu, std::vector<int64_t>{2});
-        kernels::softmax_xent(gpu, d_logits.get(), d_labels.get(), B, C, d_grad.get(), d_loss.get(),
-                              d_correct.get());
+        const kernels::SoftmaxXentArgs<float> on_gpu{.B = B, .C = C, .logits = d_logits.get(), .labels = d_labels.get(),
+                                                     .dlogits = d_grad.get(), .loss_sum = d_loss.get(),
+                                                     .correct = d_correct.get()};
+        kernels::softmax_xent(gpu, on_gpu);
         const double gpu_loss = d_loss.download()[0];
         const int64_t gpu_correct = d_correct.download()[0];
 
@@ -103,7 +107,9 @@ TEST_CASE("softmax_xent on CUDA matches the CPU twin", "[cuda][xent]") {
         NT_REQUIRE_CLOSE(d_grad.download(), cpu_grad, xent_grad_tolerance(B, C));
 
         // Evaluation mode: no gradient, the counters accumulate (a second call adds the same again).
-        kernels::softmax_xent(gpu, d_logits.get(), d_labels.get(), B, C, nullptr, d_loss.get(), d_correct.get());
+        auto evaluation = on_gpu;
+        evaluation.dlogits = nullptr;
+        kernels::softmax_xent(gpu, evaluation);
         const double increment = gpu_loss - 0.5;
         REQUIRE(std::abs(d_loss.download()[0] - (gpu_loss + increment)) <= 4 * kEps * std::abs(gpu_loss + increment));
         REQUIRE(d_correct.download()[0] == 2 + 2 * (cpu_correct - 2));
@@ -123,7 +129,9 @@ TEST_CASE("softmax_xent on CUDA is bit-reproducible and keeps NaN", "[cuda][xent
   auto run_once = [&] {
     DeviceBuffer<double> d_loss(gpu, std::vector<double>{0.0});
     DeviceBuffer<int64_t> d_correct(gpu, std::vector<int64_t>{0});
-    kernels::softmax_xent(gpu, d_logits.get(), d_labels.get(), B, C, d_grad.get(), d_loss.get(), d_correct.get());
+    kernels::softmax_xent(gpu, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = d_logits.get(),
+                                                               .labels = d_labels.get(), .dlogits = d_grad.get(),
+                                                               .loss_sum = d_loss.get(), .correct = d_correct.get()});
     return d_loss.download()[0];
   };
   const double first = run_once();
