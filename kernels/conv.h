@@ -25,6 +25,7 @@
 
 #include <cstddef>
 
+#include "kernels/channel_partials.h"
 #include "kernels/exec.h"
 
 namespace nt::kernels {
@@ -38,14 +39,6 @@ struct Conv2dShape {
   size_t x_size() const { return size_t(n) * c * h * w; }        // elements of x (and dx)
   size_t w_size() const { return size_t(k) * c * r * s; }        // elements of w (and dw)
   size_t y_size() const { return size_t(n) * k * p() * q(); }    // elements of y (and dy)
-};
-
-// Per-channel statistics of a tensor as partials, BatchNorm's layout (kernels/batchnorm.h takes them in its
-// training forward): for channel c of C and chunk p, (mean, M2 = Σ(v − mean)², count) over the chunk's values
-// at data[(field·C + c)·chunks + p], field 0 mean, 1 M2, 2 count.
-struct ChannelPartials {
-  float* data = nullptr;
-  int chunks = 0;  // 0: none
 };
 
 namespace cpu {

@@ -29,15 +29,16 @@ inline constexpr bool kCudaBuilt = false;
 [[noreturn]] void throw_no_cuda_backend();         // "this build of nanotrain has no CUDA backend"
 [[noreturn]] void throw_cpu_only(const char* what);  // "<what> runs on the CPU backend only"
 
+// Returns what the op returns (the same type on both backends).
 template <auto CpuOp, auto CudaOp, class Args>
-void dispatch(const Exec& exec, const Args& args) {
+auto dispatch(const Exec& exec, const Args& args) -> decltype(CpuOp(exec, args)) {
   if (!exec.on_cuda()) return CpuOp(exec, args);
   if constexpr (!std::is_invocable_v<decltype(CudaOp), const Exec&, const Args&>)
     throw_cpu_only("an op on f64 tensors (a gradient check's)");
   else if constexpr (!kCudaBuilt)
     throw_no_cuda_backend();
   else
-    CudaOp(exec, args);
+    return CudaOp(exec, args);
 }
 
 // A size the op needs on `backend` (workspace elements, say): CpuQuery(shape...) or CudaQuery(shape...). nullptr
