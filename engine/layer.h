@@ -92,7 +92,7 @@ class Layer {
   virtual void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                         const Tensor* dx) = 0;
 
-  // ReLU fusion across a layer boundary, negotiated once by the model when it compiles:
+  // ReLU fusion across a layer boundary, decided once when the model is built (layers/fusion.h, relu mask):
   // when this layer's output went through a ReLU and the next layer's input-gradient kernel can
   // apply the ReLU mask (dx *= (x > 0)), the next layer does so and this layer receives dy already
   // taken through its ReLU.

@@ -7,19 +7,13 @@
 
 namespace nt {
 
-Model::Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers)
-    : name_(std::move(name)), layers_(std::move(layers)) {
+Model::Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers,
+             std::vector<std::string> fusions)
+    : name_(std::move(name)), layers_(std::move(layers)), fusions_(std::move(fusions)) {
   if (layers_.empty()) throw Error(cat("model '", name_, "' has no layers"));
   shapes_.push_back(std::move(input_shape));
   for (const auto& layer : layers_) shapes_.push_back(layer->output_shape(shapes_.back()));
   for (const auto& layer : layers_) layer_labels_.push_back(cat(layer->sequential_index, " ", layer->describe()));
-  // ReLU fusion across layer boundaries (see Layer): decided once, here.
-  for (size_t i = 1; i < layers_.size(); ++i) {
-    if (layers_[i - 1]->ends_in_relu() && layers_[i]->can_mask_input_grad()) {
-      layers_[i]->mask_input_grad();
-      layers_[i - 1]->receive_preactivation_grad();
-    }
-  }
 }
 
 std::string Model::summary() const {
@@ -27,6 +21,7 @@ std::string Model::summary() const {
   s << name_ << ": input " << shapes_.front().str();
   for (size_t i = 0; i < layers_.size(); ++i) s << "\n  " << layers_[i]->describe() << " -> " << shapes_[i + 1].str();
   if (!params_.params().empty()) s << "\n  " << params_.count() << " parameters";
+  for (const std::string& fusion : fusions_) s << "\n  fused " << fusion;
   return s.str();
 }
 

@@ -22,13 +22,15 @@ namespace nt {
 
 class Model {
  public:
-  Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers);
+  // `fusions`: what the builder fused, one line each (layers/fusion.h), for summary().
+  Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<Layer>> layers,
+        std::vector<std::string> fusions = {});
 
   const std::string& name() const { return name_; }
   const Shape& input_shape() const { return shapes_.front(); }   // per sample
   const Shape& output_shape() const { return shapes_.back(); }   // per sample
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
-  std::string summary() const;                                   // one line per layer with shapes
+  std::string summary() const;  // one line per layer with shapes, then the parameter count and the fusions
 
   // f32 trains; f64 runs on the CPU backend only, for gradient checks in double precision.
   void init_params(const Context& ctx, uint64_t seed, DType dtype = DType::f32);
@@ -58,6 +60,7 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::string> layer_labels_;  // "0 linear 784->320 +relu": profiler scopes and NVTX ranges
   std::vector<Shape> shapes_;  // per-sample shape of activation i (0 = input)
+  std::vector<std::string> fusions_;
   ParamStore params_;
   int batch_ = 0;
   Arena arena_;

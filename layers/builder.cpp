@@ -10,6 +10,7 @@
 #include "layers/conv2d.h"
 #include "layers/conv_batchnorm_pool.h"
 #include "layers/dropout.h"
+#include "layers/fusion.h"
 #include "layers/linear.h"
 #include "layers/pooling.h"
 #include "layers/relu.h"
@@ -71,30 +72,6 @@ std::string known_names() {
   std::string names;
   for (const auto& [name, spec] : named_models()) names += (names.empty() ? "" : ", ") + name;
   return names;
-}
-
-// A leading convolution with few taps and the BatchNorm (+ ReLU + max-pool) after it become one layer, whose
-// GPU kernels never write the convolution's output (layers/conv_batchnorm_pool.h).
-void fuse_stem(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input) {
-  if (layers.size() < 2) return;
-  auto* conv = dynamic_cast<Conv2d*>(layers[0].get());
-  auto* bn = dynamic_cast<BatchNorm*>(layers[1].get());
-  if (!conv || !bn || !ConvBatchNormPool::fuses(*conv, *bn, input)) return;
-  auto stem = std::make_unique<ConvBatchNormPool>(std::unique_ptr<Conv2d>(static_cast<Conv2d*>(layers[0].release())),
-                                                  std::unique_ptr<BatchNorm>(static_cast<BatchNorm*>(layers[1].release())),
-                                                  input);
-  layers.erase(layers.begin());
-  layers[0] = std::move(stem);
-}
-
-// A convolution's GEMM epilogue gives the BatchNorm right after it the statistics of its output (Conv2d::
-// offer_statistics), where the CUDA plan allows: the BatchNorm skips its statistics pass.
-void link_statistics(std::vector<std::unique_ptr<Layer>>& layers) {
-  for (size_t i = 0; i + 1 < layers.size(); ++i) {
-    auto* conv = dynamic_cast<Conv2d*>(layers[i].get());
-    auto* bn = dynamic_cast<BatchNorm*>(layers[i + 1].get());
-    if (conv && bn) bn->take_statistics(conv->offer_statistics());
-  }
 }
 
 }  // namespace
@@ -182,10 +159,9 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   }
   if (shape != Shape{classes})
     throw Error(cat("--model: the model ends in ", shape.str(), " but the data has ", classes, " classes"));
-  fuse_stem(layers, input_shape);
-  link_statistics(layers);
+  const auto fusions = plan_fusions(layers, input_shape);
   const std::string name = named_models().count(name_or_spec) ? name_or_spec : "custom";
-  return std::make_unique<Model>(name, input_shape, std::move(layers));
+  return std::make_unique<Model>(name, input_shape, std::move(layers), describe(fusions));
 }
 
 }  // namespace nt::layers

@@ -1,0 +1,36 @@
+// Every fusion a model gets, decided in one place when it is built (build_model calls plan_fusions), and recorded
+// so that the model's summary lists them. Each one changes which kernels run, never the numbers:
+//   stem        a leading convolution with few taps and no bias, and the BatchNorm (+ ReLU + max-pool) after it,
+//               become one ConvBatchNormPool layer whose GPU kernels never write the convolution's output
+//               (layers/conv_batchnorm_pool.h; ConvBatchNormPool::fuses says when)
+//   statistics  a convolution's GEMM epilogue leaves its output's per-channel statistics for the BatchNorm right
+//               after it, which then skips its statistics pass where the CUDA plan allows (Conv2d::offer_statistics)
+//   relu mask   a layer right after one that ends in ReLU takes its input gradient through that ReLU (a select on
+//               the ReLU's output), and the earlier layer receives the gradient of its pre-activation
+//               (Layer::mask_input_grad)
+//   head        a last Linear that fits the fused classifier head (kernels/classifier_head.h) may run inside a
+//               softmax cross-entropy loss: the Trainer runs it there when its loss takes it (Loss::fuses)
+// The spec parser (layers/builder.cpp) also merges items into one layer where a layer has the fused variant
+// built in: linear+relu, bn+relu, bn+maxpool (stride = window). Those show in the layer's own description.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/layer.h"
+
+namespace nt::layers {
+
+struct Fusion {
+  std::string kind;  // stem, statistics, relu mask, head
+  std::string what;  // the layers it joins, by their sequential index and description
+};
+
+// Makes the fusions of `layers` (a model's, in order; `input` its per-sample input shape) and returns them.
+std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input);
+
+// "stem: 0 conv ... + 1 bn ...; relu mask: ..." for a model summary, one line per fusion.
+std::vector<std::string> describe(const std::vector<Fusion>& fusions);
+
+}  // namespace nt::layers
