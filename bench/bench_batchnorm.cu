@@ -39,6 +39,7 @@
 
 namespace {
 
+using nt::kernels::BatchNormArgs;
 using nt::kernels::BatchNormHyper;
 using nt::kernels::BatchNormShape;
 using nt::kernels::Exec;
@@ -166,22 +167,38 @@ int main(int argc, char** argv) {
         double tensors;  // tensor passes of the floor
         std::function<void()> call;
       };
+      // Every pass's tensors; the backward reads y only through the ReLU.
+      auto args = [&](bool relu) {
+        return BatchNormArgs<float>{.shape = s,
+                                    .hyper = BatchNormHyper{1e-5, 0.1, relu},
+                                    .x = x,
+                                    .gamma = gamma,
+                                    .beta = beta,
+                                    .y = y,
+                                    .save_mean = mean,
+                                    .save_invstd = invstd,
+                                    .running_mean = rm,
+                                    .running_var = rv,
+                                    .num_batches_tracked = batches,
+                                    .dy = dy,
+                                    .dx = dx,
+                                    .dgamma = dgamma,
+                                    .dbeta = dbeta,
+                                    .workspace = ws};
+      };
       auto train = [&](bool relu) {
-        return [&, relu] {
-          nt::kernels::batchnorm_forward_train(exec, s, BatchNormHyper{1e-5, 0.1, relu}, x, gamma, beta, y, mean,
-                                               invstd, rm, rv, batches, ws);
-        };
+        return [&, relu] { nt::kernels::batchnorm_forward_train(exec, args(relu)); };
       };
       auto backward = [&](bool relu) {
         return [&, relu] {
-          nt::kernels::batchnorm_backward(exec, s, BatchNormHyper{1e-5, 0.1, relu}, x, relu ? y : nullptr, dy, gamma,
-                                          mean, invstd, dx, dgamma, dbeta, ws);
+          BatchNormArgs<float> a = args(relu);
+          if (!relu) a.y = nullptr;
+          nt::kernels::batchnorm_backward(exec, a);
         };
       };
       std::vector<Pass> passes = {
           {"train", false, 3, train(false)},
-          {"eval", false, 2,
-           [&] { nt::kernels::batchnorm_forward_eval(exec, s, BatchNormHyper{}, x, gamma, beta, rm, rv, y); }},
+          {"eval", false, 2, [&] { nt::kernels::batchnorm_forward_eval(exec, args(false)); }},
           {"backward", false, 5, backward(false)},
       };
       if (large) {

@@ -34,6 +34,7 @@
 
 namespace {
 
+using nt::kernels::Conv2dArgs;
 using nt::kernels::Conv2dShape;
 using nt::kernels::Exec;
 using nt::kernels::rounded_to_tf32;
@@ -65,9 +66,16 @@ References cpu_passes(const Exec& cpu, const Conv2dShape& s, const std::vector<f
     const auto dym = tf32 ? rounded_to_tf32(dy) : dy;
     auto& out = r.out[tf32];
     out[0].resize(s.y_size()), out[1].resize(s.x_size()), out[2].resize(s.w_size());
-    nt::kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), nullptr, out[0].data(), nullptr);
-    nt::kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), out[1].data(), nullptr);
-    nt::kernels::conv2d_backward_weight(cpu, s, xm.data(), dym.data(), out[2].data(), nullptr, nullptr);
+    const Conv2dArgs<float> args{.shape = s,
+                                 .x = xm.data(),
+                                 .w = wm.data(),
+                                 .y = out[0].data(),
+                                 .dy = dym.data(),
+                                 .dx = out[1].data(),
+                                 .dw = out[2].data()};
+    nt::kernels::conv2d_forward(cpu, args);
+    nt::kernels::conv2d_backward_data(cpu, args);
+    nt::kernels::conv2d_backward_weight(cpu, args);
   }
   return r;
 }
@@ -136,6 +144,7 @@ int main(int argc, char** argv) {
     const References refs = cpu_passes(cpu, s, hx, hw, hdy);
 
     const int P = s.p(), Q = s.q();
+    const Conv2dArgs<float> args{.shape = s, .x = x, .w = w, .y = y, .dy = dy, .dx = dx, .dw = dw, .workspace = ws};
     struct Pass {
       const char* name;
       int M, N, K;
@@ -145,11 +154,11 @@ int main(int argc, char** argv) {
     };
     const Pass passes[] = {
         {"forward", s.k, s.n * P * Q, s.c * s.r * s.s,
-         [&] { nt::kernels::conv2d_forward(exec, s, x, w, nullptr, y, ws); }, y, 0},
+         [&] { nt::kernels::conv2d_forward(exec, args); }, y, 0},
         {"backward_data", s.c, s.n * s.h * s.w, s.k * s.r * s.s,
-         [&] { nt::kernels::conv2d_backward_data(exec, s, dy, w, dx, ws); }, dx, 1},
+         [&] { nt::kernels::conv2d_backward_data(exec, args); }, dx, 1},
         {"backward_weight", s.k, s.c * s.r * s.s, s.n * P * Q,
-         [&] { nt::kernels::conv2d_backward_weight(exec, s, x, dy, dw, nullptr, ws); }, dw, 2},
+         [&] { nt::kernels::conv2d_backward_weight(exec, args); }, dw, 2},
     };
     const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
     for (const auto& p : passes) {
@@ -216,8 +225,10 @@ int main(int argc, char** argv) {
     for (const auto& v : variants) ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
     float* ws = to_device(std::vector<float>(ws_floats));
     const References refs = cpu_passes(cpu, s, hx, hw, hdy);
+    // Each pass writes its own output, all into `out`.
+    const Conv2dArgs<float> args{.shape = s, .x = x, .w = w, .y = out, .dy = dy, .dx = out, .dw = out, .workspace = ws};
     for (const auto& v : variants) {
-      auto call = [&] { lab::conv2d_variant(exec, v.pass, s, x, w, dy, out, ws, v.tile, v.split); };
+      auto call = [&] { lab::conv2d_variant(exec, v.pass, args, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
       const bool tf32 = v.tile >= lab::mma_64x64;

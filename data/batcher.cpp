@@ -88,7 +88,12 @@ void DeviceBatcher::gather(const kernels::Exec& exec, int64_t first, int rows, c
                            bool beside_previous) {
   NT_CHECK(first >= 0 && first + rows <= count_, "batch [", first, ", ", first + rows, ") of ", count_);
   NT_CHECK(x.numel() >= int64_t(rows) * source_.D, "batch input too small");
-  kernels::gather_batch(exec, source_, first, rows, x.f32(), y.i32(), beside_previous);
+  kernels::gather_batch(exec, {.src = source_,
+                               .first = first,
+                               .B = rows,
+                               .x = x.f32(),
+                               .y = y.i32(),
+                               .overlaps_previous = beside_previous});
 }
 
 }  // namespace nt::data

@@ -25,8 +25,11 @@ Sgd::Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper&
 }
 
 void Sgd::step(const kernels::Exec& exec) {
-  kernels::sgd_update(exec, params_.values().f32(), params_.grads().f32(),
-                      velocity_.defined() ? velocity_.f32() : nullptr, params_.total(), hyper_);
+  kernels::sgd_update(exec, {.n = params_.total(),
+                             .params = params_.values().f32(),
+                             .grads = params_.grads().f32(),
+                             .velocity = velocity_.defined() ? velocity_.f32() : nullptr,
+                             .hyper = hyper_});
 }
 
 std::string Sgd::describe() const {
@@ -54,8 +57,13 @@ Adam::Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyp
 }
 
 void Adam::step(const kernels::Exec& exec) {
-  kernels::adam_update(exec, params_.values().f32(), params_.grads().f32(), m_.f32(), v_.f32(), params_.total(), hyper_,
-                       reinterpret_cast<uint64_t*>(steps_.data<int64_t>()));
+  kernels::adam_update(exec, {.n = params_.total(),
+                              .params = params_.values().f32(),
+                              .grads = params_.grads().f32(),
+                              .m = m_.f32(),
+                              .v = v_.f32(),
+                              .hyper = hyper_,
+                              .step = reinterpret_cast<uint64_t*>(steps_.data<int64_t>())});
 }
 
 std::string Adam::describe() const {

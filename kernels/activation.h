@@ -6,32 +6,38 @@
 
 #include <cstddef>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
+// Both ops of the family; each reads and writes only the fields its comment names.
+template <class T>
+struct ReluArgs {
+  size_t n = 0;           // elements of every tensor below
+  const T* x = nullptr;   // (n)  relu_forward reads
+  T* y = nullptr;         // (n)  relu_forward writes (=, may be x); relu_backward reads (the forward output)
+  const T* dy = nullptr;  // (n)  relu_backward reads
+  T* dx = nullptr;        // (n)  relu_backward writes (=, may be dy)
+};
+
 namespace cpu {
-void relu_forward(const Exec& exec, const float* x, float* y, size_t n);
-void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n);
-void relu_forward(const Exec& exec, const double* x, double* y, size_t n);
-void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n);
+template <class T>
+void relu_forward(const Exec& exec, const ReluArgs<T>& a);  // float, double
+template <class T>
+void relu_backward(const Exec& exec, const ReluArgs<T>& a);  // float, double
 }  // namespace cpu
 namespace cuda {
-void relu_forward(const Exec& exec, const float* x, float* y, size_t n);
-void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n);
+void relu_forward(const Exec& exec, const ReluArgs<float>& a);
+void relu_backward(const Exec& exec, const ReluArgs<float>& a);
 }  // namespace cuda
-inline void relu_forward(const Exec& exec, const float* x, float* y, size_t n) {
-  NT_DISPATCH(exec, relu_forward, x, y, n);
-}
-inline void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
-  NT_DISPATCH(exec, relu_backward, y, dy, dx, n);
-}
 
-inline void relu_forward(const Exec& exec, const double* x, double* y, size_t n) {
-  NT_CPU_ONLY(exec, relu_forward, x, y, n);
+template <class T>
+void relu_forward(const Exec& exec, const ReluArgs<T>& a) {
+  dispatch<cpu::relu_forward<T>, cuda::relu_forward>(exec, a);
 }
-inline void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n) {
-  NT_CPU_ONLY(exec, relu_backward, y, dy, dx, n);
+template <class T>
+void relu_backward(const Exec& exec, const ReluArgs<T>& a) {
+  dispatch<cpu::relu_backward<T>, cuda::relu_backward>(exec, a);
 }
 
 }  // namespace nt::kernels

@@ -31,7 +31,7 @@
 #include <cstdint>
 
 #include "kernels/counter_hash.h"
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -89,20 +89,27 @@ NT_HOST_DEVICE inline bool batch_flip(uint64_t epoch_key, uint64_t position) {
   return (counter_bits(epoch_key, position) >> 63) != 0;
 }
 
-// overlaps_previous: the kernel launched just before reads and writes nothing that the gather reads or writes
-// (a training step's optimizer update); on the GPU the gather then runs beside it (kernels/cuda/launch.cuh,
-// begin_overlapping_kernel). The CPU runs in order anyway.
+// gather_batch reads src's images, labels, perm (and its keys, as above) and writes x and y.
+struct GatherBatchArgs {
+  BatchSource src;       // the data set and its normalization and augmentation
+  int64_t first = 0;     // the batch's first position in src.perm
+  int B = 0;             // rows of the batch
+  float* x = nullptr;    // (B, src.D)  written (=)
+  int32_t* y = nullptr;  // (B)         written (=)
+  // The kernel launched just before reads and writes nothing that the gather reads or writes (a training
+  // step's optimizer update); on the GPU the gather then runs beside it (kernels/cuda/launch.cuh,
+  // begin_overlapping_kernel). The CPU runs in order anyway.
+  bool overlaps_previous = false;
+};
+
 namespace cpu {
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
-                  bool overlaps_previous = false);
+void gather_batch(const Exec& exec, const GatherBatchArgs& a);
 }
 namespace cuda {
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
-                  bool overlaps_previous = false);
+void gather_batch(const Exec& exec, const GatherBatchArgs& a);
 }
-inline void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
-                         bool overlaps_previous = false) {
-  NT_DISPATCH(exec, gather_batch, src, first, B, x, y, overlaps_previous);
+inline void gather_batch(const Exec& exec, const GatherBatchArgs& a) {
+  dispatch<cpu::gather_batch, cuda::gather_batch>(exec, a);
 }
 
 }  // namespace nt::kernels

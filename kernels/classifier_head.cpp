@@ -6,7 +6,7 @@
 
 namespace nt::kernels {
 
-void check_classifier_head(const ClassifierHead& h) {
+void check_classifier_head(const ClassifierHeadArgs& h) {
   NT_CHECK(h.B >= 1 && h.K >= 1 && h.C >= 1, "classifier head: sizes must be positive, got B=", h.B, " K=", h.K,
            " C=", h.C);
   NT_CHECK(h.x && h.weight && h.labels && h.logits && h.loss_sum && h.correct,
@@ -18,7 +18,7 @@ void check_classifier_head(const ClassifierHead& h) {
   NT_CHECK(!h.mask_dx || h.dx, "classifier head: mask_dx without dx");
 }
 
-void classifier_head_unfused(const Exec& exec, const ClassifierHead& h) {
+void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h) {
   check_classifier_head(h);
   GemmDesc forward;                                          // logits (B,C) = x·Wᵀ + b
   forward.M = h.B, forward.N = h.C, forward.K = h.K;

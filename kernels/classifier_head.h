@@ -22,14 +22,14 @@
 
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
 inline constexpr int kHeadMaxClasses = 32;
 inline constexpr int64_t kHeadMaxSharedBytes = 200 * 1024;  // the CUDA block's partial dW and db, (C·K + C) floats
 
-struct ClassifierHead {
+struct ClassifierHeadArgs {
   int B = 0, K = 0, C = 0;
   const float* x = nullptr;        // (B,K)
   const float* weight = nullptr;   // (C,K)
@@ -53,14 +53,16 @@ inline bool classifier_head_fits(int classes, int inputs) {
 }
 
 // The op's own invariants (sizes, which outputs come together), checked by both backends: nt::Error.
-void check_classifier_head(const ClassifierHead& h);
+void check_classifier_head(const ClassifierHeadArgs& h);
 
 // The unfused ops in sequence on exec's backend: the CPU twin, and the CUDA op's path where its kernel
 // cannot run (no thread-block clusters).
-void classifier_head_unfused(const Exec& exec, const ClassifierHead& h);
+void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h);
 
-namespace cpu { void classifier_head(const Exec& exec, const ClassifierHead& h); }
-namespace cuda { void classifier_head(const Exec& exec, const ClassifierHead& h); }
-inline void classifier_head(const Exec& exec, const ClassifierHead& h) { NT_DISPATCH(exec, classifier_head, h); }
+namespace cpu { void classifier_head(const Exec& exec, const ClassifierHeadArgs& h); }
+namespace cuda { void classifier_head(const Exec& exec, const ClassifierHeadArgs& h); }
+inline void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
+  dispatch<cpu::classifier_head, cuda::classifier_head>(exec, h);
+}
 
 }  // namespace nt::kernels

@@ -13,20 +13,21 @@
 // for cuDNN convolutions, torch.backends.cudnn.allow_tf32) every product's two operands are first rounded to
 // TF32 (kernels/tf32.h: round_to_tf32) and the GEMM passes multiply on tensor cores; sums stay fp32, dbias
 // is an fp32 sum of the unrounded dy. The CPU backend always computes in fp32; its reference for a TF32
-// pass is the fp32 pass on operands rounded by round_to_tf32 (products of TF32 values are exact in fp32). Any sizes >= 0 (an empty output launches nothing;
-// an empty sum writes 0, or the bias).
+// pass is the fp32 pass on operands rounded by round_to_tf32 (products of TF32 values are exact in fp32).
+// Any sizes >= 0 (an empty output launches nothing; an empty sum writes 0, or the bias).
 //
 // Workspace: the CUDA passes split long sums (K of their GEMM) over several blocks and reduce the partial
-// results in a fixed order; the partials live in a caller-provided workspace of
+// results in a fixed order; the partials live in a caller-provided Conv2dArgs::workspace of
 // conv2d_workspace_floats(backend, shape) floats, an upper bound for all three passes and for every batch
 // size n' <= shape.n (a layer plans with its full batch and may run a partial last batch). The CPU needs none
-// (0, and nullptr may be passed). Kernels and their GEMM mappings: kernels/cuda/conv.cu, docs/conv.md.
+// (0, and nullptr may be passed). Kernels and their GEMM mappings: kernels/cuda/conv.cu (implicit GEMM),
+// kernels/cuda/conv_direct.cu (few taps), docs/conv.md.
 #pragma once
 
 #include <cstddef>
 
 #include "kernels/channel_partials.h"
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -41,100 +42,82 @@ struct Conv2dShape {
   size_t y_size() const { return size_t(n) * k * p() * q(); }    // elements of y (and dy)
 };
 
+// The arguments of every convolution op, by name. Each op reads and writes only the fields its line names; the
+// others are ignored (leave them nullptr):
+//   conv2d_forward          reads x, w, bias (nullable)         writes y; workspace; statistics (nullable)
+//   conv2d_backward_data    reads dy, w                         writes dx; workspace
+//   conv2d_backward_weight  reads x, dy                         writes dw, dbias (nullable); workspace
+//   conv2d_backward         reads x, dy, w (with dx)            writes dw, dbias (nullable), dx (nullable); workspace
+// f64 (the gradient checks) runs on the CPU only, and never writes statistics.
+template <class T>
+struct Conv2dArgs {
+  Conv2dShape shape;
+  const T* x = nullptr;       // (N,C,H,W)
+  const T* w = nullptr;       // (K,C,R,S)
+  const T* bias = nullptr;    // (K); nullptr: no bias
+  T* y = nullptr;             // (N,K,P,Q)
+  const T* dy = nullptr;      // (N,K,P,Q)
+  T* dx = nullptr;            // (N,C,H,W); conv2d_backward: nullptr for the weight gradient alone
+  T* dw = nullptr;            // (K,C,R,S)
+  T* dbias = nullptr;         // (K); nullptr: no bias gradient
+  T* workspace = nullptr;     // conv2d_workspace_floats(backend, shape) elements; the CPU needs none (nullptr)
+  // Forward only (nullable): room for conv2d_statistics_floats(backend, shape) floats, where the forward may leave
+  // y's per-channel statistics as ChannelPartials (C = K): see conv2d_forward.
+  float* statistics = nullptr;
+};
+
 namespace cpu {
-size_t conv2d_workspace_floats(const Conv2dShape& s);  // 0
-size_t conv2d_statistics_floats(const Conv2dShape& s);  // 0
-int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                   float* y, float* workspace, float* statistics = nullptr);
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          float* workspace);
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias, float* workspace);
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
-                     float* dw, float* dbias, float* dx, float* workspace);
-// f64, for finite-difference gradient checks (plain loops)
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
-                    double* y, double* workspace);
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* dy, const double* w, double* dx,
-                          double* workspace);
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, double* dw,
-                            double* dbias, double* workspace);
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
-                     double* dw, double* dbias, double* dx, double* workspace);
+template <class T>
+int conv2d_forward(const Exec& exec, const Conv2dArgs<T>& a);  // float, double (all four: plain loops)
+template <class T>
+void conv2d_backward_data(const Exec& exec, const Conv2dArgs<T>& a);
+template <class T>
+void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<T>& a);
+template <class T>
+bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a);
 }  // namespace cpu
 
 namespace cuda {
 size_t conv2d_workspace_floats(const Conv2dShape& s);
 size_t conv2d_statistics_floats(const Conv2dShape& s);
-int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                   float* y, float* workspace, float* statistics);
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          float* workspace);
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias, float* workspace);
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
-                     float* dw, float* dbias, float* dx, float* workspace);
+int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& a);
+void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& a);
+void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& a);
+bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& a);
 }  // namespace cuda
 
+// The CPU needs neither (0).
 inline size_t conv2d_workspace_floats(Backend backend, const Conv2dShape& s) {
-#if NT_WITH_CUDA
-  if (backend == Backend::cuda) return cuda::conv2d_workspace_floats(s);
-#else
-  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
-#endif
-  return cpu::conv2d_workspace_floats(s);
+  return by_backend<nullptr, cuda::conv2d_workspace_floats>(backend, s);
 }
-
 inline size_t conv2d_statistics_floats(Backend backend, const Conv2dShape& s) {
-#if NT_WITH_CUDA
-  if (backend == Backend::cuda) return cuda::conv2d_statistics_floats(s);
-#else
-  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
-#endif
-  return cpu::conv2d_statistics_floats(s);
+  return by_backend<nullptr, cuda::conv2d_statistics_floats>(backend, s);
 }
 
-// statistics (nullable): room for conv2d_statistics_floats(backend, s) floats, where the forward may leave y's
-// per-channel statistics as ChannelPartials (C = K). Returns their chunks: > 0 where the CUDA forward's epilogue
+// Returns the chunks of the statistics it left (ChannelPartials::chunks): > 0 where the CUDA forward's epilogue
 // wrote them (an implicit-GEMM plan without a split: a block per tile of output pixels, a chunk per column
-// tile), 0 where it did not (the CPU, the direct kernel of few taps, a split plan).
-inline int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                          float* y, float* workspace, float* statistics = nullptr) {
-  return NT_DISPATCH(exec, conv2d_forward, s, x, w, bias, y, workspace, statistics);
+// tile), 0 where it did not (no a.statistics, the CPU, the direct kernel of few taps, a split plan).
+template <class T>
+int conv2d_forward(const Exec& exec, const Conv2dArgs<T>& a) {
+  return dispatch<cpu::conv2d_forward<T>, cuda::conv2d_forward>(exec, a);
 }
-inline void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                                 float* workspace) {
-  NT_DISPATCH(exec, conv2d_backward_data, s, dy, w, dx, workspace);
+template <class T>
+void conv2d_backward_data(const Exec& exec, const Conv2dArgs<T>& a) {
+  dispatch<cpu::conv2d_backward_data<T>, cuda::conv2d_backward_data>(exec, a);
 }
-inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy,
-                                   float* dw, float* dbias, float* workspace) {
-  NT_DISPATCH(exec, conv2d_backward_weight, s, x, dy, dw, dbias, workspace);
-}
-
-inline void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w,
-                           const double* bias, double* y, double* workspace) {
-  NT_CPU_ONLY(exec, conv2d_forward, s, x, w, bias, y, workspace);
-}
-inline void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* dy, const double* w,
-                                 double* dx, double* workspace) {
-  NT_CPU_ONLY(exec, conv2d_backward_data, s, dy, w, dx, workspace);
-}
-inline void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
-                                   double* dw, double* dbias, double* workspace) {
-  NT_CPU_ONLY(exec, conv2d_backward_weight, s, x, dy, dw, dbias, workspace);
+template <class T>
+void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<T>& a) {
+  dispatch<cpu::conv2d_backward_weight<T>, cuda::conv2d_backward_weight>(exec, a);
 }
 
-// Both backward passes of a layer (dx nullable: backward_weight alone): backward_weight then backward_data on the
-// CPU; on the GPU backward_data's kernel runs beside backward_weight's GEMM (the two are independent), then
+// Both backward passes of a layer (a.dx nullable: backward_weight alone): backward_weight then backward_data on
+// the CPU; on the GPU backward_data's kernel runs beside backward_weight's GEMM (the two are independent), then
 // the split-K reductions. The same outputs as the two calls. Returns true when the last kernel it launched is
 // backward_weight's split-K reduction, an ordinary kernel that reads only the workspace and writes only dw and
 // dbias (Layer::backward_ends_on_own_gradients); false on the CPU.
-inline bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
-                            float* dw, float* dbias, float* dx, float* workspace) {
-  return NT_DISPATCH(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
+template <class T>
+bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a) {
+  return dispatch<cpu::conv2d_backward<T>, cuda::conv2d_backward>(exec, a);
 }
-inline bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy,
-                            const double* w, double* dw, double* dbias, double* dx, double* workspace) {
-  return NT_CPU_ONLY(exec, conv2d_backward, s, x, dy, w, dw, dbias, dx, workspace);
-}
+
 }  // namespace nt::kernels

@@ -19,10 +19,10 @@ enum ConvTile : int {
   mma_64x64, mma_64x32, mma_32x64, mma_32x32, halo_64, halo_32
 };
 
-// forward: x, w -> out = y; backward_data: dy, w -> out = dx; backward_weight: x, dy -> out = dw (no bias).
-// workspace: conv2d_variant_workspace_floats(pass, s, split) floats (nullptr when 0).
-void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
-                    const float* dy, float* out, float* workspace, int tile, int split);
+// The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;
+// backward_data dy, w -> dx; backward_weight x, dy -> dw (bias, dbias and statistics are ignored).
+// a.workspace: conv2d_variant_workspace_floats(pass, a.shape, split) floats (nullptr when 0).
+void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& a, int tile, int split);
 size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split);
 
 }  // namespace nt::kernels::cuda::lab

@@ -10,7 +10,7 @@
 // forward call uses draw = value and leaves value + 1, so every call (and every replay of a captured CUDA
 // graph) draws a fresh mask, p == 0 and n == 0 included. u is a counter-based hash of (seed, draw, i),
 // dropout_uniform below, compiled for host and device alike: the same seed and counter give the same
-// masks on CPU and CUDA, bit for bit, and the f64 overloads draw the same masks as the f32 ones.
+// masks on CPU and CUDA, bit for bit, and DropoutArgs<double> draws the same masks as DropoutArgs<float>.
 // mask: (n) bytes 0/1, written (=); y, dx written (=). x == y and dy == dx may alias exactly (in place).
 #pragma once
 
@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "kernels/counter_hash.h"
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -34,35 +34,38 @@ NT_HOST_DEVICE inline float dropout_uniform(uint64_t seed, uint64_t draw, uint64
   return dropout_uniform_keyed(dropout_key(seed, draw), i);
 }
 
+// Both ops of the family; each reads and writes only the fields its comment names.
+template <class T>
+struct DropoutArgs {
+  size_t n = 0;                 // elements of every tensor below
+  float p = 0.f;                // drop probability in [0, 1), both ops (the backward divides by the same 1 - p)
+  uint64_t seed = 0;            // dropout_forward: the layer's stream of masks
+  uint64_t* counter = nullptr;  // (2) {value, done}: dropout_forward reads value as the draw, leaves value + 1
+  const T* x = nullptr;         // (n)  dropout_forward reads
+  T* y = nullptr;               // (n)  dropout_forward writes (=, may be x)
+  uint8_t* mask = nullptr;      // (n)  dropout_forward writes (=) 0/1; dropout_backward reads
+  const T* dy = nullptr;        // (n)  dropout_backward reads
+  T* dx = nullptr;              // (n)  dropout_backward writes (=, may be dy)
+};
+
 namespace cpu {
-void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter);
-void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p);
-void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter);
-void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n, float p);
+template <class T>
+void dropout_forward(const Exec& exec, const DropoutArgs<T>& a);  // float, double
+template <class T>
+void dropout_backward(const Exec& exec, const DropoutArgs<T>& a);  // float, double
 }  // namespace cpu
 namespace cuda {
-void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter);
-void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p);
+void dropout_forward(const Exec& exec, const DropoutArgs<float>& a);
+void dropout_backward(const Exec& exec, const DropoutArgs<float>& a);
 }  // namespace cuda
 
-inline void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p,
-                            uint64_t seed, uint64_t* counter) {
-  NT_DISPATCH(exec, dropout_forward, x, y, mask, n, p, seed, counter);
+template <class T>
+void dropout_forward(const Exec& exec, const DropoutArgs<T>& a) {
+  dispatch<cpu::dropout_forward<T>, cuda::dropout_forward>(exec, a);
 }
-inline void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p) {
-  NT_DISPATCH(exec, dropout_backward, dy, mask, dx, n, p);
-}
-
-inline void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p,
-                            uint64_t seed, uint64_t* counter) {
-  NT_CPU_ONLY(exec, dropout_forward, x, y, mask, n, p, seed, counter);
-}
-inline void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n,
-                             float p) {
-  NT_CPU_ONLY(exec, dropout_backward, dy, mask, dx, n, p);
+template <class T>
+void dropout_backward(const Exec& exec, const DropoutArgs<T>& a) {
+  dispatch<cpu::dropout_backward<T>, cuda::dropout_backward>(exec, a);
 }
 
 }  // namespace nt::kernels

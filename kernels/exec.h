@@ -1,8 +1,8 @@
 // The execution handle every op takes: which backend runs it and with what.
 //
-// Ops are functions over raw pointers plus this handle; they know nothing of Tensor or layers.
-// Both backends share one signature per op: kernels/cpu/<family>.cpp and kernels/cuda/<family>.cu
-// implement `cpu::op` and `cuda::op`; the header's `op` picks one by `backend`.
+// Ops are functions of this handle and their family's args struct (raw pointers and sizes); they know nothing of
+// Tensor or layers. kernels/cpu/<family>.cpp and kernels/cuda/<family>.cu implement `cpu::op` and `cuda::op`; the
+// header's `op` picks one by `backend` through kernels/dispatch.h.
 #pragma once
 
 #include "core/error.h"
@@ -36,20 +36,5 @@ struct Exec {
 
   bool on_cuda() const { return backend == Backend::cuda; }
 };
-
-#if NT_WITH_CUDA
-#define NT_DISPATCH(exec, op, ...) \
-  ((exec).on_cuda() ? ::nt::kernels::cuda::op(exec, __VA_ARGS__) : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
-#else
-#define NT_DISPATCH(exec, op, ...)                                                             \
-  ((exec).on_cuda() ? throw ::nt::Error("this build of nanotrain has no CUDA backend")          \
-                    : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
-#endif
-
-// f64 overloads of an op exist on the CPU backend only: they serve finite-difference gradient checks
-// in double precision, not training.
-#define NT_CPU_ONLY(exec, op, ...)                                                        \
-  ((exec).on_cuda() ? throw ::nt::Error(#op ": f64 tensors run on the CPU backend only") \
-                    : ::nt::kernels::cpu::op(exec, __VA_ARGS__))
 
 }  // namespace nt::kernels

@@ -23,7 +23,7 @@
 
 #include <cstddef>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -59,25 +59,27 @@ using GemmDescF64 = GemmArgs<double>;  // CPU only: double-precision gradient ch
 const char* gemm_kernel_name(Epilogue e);  // "gemm", "gemm_bias", "gemm_bias_relu", "gemm_relu_mask"
 
 namespace cpu {
-void gemm(const Exec& exec, const GemmDesc& d);
-void gemm(const Exec& exec, const GemmDescF64& d);  // plain loops in f64 (kernels/cpu/gemm_f64.cpp)
+template <class T>
+void gemm(const Exec& exec, const GemmArgs<T>& d);
+template <>
+void gemm(const Exec& exec, const GemmArgs<float>& d);   // kernels/cpu/gemm.cpp
+template <>
+void gemm(const Exec& exec, const GemmArgs<double>& d);  // plain loops in f64 (kernels/cpu/gemm_f64.cpp)
 }  // namespace cpu
 namespace cuda {
 void gemm(const Exec& exec, const GemmDesc& d);
-// Floats of GemmDesc::workspace for (M', N, K) with every M' <= M (a layer plans with its full batch and may
+// Floats of GemmArgs::workspace for (M', N, K) with every M' <= M (a layer plans with its full batch and may
 // run a smaller one); 0 where no such GEMM would use it.
 size_t gemm_workspace_floats(int M, int N, int K);
 }  // namespace cuda
-inline void gemm(const Exec& exec, const GemmDesc& d) { NT_DISPATCH(exec, gemm, d); }
-inline size_t gemm_workspace_floats(Backend backend, int M, int N, int K) {
-#if NT_WITH_CUDA
-  if (backend == Backend::cuda) return cuda::gemm_workspace_floats(M, N, K);
-#else
-  if (backend == Backend::cuda) throw ::nt::Error("this build of nanotrain has no CUDA backend");
-#endif
-  (void)M, (void)N, (void)K;
-  return 0;  // the CPU GEMM needs none
+
+template <class T>
+void gemm(const Exec& exec, const GemmArgs<T>& d) {
+  dispatch<cpu::gemm<T>, cuda::gemm>(exec, d);
 }
-inline void gemm(const Exec& exec, const GemmDescF64& d) { NT_CPU_ONLY(exec, gemm, d); }
+// The CPU GEMM needs none.
+inline size_t gemm_workspace_floats(Backend backend, int M, int N, int K) {
+  return by_backend<nullptr, cuda::gemm_workspace_floats>(backend, M, N, K);
+}
 
 }  // namespace nt::kernels

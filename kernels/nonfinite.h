@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -25,6 +25,8 @@ void count_nonfinite(const Exec& exec, const NonfiniteCountArgs& a);
 namespace cuda {
 void count_nonfinite(const Exec& exec, const NonfiniteCountArgs& a);
 }
-inline void count_nonfinite(const Exec& exec, const NonfiniteCountArgs& a) { NT_DISPATCH(exec, count_nonfinite, a); }
+inline void count_nonfinite(const Exec& exec, const NonfiniteCountArgs& a) {
+  dispatch<cpu::count_nonfinite, cuda::count_nonfinite>(exec, a);
+}
 
 }  // namespace nt::kernels

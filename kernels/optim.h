@@ -5,7 +5,7 @@
 //   g = grad + weight_decay * p
 //   v = momentum * v + g          (v starts at 0, so the first v is g, as PyTorch's clone of g)
 //   p = p - lr * (momentum != 0 ? v : g)
-// velocity may be nullptr when momentum == 0.
+// SgdArgs::velocity may be nullptr when momentum == 0.
 //
 // Adam / AdamW, PyTorch semantics (torch.optim.Adam / AdamW; amsgrad, maximize, foreach, capturable off):
 //   Adam:  g = grad + weight_decay * p                 AdamW (decoupled): p = p * (1 - lr*weight_decay), g = grad
@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -35,16 +35,22 @@ struct SgdHyper {
   const float* lr_scale = nullptr;  // device-resident factor on lr (a schedule), read at run time; nullptr = 1
 };
 
+// sgd_update reads every field; it writes params and velocity.
+struct SgdArgs {
+  size_t n = 0;                  // elements of every block below
+  float* params = nullptr;       // (n)  read and written
+  const float* grads = nullptr;  // (n)
+  float* velocity = nullptr;     // (n)  read and written; nullptr (and never touched) when hyper.momentum == 0
+  SgdHyper hyper;
+};
+
 namespace cpu {
-void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n, const SgdHyper& h);
+void sgd_update(const Exec& exec, const SgdArgs& a);
 }
 namespace cuda {
-void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n, const SgdHyper& h);
+void sgd_update(const Exec& exec, const SgdArgs& a);
 }
-inline void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n,
-                       const SgdHyper& h) {
-  NT_DISPATCH(exec, sgd_update, params, grads, velocity, n, h);
-}
+inline void sgd_update(const Exec& exec, const SgdArgs& a) { dispatch<cpu::sgd_update, cuda::sgd_update>(exec, a); }
 
 // Double, as PyTorch's Python floats: 1 - beta2 is formed in double and rounded once (0.001f, where
 // 1 - 0.999f would give 0.00099998713f), and the bias corrections are computed in double.
@@ -91,17 +97,23 @@ NT_HOST_DEVICE inline AdamStepScalars adam_step_scalars(double lr, double beta1,
   return {static_cast<float>(lr / bc1), static_cast<float>(bc2_sqrt)};
 }
 
+// adam_update reads every field; it writes params, m, v and the step counter.
+struct AdamArgs {
+  size_t n = 0;                  // elements of every block below
+  float* params = nullptr;       // (n)  read and written
+  const float* grads = nullptr;  // (n)
+  float* m = nullptr;            // (n)  first moment, read and written
+  float* v = nullptr;            // (n)  second moment, read and written
+  AdamHyper hyper;
+  uint64_t* step = nullptr;      // (2) {value, done}: t = value + 1, left as value = t (every call, n == 0 included)
+};
+
 namespace cpu {
-void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
-                 const AdamHyper& h, uint64_t* step);
+void adam_update(const Exec& exec, const AdamArgs& a);
 }
 namespace cuda {
-void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
-                 const AdamHyper& h, uint64_t* step);
+void adam_update(const Exec& exec, const AdamArgs& a);
 }
-inline void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
-                        const AdamHyper& h, uint64_t* step) {
-  NT_DISPATCH(exec, adam_update, params, grads, m, v, n, h, step);
-}
+inline void adam_update(const Exec& exec, const AdamArgs& a) { dispatch<cpu::adam_update, cuda::adam_update>(exec, a); }
 
 }  // namespace nt::kernels

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 
 namespace nt::kernels {
 
@@ -25,31 +25,35 @@ struct Pool2dShape {
   int q() const { return w >= window ? (w - window) / stride + 1 : 0; }  // output width
 };
 
+// Both ops of the family; each reads and writes only the fields its comment names.
+template <class T>
+struct MaxPool2dArgs {
+  Pool2dShape shape;          // N, C, H, W and the window; P = shape.p(), Q = shape.q()
+  const T* x = nullptr;       // (N, C, H, W)  maxpool2d_forward reads
+  T* y = nullptr;             // (N, C, P, Q)  maxpool2d_forward writes (=)
+  int32_t* argmax = nullptr;  // (N, C, P, Q)  maxpool2d_forward writes (=); maxpool2d_backward reads
+  const T* dy = nullptr;      // (N, C, P, Q)  maxpool2d_backward reads
+  T* dx = nullptr;            // (N, C, H, W)  maxpool2d_backward writes (=)
+};
+
 namespace cpu {
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const double* x, double* y, int32_t* argmax);
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const double* dy, const int32_t* argmax, double* dx);
+template <class T>
+void maxpool2d_forward(const Exec& exec, const MaxPool2dArgs<T>& a);  // float, double
+template <class T>
+void maxpool2d_backward(const Exec& exec, const MaxPool2dArgs<T>& a);  // float, double
 }  // namespace cpu
 namespace cuda {
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
+void maxpool2d_forward(const Exec& exec, const MaxPool2dArgs<float>& a);
+void maxpool2d_backward(const Exec& exec, const MaxPool2dArgs<float>& a);
 }  // namespace cuda
 
-inline void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
-  NT_DISPATCH(exec, maxpool2d_forward, s, x, y, argmax);
+template <class T>
+void maxpool2d_forward(const Exec& exec, const MaxPool2dArgs<T>& a) {
+  dispatch<cpu::maxpool2d_forward<T>, cuda::maxpool2d_forward>(exec, a);
 }
-inline void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax,
-                               float* dx) {
-  NT_DISPATCH(exec, maxpool2d_backward, s, dy, argmax, dx);
-}
-
-inline void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const double* x, double* y, int32_t* argmax) {
-  NT_CPU_ONLY(exec, maxpool2d_forward, s, x, y, argmax);
-}
-inline void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const double* dy, const int32_t* argmax,
-                               double* dx) {
-  NT_CPU_ONLY(exec, maxpool2d_backward, s, dy, argmax, dx);
+template <class T>
+void maxpool2d_backward(const Exec& exec, const MaxPool2dArgs<T>& a) {
+  dispatch<cpu::maxpool2d_backward<T>, cuda::maxpool2d_backward>(exec, a);
 }
 
 }  // namespace nt::kernels

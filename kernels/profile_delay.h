@@ -1,7 +1,7 @@
 // The profiler's hold: keep the GPU behind the host for the length of a step, so that each start event is
 // recorded while its kernel is already queued (profile/kernel_profiler.h, docs/profiler.md).
 //
-//   profile_hold(exec, flag, target)   the stream waits until *flag - target >= 0 (as int32, so the counter
+//   profile_hold(exec, {flag, target})  the stream waits until *flag - target >= 0 (as int32, so the counter
 //                                      may wrap), where flag is host-mapped memory that the host writes;
 //                                      or until a timeout of kProfileHoldTimeoutUs has passed, a safety net
 //                                      so that a hold the host never releases cannot hang the device.
@@ -10,17 +10,22 @@
 
 #include <cstdint>
 
-#include "kernels/exec.h"
+#include "kernels/dispatch.h"
 #include "profile/hold.h"
 
 namespace nt::kernels {
 
 inline constexpr uint32_t kProfileHoldTimeoutUs = 50'000;
 
-namespace cpu { void profile_hold(const Exec& exec, const uint32_t* flag, uint32_t target); }
-namespace cuda { void profile_hold(const Exec& exec, const uint32_t* flag, uint32_t target); }
-inline void profile_hold(const Exec& exec, const uint32_t* flag, uint32_t target) {
-  NT_DISPATCH(exec, profile_hold, flag, target);
+struct ProfileHoldArgs {
+  const uint32_t* flag = nullptr;  // (1) host-mapped, written by the host; read until it reaches target
+  uint32_t target = 0;
+};
+
+namespace cpu { void profile_hold(const Exec& exec, const ProfileHoldArgs& a); }
+namespace cuda { void profile_hold(const Exec& exec, const ProfileHoldArgs& a); }
+inline void profile_hold(const Exec& exec, const ProfileHoldArgs& a) {
+  dispatch<cpu::profile_hold, cuda::profile_hold>(exec, a);
 }
 
 // The hold for a profiler on `exec`'s backend: profile_hold through the launch path but unobserved (it is
@@ -33,7 +38,7 @@ inline profile::HoldFn profile_hold_fn(const Exec& exec) {
   return [unobserved](void* stream, const uint32_t* flag, uint32_t target) {
     Exec e = unobserved;
     e.stream = stream;
-    profile_hold(e, flag, target);
+    profile_hold(e, {.flag = flag, .target = target});
   };
 }
 

@@ -109,54 +109,51 @@ void BatchNorm::backward(const kernels::Exec& exec, const Tensor& x, const Tenso
 }
 
 template <class T>
+kernels::BatchNormArgs<T> BatchNorm::args(const Tensor& x, const Tensor& y, bool relu) const {
+  const Shape sample = x.shape().drop_front();
+  return {.shape = shape_for(x.shape()[0], sample),
+          .hyper = hyper(relu),
+          .pool = pool_ ? pool_for(sample) : kernels::BatchNormPool{},
+          .x = x.data<T>(),
+          .gamma = affine_ ? gamma_->value.data<T>() : nullptr,
+          .beta = affine_ ? beta_->value.data<T>() : nullptr,
+          .y = y.data<T>(),
+          .argmax = pool_ ? argmax_.i32() : nullptr,
+          .save_mean = save_mean_.data<T>(),
+          .save_invstd = save_invstd_.data<T>(),
+          .running_mean = running_mean_.data<T>(),
+          .running_var = running_var_.data<T>(),
+          .num_batches_tracked = num_batches_tracked_.data<int64_t>(),
+          .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
+}
+
+template <class T>
 void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
-  const kernels::BatchNormHyper hyper = this->hyper(relu_);
-  const T* gamma = affine_ ? gamma_->value.data<T>() : nullptr;
-  const T* beta = affine_ ? beta_->value.data<T>() : nullptr;
-  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  kernels::ChannelPartials given;  // the layer before's statistics of x, where its training forward gave them
-  if (given_ && given_->chunks > 0 && mode == Mode::train)
-    given = {given_->partials.data<float>(), given_->chunks};
-  if (pool_) {
-    const auto pool = pool_for(x.shape().drop_front());
-    if (mode == Mode::eval)
-      return kernels::batchnorm_pool_forward_eval(exec, s, pool, hyper, x.data<T>(), gamma, beta,
-                                                  running_mean_.data<T>(), running_var_.data<T>(), y.data<T>(),
-                                                  argmax_.i32(), workspace);
-    require_trainable(s.n * s.hw, x.shape());
-    return kernels::batchnorm_pool_forward_train(exec, s, pool, hyper, x.data<T>(), gamma, beta, y.data<T>(),
-                                                 argmax_.i32(), save_mean_.data<T>(), save_invstd_.data<T>(),
-                                                 running_mean_.data<T>(), running_var_.data<T>(),
-                                                 num_batches_tracked_.data<int64_t>(), workspace, given);
+  kernels::BatchNormArgs<T> a = args<T>(x, y, relu_);
+  if (mode == Mode::eval) {
+    if (pool_) return kernels::batchnorm_pool_forward_eval(exec, a);
+    return kernels::batchnorm_forward_eval(exec, a);
   }
-  if (mode == Mode::eval)
-    return kernels::batchnorm_forward_eval(exec, s, hyper, x.data<T>(), gamma, beta, running_mean_.data<T>(),
-                                           running_var_.data<T>(), y.data<T>());
-  require_trainable(s.n * s.hw, x.shape());
-  kernels::batchnorm_forward_train(exec, s, hyper, x.data<T>(), gamma, beta, y.data<T>(), save_mean_.data<T>(),
-                                   save_invstd_.data<T>(), running_mean_.data<T>(), running_var_.data<T>(),
-                                   num_batches_tracked_.data<int64_t>(), workspace, given);
+  require_trainable(a.shape.n * a.shape.hw, x.shape());
+  if (given_ && given_->chunks > 0)  // the layer before's statistics of x, where its training forward gave them
+    a.given = {given_->partials.data<float>(), given_->chunks};
+  if (pool_) return kernels::batchnorm_pool_forward_train(exec, a);
+  kernels::batchnorm_forward_train(exec, a);
 }
 
 template <class T>
 void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                                const Tensor* dx) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   // Through the fused ReLU here, unless the next layer's GEMM already masked dy.
   const bool relu = relu_ && !dy_is_preactivation_;
-  const kernels::BatchNormHyper hyper = this->hyper(relu);
-  if (pool_)
-    return kernels::batchnorm_pool_backward(
-        exec, s, pool_for(x.shape().drop_front()), hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),
-        argmax_.i32(), affine_ ? gamma_->value.data<T>() : nullptr, save_mean_.data<T>(), save_invstd_.data<T>(),
-        dx ? dx->data<T>() : nullptr, affine_ ? gamma_->grad.data<T>() : nullptr,
-        affine_ ? beta_->grad.data<T>() : nullptr, workspace_.defined() ? workspace_.data<T>() : nullptr);
-  kernels::batchnorm_backward(exec, s, hyper, x.data<T>(), relu ? y.data<T>() : nullptr, dy.data<T>(),
-                              affine_ ? gamma_->value.data<T>() : nullptr, save_mean_.data<T>(),
-                              save_invstd_.data<T>(), dx ? dx->data<T>() : nullptr, affine_ ? gamma_->grad.data<T>() : nullptr,
-                              affine_ ? beta_->grad.data<T>() : nullptr,
-                              workspace_.defined() ? workspace_.data<T>() : nullptr);
+  kernels::BatchNormArgs<T> a = args<T>(x, y, relu);
+  if (!relu) a.y = nullptr;  // y is read only through the ReLU
+  a.dy = dy.data<T>();
+  a.dx = dx ? dx->data<T>() : nullptr;
+  a.dgamma = affine_ ? gamma_->grad.data<T>() : nullptr;
+  a.dbeta = affine_ ? beta_->grad.data<T>() : nullptr;
+  if (pool_) return kernels::batchnorm_pool_backward(exec, a);
+  kernels::batchnorm_backward(exec, a);
 }
 
 }  // namespace nt::layers

@@ -49,6 +49,10 @@ class BatchNorm final : public Layer {
   kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
   kernels::BatchNormPool pool_for(const Shape& sample) const;  // sample: the input (C, H, W)
   void require_trainable(int64_t values_per_channel, const Shape& input) const;  // as PyTorch: more than one
+  // The kernels' arguments for input x and output y, built once per call: shape, pool, hyper(relu), the
+  // parameters, the state and the workspace; the caller sets what is its own (given; dy, dx and the gradients).
+  template <class T>
+  kernels::BatchNormArgs<T> args(const Tensor& x, const Tensor& y, bool relu) const;
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>

@@ -47,8 +47,15 @@ void Conv2d::bind_params(std::span<Param*> params) {
 }
 
 kernels::Conv2dShape Conv2d::shape_for(int64_t rows, const Shape& sample) const {
-  return {static_cast<int>(rows), in_, static_cast<int>(sample[1]), static_cast<int>(sample[2]), out_, kernel_, kernel_,
-          stride_, pad_};
+  return {.n = static_cast<int>(rows),
+          .c = in_,
+          .h = static_cast<int>(sample[1]),
+          .w = static_cast<int>(sample[2]),
+          .k = out_,
+          .r = kernel_,
+          .s = kernel_,
+          .stride = stride_,
+          .pad = pad_};
 }
 
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
@@ -72,27 +79,30 @@ void Conv2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&,
 
 template <class T>
 void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
-  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  const T* bias = bias_ ? bias_param_->value.data<T>() : nullptr;
-  statistics_.chunks = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    if (mode == Mode::train && statistics_.partials.defined()) {
-      statistics_.chunks = kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(), bias, y.data<T>(),
-                                                   workspace, statistics_.partials.data<float>());
-      return;
-    }
-  }
-  kernels::conv2d_forward(exec, s, x.data<T>(), weight_->value.data<T>(), bias, y.data<T>(), workspace);
+  kernels::Conv2dArgs<T> args{.shape = shape_for(x.shape()[0], x.shape().drop_front()),
+                              .x = x.data<T>(),
+                              .w = weight_->value.data<T>(),
+                              .bias = bias_ ? bias_param_->value.data<T>() : nullptr,
+                              .y = y.data<T>(),
+                              .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
+  // The statistics are fp32 only (ChannelPartials), asked for in training alone.
+  if (std::is_same_v<T, float> && mode == Mode::train && statistics_.partials.defined())
+    args.statistics = statistics_.partials.data<float>();
+  statistics_.chunks = kernels::conv2d_forward(exec, args);
 }
 
 template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
-  T* workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
   backward_ended_on_gradients_ =
-      kernels::conv2d_backward(exec, s, x.data<T>(), dy.data<T>(), weight_->value.data<T>(), weight_->grad.data<T>(),
-                               bias_ ? bias_param_->grad.data<T>() : nullptr, dx ? dx->data<T>() : nullptr, workspace);
+      kernels::conv2d_backward(exec, kernels::Conv2dArgs<T>{.shape = shape_for(x.shape()[0], x.shape().drop_front()),
+                                                            .x = x.data<T>(),
+                                                            .w = weight_->value.data<T>(),
+                                                            .dy = dy.data<T>(),
+                                                            .dx = dx ? dx->data<T>() : nullptr,
+                                                            .dw = weight_->grad.data<T>(),
+                                                            .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
+                                                            .workspace = workspace_.defined() ? workspace_.data<T>()
+                                                                                              : nullptr});
 }
 
 }  // namespace nt::layers

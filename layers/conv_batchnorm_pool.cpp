@@ -54,22 +54,22 @@ void ConvBatchNormPool::plan(ArenaPlan& plan, const PlanInfo& info, const Shape&
 }
 
 template <class T>
-kernels::ConvBatchNormPoolTensors<T> ConvBatchNormPool::tensors(const Tensor& x, const Tensor& y) const {
+kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const Tensor& y, bool relu) const {
   const BatchNorm& bn = *bn_;
-  kernels::ConvBatchNormPoolTensors<T> t;
-  t.x = x.data<T>();
-  t.w = conv_->weight_->value.template data<T>();
-  t.gamma = bn.affine_ ? bn.gamma_->value.template data<T>() : nullptr;
-  t.beta = bn.affine_ ? bn.beta_->value.template data<T>() : nullptr;
-  t.y = y.data<T>();
-  t.argmax = bn.argmax_.i32();
-  t.save_mean = bn.save_mean_.data<T>();
-  t.save_invstd = bn.save_invstd_.data<T>();
-  t.running_mean = bn.running_mean_.data<T>();
-  t.running_var = bn.running_var_.data<T>();
-  t.num_batches_tracked = bn.num_batches_tracked_.data<int64_t>();
-  t.workspace = workspace_.defined() ? workspace_.data<T>() : nullptr;
-  return t;
+  return {.shape = shape_for(x.shape()[0], x.shape().drop_front()),
+          .hyper = bn.hyper(relu),
+          .x = x.data<T>(),
+          .w = conv_->weight_->value.template data<T>(),
+          .gamma = bn.affine_ ? bn.gamma_->value.template data<T>() : nullptr,
+          .beta = bn.affine_ ? bn.beta_->value.template data<T>() : nullptr,
+          .y = y.data<T>(),
+          .argmax = bn.argmax_.i32(),
+          .save_mean = bn.save_mean_.data<T>(),
+          .save_invstd = bn.save_invstd_.data<T>(),
+          .running_mean = bn.running_mean_.data<T>(),
+          .running_var = bn.running_var_.data<T>(),
+          .num_batches_tracked = bn.num_batches_tracked_.data<int64_t>(),
+          .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
 }
 
 void ConvBatchNormPool::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
@@ -86,26 +86,24 @@ void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, con
 
 template <class T>
 void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
-  const auto hyper = bn_->hyper(bn_->relu_);
-  if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, s, hyper, tensors<T>(x, y));
-  const kernels::BatchNormShape bn = s.batchnorm();
+  const kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_);
+  if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, a);
+  const kernels::BatchNormShape bn = a.shape.batchnorm();
   bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));
-  kernels::conv_batchnorm_pool_forward_train(exec, s, hyper, tensors<T>(x, y));
+  kernels::conv_batchnorm_pool_forward_train(exec, a);
 }
 
 template <class T>
 void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy) {
-  const auto s = shape_for(x.shape()[0], x.shape().drop_front());
   // Through the fused ReLU here, unless the next layer's kernel already masked dy.
   const bool relu = bn_->relu_ && !dy_is_preactivation_;
-  auto t = tensors<T>(x, y);
-  if (!relu) t.y = nullptr;
-  t.dy = dy.data<T>();
-  t.dw = conv_->weight_->grad.template data<T>();
-  t.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;
-  t.dbeta = bn_->affine_ ? bn_->beta_->grad.template data<T>() : nullptr;
-  kernels::conv_batchnorm_pool_backward(exec, s, bn_->hyper(relu), t);
+  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, relu);
+  if (!relu) a.y = nullptr;
+  a.dy = dy.data<T>();
+  a.dw = conv_->weight_->grad.template data<T>();
+  a.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;
+  a.dbeta = bn_->affine_ ? bn_->beta_->grad.template data<T>() : nullptr;
+  kernels::conv_batchnorm_pool_backward(exec, a);
 }
 
 }  // namespace nt::layers

@@ -1,4 +1,4 @@
-// A first Conv2d with few taps, its BatchNorm2d, ReLU and MaxPool2d as one layer (kernels/batchnorm.h,
+// A first Conv2d with few taps, its BatchNorm2d, ReLU and MaxPool2d as one layer (kernels/conv_batchnorm_pool.h,
 // conv_batchnorm_pool_*): on the GPU the convolution's output is never written; the BatchNorm's kernels
 // recompute it from the input image wherever they read it. On the CPU the same op runs the unfused
 // kernels through scratch.
@@ -13,6 +13,7 @@
 
 #include <memory>
 
+#include "kernels/conv_batchnorm_pool.h"
 #include "layers/batchnorm.h"
 #include "layers/conv2d.h"
 
@@ -40,8 +41,10 @@ class ConvBatchNormPool final : public Layer {
   kernels::ConvBatchNormPoolShape shape_for(int64_t rows, const Shape& sample) const;  // sample (C, H, W)
   // The BatchNorm's module within this layer's run of nn.Sequential modules (ParamSpec::module).
   int bn_module() const { return bn_->sequential_index - conv_->sequential_index; }
+  // The kernels' arguments for input x and output y: shape, hyper(relu), the parameters, the BatchNorm's state and
+  // the workspace; the backward adds its gradients.
   template <class T>
-  kernels::ConvBatchNormPoolTensors<T> tensors(const Tensor& x, const Tensor& y) const;
+  kernels::ConvBatchNormPoolArgs<T> args(const Tensor& x, const Tensor& y, bool relu) const;
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>

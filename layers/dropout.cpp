@@ -20,19 +20,29 @@ void Dropout::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
 
 void Dropout::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
   if (mode == Mode::eval) return kernels::copy_device_to_device(exec, y.raw(), x.raw(), x.bytes());
-  const auto n = static_cast<size_t>(x.numel());
   auto* counter = reinterpret_cast<uint64_t*>(counter_.data<int64_t>());
-  if (x.dtype() == DType::f64)
-    return kernels::dropout_forward(exec, x.data<double>(), y.data<double>(), mask_.u8(), n, p_, seed_, counter);
-  kernels::dropout_forward(exec, x.f32(), y.f32(), mask_.u8(), n, p_, seed_, counter);
+  auto run = [&]<class T>(T /*element type*/) {
+    kernels::dropout_forward(exec, kernels::DropoutArgs<T>{.n = static_cast<size_t>(x.numel()),
+                                                           .p = p_,
+                                                           .seed = seed_,
+                                                           .counter = counter,
+                                                           .x = x.data<T>(),
+                                                           .y = y.data<T>(),
+                                                           .mask = mask_.u8()});
+  };
+  x.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
 void Dropout::backward(const kernels::Exec& exec, const Tensor&, const Tensor&, const Tensor& dy, const Tensor* dx) {
   if (!dx) return;
-  const auto n = static_cast<size_t>(dy.numel());
-  if (dy.dtype() == DType::f64)
-    return kernels::dropout_backward(exec, dy.data<double>(), mask_.u8(), dx->data<double>(), n, p_);
-  kernels::dropout_backward(exec, dy.f32(), mask_.u8(), dx->f32(), n, p_);
+  auto run = [&]<class T>(T /*element type*/) {
+    kernels::dropout_backward(exec, kernels::DropoutArgs<T>{.n = static_cast<size_t>(dy.numel()),
+                                                            .p = p_,
+                                                            .mask = mask_.u8(),
+                                                            .dy = dy.data<T>(),
+                                                            .dx = dx->data<T>()});
+  };
+  dy.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
 }  // namespace nt::layers

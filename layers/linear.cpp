@@ -71,7 +71,9 @@ void Linear::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   d.bias = bias_ ? bias_param_->value.data<T>() : nullptr;
   if constexpr (std::is_same_v<T, float>) d.workspace = workspace_.defined() ? workspace_.f32() : nullptr;
   kernels::gemm(exec, d);
-  if (relu_ && !bias_) kernels::relu_forward(exec, y.data<T>(), y.data<T>(), static_cast<size_t>(y.numel()));
+  if (relu_ && !bias_)
+    kernels::relu_forward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(y.numel()), .x = y.data<T>(),
+                                                     .y = y.data<T>()});
 }
 
 template <class T>
@@ -80,7 +82,8 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
   const int rows = static_cast<int>(x.shape()[0]);
   // dz = dy * (y > 0), in place in the gradient buffer, unless the next layer's GEMM already did it.
   if (relu_ && !dy_is_preactivation_)
-    kernels::relu_backward(exec, y.data<T>(), dy.data<T>(), dy.data<T>(), static_cast<size_t>(dy.numel()));
+    kernels::relu_backward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(dy.numel()), .y = y.data<T>(),
+                                                      .dy = dy.data<T>(), .dx = dy.data<T>()});
 
   kernels::GemmArgs<T> dw;                                    // dW (out, in) = dzᵀ · x
   dw.M = out_, dw.N = in_, dw.K = rows;
@@ -114,7 +117,7 @@ bool Linear::fits_classifier_head() const {
 void Linear::classifier_head(const kernels::Exec& exec, const Tensor& x, const Tensor& logits, const Tensor& labels,
                              const Tensor* dlogits, const Tensor* dx, const LossTotals& totals) {
   NT_CHECK(fits_classifier_head(), "layer ", sequential_index, " (", describe(), ") cannot run as a classifier head");
-  kernels::ClassifierHead h;
+  kernels::ClassifierHeadArgs h;
   h.B = static_cast<int>(x.shape()[0]), h.K = in_, h.C = out_;
   h.x = x.f32(), h.weight = weight_->value.f32(), h.bias = bias_ ? bias_param_->value.f32() : nullptr;
   h.labels = labels.i32(), h.logits = logits.f32();

@@ -5,17 +5,20 @@
 namespace nt::layers {
 
 void Relu::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
-  const auto n = static_cast<size_t>(x.numel());
-  if (x.dtype() == DType::f64) return kernels::relu_forward(exec, x.data<double>(), y.data<double>(), n);
-  kernels::relu_forward(exec, x.f32(), y.f32(), n);
+  auto run = [&]<class T>(T /*element type*/) {
+    kernels::relu_forward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(x.numel()), .x = x.data<T>(),
+                                                     .y = y.data<T>()});
+  };
+  x.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
 void Relu::backward(const kernels::Exec& exec, const Tensor&, const Tensor& y, const Tensor& dy, const Tensor* dx) {
   if (!dx) return;
-  const auto n = static_cast<size_t>(dy.numel());
-  if (y.dtype() == DType::f64)
-    return kernels::relu_backward(exec, y.data<double>(), dy.data<double>(), dx->data<double>(), n);
-  kernels::relu_backward(exec, y.f32(), dy.f32(), dx->f32(), n);
+  auto run = [&]<class T>(T /*element type*/) {
+    kernels::relu_backward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(dy.numel()), .y = y.data<T>(),
+                                                      .dy = dy.data<T>(), .dx = dx->data<T>()});
+  };
+  y.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
 }  // namespace nt::layers

@@ -16,10 +16,11 @@
 
 namespace nt::kernels::cpu {
 
-namespace {
-
 template <class T>
-void relu_forward_impl(const Exec& exec, const T* x, T* y, size_t n) {
+void relu_forward(const Exec& exec, const ReluArgs<T>& a) {
+  const size_t n = a.n;
+  const T* x = a.x;  // (n)
+  T* y = a.y;        // (n), may be x
   if (n == 0) return;
   const double bytes = double(n) * 2 * sizeof(T);  // x read, y written; 1 compare each
   OpScope scope(exec, "relu_forward", profile::OpCost{bytes, double(n)});
@@ -29,7 +30,11 @@ void relu_forward_impl(const Exec& exec, const T* x, T* y, size_t n) {
 }
 
 template <class T>
-void relu_backward_impl(const Exec& exec, const T* y, const T* dy, T* dx, size_t n) {
+void relu_backward(const Exec& exec, const ReluArgs<T>& a) {
+  const size_t n = a.n;
+  const T* y = a.y;    // (n)
+  const T* dy = a.dy;  // (n)
+  T* dx = a.dx;        // (n), may be dy
   if (n == 0) return;
   const double bytes = double(n) * 3 * sizeof(T);  // y, dy read, dx written
   OpScope scope(exec, "relu_backward", profile::OpCost{bytes, double(n)});
@@ -38,15 +43,9 @@ void relu_backward_impl(const Exec& exec, const T* y, const T* dy, T* dx, size_t
   });
 }
 
-}  // namespace
-
-void relu_forward(const Exec& exec, const float* x, float* y, size_t n) { relu_forward_impl(exec, x, y, n); }
-void relu_forward(const Exec& exec, const double* x, double* y, size_t n) { relu_forward_impl(exec, x, y, n); }
-void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
-  relu_backward_impl(exec, y, dy, dx, n);
-}
-void relu_backward(const Exec& exec, const double* y, const double* dy, double* dx, size_t n) {
-  relu_backward_impl(exec, y, dy, dx, n);
-}
+template void relu_forward(const Exec&, const ReluArgs<float>&);
+template void relu_forward(const Exec&, const ReluArgs<double>&);
+template void relu_backward(const Exec&, const ReluArgs<float>&);
+template void relu_backward(const Exec&, const ReluArgs<double>&);
 
 }  // namespace nt::kernels::cpu

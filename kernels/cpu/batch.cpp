@@ -72,7 +72,12 @@ void transform_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, boo
 
 }  // namespace
 
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y, bool) {
+void gather_batch(const Exec& exec, const GatherBatchArgs& a) {
+  const BatchSource& src = a.src;
+  const int64_t first = a.first;
+  const int B = a.B;
+  float* x = a.x;    // (B, D)
+  int32_t* y = a.y;  // (B)
   if (B <= 0 || src.D <= 0) return;
   const int D = src.D;
   const double values = double(B) * D;

@@ -1,5 +1,5 @@
-// BatchNorm on the CPU: the reference twin of kernels/cuda/batchnorm.cu and conv_batchnorm_pool.cu (contract in
-// kernels/batchnorm.h).
+// BatchNorm on the CPU: the reference twin of kernels/cuda/batchnorm.cu and batchnorm_pool.cu (contract in
+// kernels/batchnorm.h; the fused convolution stem's twin is kernels/cpu/conv_batchnorm_pool.cpp).
 //
 // Layouts: NCHW x[(n·C + c)·hw + i], NHWC x[(n·hw + i)·C + c]; per channel the count = n·hw values are
 // visited in ONE order in both layouts, k = n·hw + i ascending, so NCHW and NHWC give the same bits.
@@ -18,9 +18,6 @@
 // workspace, the reference the GPU's fused kernels are checked against: forward = maxpool2d_forward of the
 // BatchNorm's output; backward = the pooled gradient masked by (y > 0) with relu, scattered to the argmax by
 // maxpool2d_backward, then the BatchNorm backward without its ReLU.
-// Fused convolution stem (conv_batchnorm_pool_*): conv2d_forward into a scratch, then the pooled BatchNorm; the
-// backward recomputes that scratch, takes the pooled BatchNorm's dx into a second one and conv2d_backward_weight
-// of it: the reference for the GPU's fused kernels.
 //
 // Threads: the tasks are channel groups (one channel in NCHW, whose planes are contiguous; kGroup
 // adjacent channels in NHWC, so that a task reads whole cache lines of each row). A channel is summed by
@@ -29,9 +26,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/batchnorm.h"
-#include "kernels/conv.h"
 #include "kernels/cpu/op_scope.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/pool.h"
@@ -208,7 +205,8 @@ void pool_forward_train_impl(const Exec& exec, const BatchNormShape& s, const Ba
   NT_CHECK(workspace != nullptr || s.n * s.hw * s.c == 0, "batchnorm_pool_forward_train needs its workspace");
   forward_train_impl(exec, s, h, x, gamma, beta, workspace, save_mean, save_invstd, running_mean, running_var,
                      num_batches_tracked);
-  cpu::maxpool2d_forward(exec, pool_shape(s, pool), workspace, y, argmax);
+  cpu::maxpool2d_forward(exec,
+                         MaxPool2dArgs<T>{.shape = pool_shape(s, pool), .x = workspace, .y = y, .argmax = argmax});
 }
 
 template <class T>
@@ -218,12 +216,13 @@ void pool_forward_eval_impl(const Exec& exec, const BatchNormShape& s, const Bat
   check_batchnorm_pool(s, pool);
   NT_CHECK(workspace != nullptr || s.n * s.hw * s.c == 0, "batchnorm_pool_forward_eval needs its workspace");
   forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, workspace);
-  cpu::maxpool2d_forward(exec, pool_shape(s, pool), workspace, y, argmax);
+  cpu::maxpool2d_forward(exec,
+                         MaxPool2dArgs<T>{.shape = pool_shape(s, pool), .x = workspace, .y = y, .argmax = argmax});
 }
 
 template <class T>
 void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool, const BatchNormHyper& h,
-                        const T* x, const T* y, const T* dy, const int32_t* argmax, const T* gamma, const T* save_mean,
+                        const T* x, const T* y, const T* dy, int32_t* argmax, const T* gamma, const T* save_mean,
                         const T* save_invstd, T* dx, T* dgamma, T* dbeta, T* workspace) {
   check_batchnorm_pool(s, pool);
   const int64_t full = s.n * s.c * s.hw, pooled = s.n * s.c * pool.p() * pool.q();
@@ -233,172 +232,71 @@ void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
   T* grad = workspace;             // (n, c, h, w): the BatchNorm's dy'
   T* masked = workspace + full;    // (n, c, P, Q): dy through the ReLU
   for (int64_t e = 0; e < pooled; ++e) masked[e] = h.relu && !(y[e] > 0) ? T(0) : dy[e];
-  cpu::maxpool2d_backward(exec, pool_shape(s, pool), masked, argmax, grad);
+  cpu::maxpool2d_backward(exec,
+                          MaxPool2dArgs<T>{.shape = pool_shape(s, pool), .argmax = argmax, .dy = masked, .dx = grad});
   BatchNormHyper plain = h;
   plain.relu = false;
   backward_impl(exec, s, plain, x, static_cast<const T*>(nullptr), grad, gamma, save_mean, save_invstd, dx, dgamma,
                 dbeta);
 }
 
-// The fused convolution stem's workspace: conv, dconv (full resolution), then batchnorm_pool's.
-template <class T>
-struct StemScratch {
-  T* conv;
-  T* dconv;
-  T* batchnorm;
-};
-// The workspace's parts, with conv2d_forward(x, w) in conv (every pass starts from it).
-template <class T>
-StemScratch<T> convolved_scratch(const Exec& exec, const ConvBatchNormPoolShape& s, const ConvBatchNormPoolTensors<T>& t) {
-  const size_t full = s.conv.y_size();
-  NT_CHECK(t.workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
-  const StemScratch<T> ws{t.workspace, t.workspace + full, t.workspace + 2 * full};
-  cpu::conv2d_forward(exec, s.conv, t.x, t.w, static_cast<const T*>(nullptr), ws.conv, nullptr);
-  return ws;
-}
-
-template <class T>
-void stem_forward_train_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                             const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = convolved_scratch(exec, s, t);
-  pool_forward_train_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta, t.y,
-                          t.argmax, t.save_mean, t.save_invstd, t.running_mean, t.running_var, t.num_batches_tracked,
-                          ws.batchnorm);
-}
-
-template <class T>
-void stem_forward_eval_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                            const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = convolved_scratch(exec, s, t);
-  pool_forward_eval_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), t.gamma, t.beta,
-                         static_cast<const T*>(t.running_mean), static_cast<const T*>(t.running_var), t.y, t.argmax,
-                         ws.batchnorm);
-}
-
-template <class T>
-void stem_backward_impl(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                        const ConvBatchNormPoolTensors<T>& t) {
-  const StemScratch<T> ws = convolved_scratch(exec, s, t);
-  pool_backward_impl(exec, s.batchnorm(), s.pool(), h, static_cast<const T*>(ws.conv), static_cast<const T*>(t.y),
-                     t.dy, static_cast<const int32_t*>(t.argmax), t.gamma, static_cast<const T*>(t.save_mean),
-                     static_cast<const T*>(t.save_invstd), ws.dconv, t.dgamma, t.dbeta, ws.batchnorm);
-  cpu::conv2d_backward_weight(exec, s.conv, t.x, static_cast<const T*>(ws.dconv), t.dw, static_cast<T*>(nullptr),
-                              nullptr);
-}
-
 }  // namespace
 
-size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
-  return 2 * s.conv.y_size() + batchnorm_pool_workspace_floats(s.batchnorm(), s.pool());
+// given: statistics of x a producer already computed; the CPU computes its own (the same statistics). Only the f32
+// GPU kernels give any, so in f64 they are an error.
+template <class T>
+void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {
+  if constexpr (!std::is_same_v<T, float>)
+    NT_CHECK(a.given.chunks == 0, "batchnorm_forward_train: given statistics are f32");
+  forward_train_impl(exec, a.shape, a.hyper, a.x, a.gamma, a.beta, a.y, a.save_mean, a.save_invstd, a.running_mean,
+                     a.running_var, a.num_batches_tracked);
 }
-void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                       const ConvBatchNormPoolTensors<float>& t) {
-  stem_forward_train_impl(exec, s, h, t);
+template <class T>
+void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
+  forward_eval_impl(exec, a.shape, a.hyper, a.x, a.gamma, a.beta, static_cast<const T*>(a.running_mean),
+                    static_cast<const T*>(a.running_var), a.y);
 }
-void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                       const ConvBatchNormPoolTensors<double>& t) {
-  stem_forward_train_impl(exec, s, h, t);
+template <class T>
+void batchnorm_backward(const Exec& exec, const BatchNormArgs<T>& a) {
+  backward_impl(exec, a.shape, a.hyper, a.x, static_cast<const T*>(a.y), a.dy, a.gamma,
+                static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), a.dx, a.dgamma, a.dbeta);
 }
-void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                      const ConvBatchNormPoolTensors<float>& t) {
-  stem_forward_eval_impl(exec, s, h, t);
-}
-void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                      const ConvBatchNormPoolTensors<double>& t) {
-  stem_forward_eval_impl(exec, s, h, t);
-}
-void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                  const ConvBatchNormPoolTensors<float>& t) {
-  stem_backward_impl(exec, s, h, t);
-}
-void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& s, const BatchNormHyper& h,
-                                  const ConvBatchNormPoolTensors<double>& t) {
-  stem_backward_impl(exec, s, h, t);
-}
-
-size_t batchnorm_workspace_floats(const BatchNormShape&) { return 0; }
 
 size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool) {
   check_batchnorm_pool(s, pool);
   return static_cast<size_t>(s.n * s.c * (s.hw + int64_t(pool.p()) * pool.q()));
 }
 
-// given: statistics of x a producer already computed; the CPU computes its own (the same statistics).
-void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                                  const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
-                                  float* y, int32_t* argmax, float* save_mean, float* save_invstd, float* running_mean,
-                                  float* running_var, int64_t* num_batches_tracked, float* workspace,
-                                  const ChannelPartials&) {
-  pool_forward_train_impl(exec, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd, running_mean,
-                          running_var, num_batches_tracked, workspace);
+template <class T>
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {  // given: as batchnorm_forward_train's
+  if constexpr (!std::is_same_v<T, float>)
+    NT_CHECK(a.given.chunks == 0, "batchnorm_pool_forward_train: given statistics are f32");
+  pool_forward_train_impl(exec, a.shape, a.pool, a.hyper, a.x, a.gamma, a.beta, a.y, a.argmax, a.save_mean,
+                          a.save_invstd, a.running_mean, a.running_var, a.num_batches_tracked, a.workspace);
 }
-void batchnorm_pool_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                                  const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
-                                  double* y, int32_t* argmax, double* save_mean, double* save_invstd,
-                                  double* running_mean, double* running_var, int64_t* num_batches_tracked,
-                                  double* workspace) {
-  pool_forward_train_impl(exec, s, pool, h, x, gamma, beta, y, argmax, save_mean, save_invstd, running_mean,
-                          running_var, num_batches_tracked, workspace);
+template <class T>
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
+  pool_forward_eval_impl(exec, a.shape, a.pool, a.hyper, a.x, a.gamma, a.beta, static_cast<const T*>(a.running_mean),
+                         static_cast<const T*>(a.running_var), a.y, a.argmax, a.workspace);
 }
-void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                                 const BatchNormHyper& h, const float* x, const float* gamma, const float* beta,
-                                 const float* running_mean, const float* running_var, float* y, int32_t* argmax,
-                                 float* workspace) {
-  pool_forward_eval_impl(exec, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax, workspace);
-}
-void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                                 const BatchNormHyper& h, const double* x, const double* gamma, const double* beta,
-                                 const double* running_mean, const double* running_var, double* y, int32_t* argmax,
-                                 double* workspace) {
-  pool_forward_eval_impl(exec, s, pool, h, x, gamma, beta, running_mean, running_var, y, argmax, workspace);
-}
-void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                             const BatchNormHyper& h, const float* x, const float* y, const float* dy,
-                             const int32_t* argmax, const float* gamma, const float* save_mean,
-                             const float* save_invstd, float* dx, float* dgamma, float* dbeta, float* workspace) {
-  pool_backward_impl(exec, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma, dbeta, workspace);
-}
-void batchnorm_pool_backward(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
-                             const BatchNormHyper& h, const double* x, const double* y, const double* dy,
-                             const int32_t* argmax, const double* gamma, const double* save_mean,
-                             const double* save_invstd, double* dx, double* dgamma, double* dbeta,
-                             double* workspace) {
-  pool_backward_impl(exec, s, pool, h, x, y, dy, argmax, gamma, save_mean, save_invstd, dx, dgamma, dbeta, workspace);
+template <class T>
+void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<T>& a) {
+  pool_backward_impl(exec, a.shape, a.pool, a.hyper, a.x, static_cast<const T*>(a.y), a.dy, a.argmax, a.gamma,
+                     static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), a.dx, a.dgamma, a.dbeta,
+                     a.workspace);
 }
 
-void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
-                             const float* gamma, const float* beta, float* y, float* save_mean, float* save_invstd,
-                             float* running_mean, float* running_var, int64_t* num_batches_tracked, float*,
-                             const ChannelPartials&) {  // given: as batchnorm_pool_forward_train's
-  forward_train_impl(exec, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
-                     num_batches_tracked);
-}
-void batchnorm_forward_train(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
-                             const double* gamma, const double* beta, double* y, double* save_mean,
-                             double* save_invstd, double* running_mean, double* running_var,
-                             int64_t* num_batches_tracked, double*) {
-  forward_train_impl(exec, s, h, x, gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
-                     num_batches_tracked);
-}
-void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
-                            const float* gamma, const float* beta, const float* running_mean,
-                            const float* running_var, float* y) {
-  forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, y);
-}
-void batchnorm_forward_eval(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
-                            const double* gamma, const double* beta, const double* running_mean,
-                            const double* running_var, double* y) {
-  forward_eval_impl(exec, s, h, x, gamma, beta, running_mean, running_var, y);
-}
-void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const float* x,
-                        const float* y, const float* dy, const float* gamma, const float* save_mean,
-                        const float* save_invstd, float* dx, float* dgamma, float* dbeta, float*) {
-  backward_impl(exec, s, h, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
-}
-void batchnorm_backward(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const double* x,
-                        const double* y, const double* dy, const double* gamma, const double* save_mean,
-                        const double* save_invstd, double* dx, double* dgamma, double* dbeta, double*) {
-  backward_impl(exec, s, h, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta);
-}
+template void batchnorm_forward_train(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_forward_train(const Exec&, const BatchNormArgs<double>&);
+template void batchnorm_forward_eval(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_forward_eval(const Exec&, const BatchNormArgs<double>&);
+template void batchnorm_backward(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_backward(const Exec&, const BatchNormArgs<double>&);
+template void batchnorm_pool_forward_train(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_pool_forward_train(const Exec&, const BatchNormArgs<double>&);
+template void batchnorm_pool_forward_eval(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_pool_forward_eval(const Exec&, const BatchNormArgs<double>&);
+template void batchnorm_pool_backward(const Exec&, const BatchNormArgs<float>&);
+template void batchnorm_pool_backward(const Exec&, const BatchNormArgs<double>&);
 
 }  // namespace nt::kernels::cpu

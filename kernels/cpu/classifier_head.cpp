@@ -4,6 +4,6 @@
 
 namespace nt::kernels::cpu {
 
-void classifier_head(const Exec& exec, const ClassifierHead& h) { classifier_head_unfused(exec, h); }
+void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) { classifier_head_unfused(exec, h); }
 
 }  // namespace nt::kernels::cpu

@@ -17,7 +17,7 @@
 //   dx: taps (k, r, s) ascending (for a fixed tap at most one output (p,q) lands on a given (h,w));
 //   dw, dbias: per chunk of kQChunk output columns, lane j = q − q0 sums over (n, p) ascending; the lanes
 //       are then added j ascending and the chunks q0 ascending.
-// So the results do not depend on the thread count. The f64 overloads are the same templates in double.
+// So the results do not depend on the thread count. The f64 ops are the same templates in double.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -275,50 +275,34 @@ void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, co
 
 }  // namespace
 
-size_t conv2d_workspace_floats(const Conv2dShape&) { return 0; }
-size_t conv2d_statistics_floats(const Conv2dShape&) { return 0; }
-
-int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                   float* y, float*, float*) {
-  forward_impl(exec, s, x, w, bias, y);
+// The workspace and the statistics are the GPU's (the CPU needs no workspace and leaves no statistics).
+template <class T>
+int conv2d_forward(const Exec& exec, const Conv2dArgs<T>& a) {
+  forward_impl(exec, a.shape, a.x, a.w, a.bias, a.y);
   return 0;  // no statistics: the BatchNorm computes its own
 }
-void conv2d_forward(const Exec& exec, const Conv2dShape& s, const double* x, const double* w, const double* bias,
-                    double* y, double*) {
-  forward_impl(exec, s, x, w, bias, y);
-}
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          float*) {
-  backward_data_impl(exec, s, dy, w, dx);
-}
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const double* dy, const double* w, double* dx,
-                          double*) {
-  backward_data_impl(exec, s, dy, w, dx);
-}
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias, float*) {
-  backward_weight_impl(exec, s, x, dy, dw, dbias);
-}
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, double* dw,
-                            double* dbias, double*) {
-  backward_weight_impl(exec, s, x, dy, dw, dbias);
-}
-
 template <class T>
-void backward_both(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, const T* w, T* dw, T* dbias, T* dx,
-                   T* workspace) {
-  cpu::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
-  if (dx) cpu::conv2d_backward_data(exec, s, dy, w, dx, workspace);
+void conv2d_backward_data(const Exec& exec, const Conv2dArgs<T>& a) {
+  backward_data_impl(exec, a.shape, a.dy, a.w, a.dx);
 }
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w, float* dw,
-                     float* dbias, float* dx, float* workspace) {
-  backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
+template <class T>
+void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<T>& a) {
+  backward_weight_impl(exec, a.shape, a.x, a.dy, a.dw, a.dbias);
+}
+template <class T>
+bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a) {
+  cpu::conv2d_backward_weight(exec, a);
+  if (a.dx) cpu::conv2d_backward_data(exec, a);
   return false;  // no kernels
 }
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const double* x, const double* dy, const double* w,
-                     double* dw, double* dbias, double* dx, double* workspace) {
-  backward_both(exec, s, x, dy, w, dw, dbias, dx, workspace);
-  return false;
-}
+
+template int conv2d_forward(const Exec&, const Conv2dArgs<float>&);
+template int conv2d_forward(const Exec&, const Conv2dArgs<double>&);
+template void conv2d_backward_data(const Exec&, const Conv2dArgs<float>&);
+template void conv2d_backward_data(const Exec&, const Conv2dArgs<double>&);
+template void conv2d_backward_weight(const Exec&, const Conv2dArgs<float>&);
+template void conv2d_backward_weight(const Exec&, const Conv2dArgs<double>&);
+template bool conv2d_backward(const Exec&, const Conv2dArgs<float>&);
+template bool conv2d_backward(const Exec&, const Conv2dArgs<double>&);
 
 }  // namespace nt::kernels::cpu

@@ -25,16 +25,23 @@ T keep_probability(float p) {
   return T(1) - static_cast<T>(p);
 }
 
+}  // namespace
+
 template <class T>
-void dropout_forward_impl(const Exec& exec, const T* x, T* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                          uint64_t* counter) {
+void dropout_forward(const Exec& exec, const DropoutArgs<T>& a) {
+  const size_t n = a.n;
+  const float p = a.p;
+  const T* x = a.x;        // (n)
+  T* y = a.y;              // (n), may be x
+  uint8_t* mask = a.mask;  // (n)
+  uint64_t* counter = a.counter;
   const uint64_t draw = counter[0];
   if (n != 0) {
     // x read, y written, mask written; a hash (~12 integer ops), a multiply and a division per element.
     const double bytes = double(n) * (2 * sizeof(T) + 1);
     OpScope scope(exec, "dropout_forward", profile::OpCost{bytes, double(n) * 2});
     const T keep_p = keep_probability<T>(p);
-    const uint64_t key = dropout_key(seed, draw);
+    const uint64_t key = dropout_key(a.seed, draw);
     parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
       for (size_t i = begin; i < begin + count; ++i) {
         const bool keep = dropout_uniform_keyed(key, i) >= p;
@@ -47,31 +54,23 @@ void dropout_forward_impl(const Exec& exec, const T* x, T* y, uint8_t* mask, siz
 }
 
 template <class T>
-void dropout_backward_impl(const Exec& exec, const T* dy, const uint8_t* mask, T* dx, size_t n, float p) {
+void dropout_backward(const Exec& exec, const DropoutArgs<T>& a) {
+  const size_t n = a.n;
+  const T* dy = a.dy;            // (n)
+  const uint8_t* mask = a.mask;  // (n)
+  T* dx = a.dx;                  // (n), may be dy
   if (n == 0) return;
   const double bytes = double(n) * (2 * sizeof(T) + 1);  // dy, mask read, dx written
   OpScope scope(exec, "dropout_backward", profile::OpCost{bytes, double(n) * 2});
-  const T keep_p = keep_probability<T>(p);
+  const T keep_p = keep_probability<T>(a.p);
   parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     for (size_t i = begin; i < begin + count; ++i) dx[i] = (dy[i] * (mask[i] ? T(1) : T(0))) / keep_p;
   });
 }
 
-}  // namespace
-
-void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter) {
-  dropout_forward_impl(exec, x, y, mask, n, p, seed, counter);
-}
-void dropout_forward(const Exec& exec, const double* x, double* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter) {
-  dropout_forward_impl(exec, x, y, mask, n, p, seed, counter);
-}
-void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p) {
-  dropout_backward_impl(exec, dy, mask, dx, n, p);
-}
-void dropout_backward(const Exec& exec, const double* dy, const uint8_t* mask, double* dx, size_t n, float p) {
-  dropout_backward_impl(exec, dy, mask, dx, n, p);
-}
+template void dropout_forward(const Exec&, const DropoutArgs<float>&);
+template void dropout_forward(const Exec&, const DropoutArgs<double>&);
+template void dropout_backward(const Exec&, const DropoutArgs<float>&);
+template void dropout_backward(const Exec&, const DropoutArgs<double>&);
 
 }  // namespace nt::kernels::cpu

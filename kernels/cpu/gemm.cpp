@@ -375,7 +375,8 @@ bool choose_transposed(const GemmDesc& d, const Variant& v) {
 
 }  // namespace
 
-void gemm(const Exec& exec, const GemmDesc& d) {
+template <>
+void gemm(const Exec& exec, const GemmArgs<float>& d) {
   const double M = d.M, N = d.N, K = d.K;
   OpScope scope(exec, gemm_kernel_name(d.epilogue), {4 * (M * K + K * N + M * N), 2 * M * N * K});
   if (d.M == 0) return;

@@ -9,7 +9,8 @@
 
 namespace nt::kernels::cpu {
 
-void gemm(const Exec& exec, const GemmDescF64& d) {
+template <>
+void gemm(const Exec& exec, const GemmArgs<double>& d) {
   OpScope scope(exec, gemm_kernel_name(d.epilogue),
                 profile::OpCost{8.0 * (double(d.M) * d.K + double(d.K) * d.N + double(d.M) * d.N),
                                 2.0 * d.M * d.N * d.K});

@@ -97,8 +97,10 @@ void adam_range(float* __restrict__ p, const float* __restrict__ g, float* __res
 
 }  // namespace
 
-void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
-                 const AdamHyper& h, uint64_t* step) {
+void adam_update(const Exec& exec, const AdamArgs& a) {
+  const size_t n = a.n;
+  const AdamHyper& h = a.hyper;
+  uint64_t* step = a.step;
   const uint64_t t = step[0] + 1;  // the counter's value is the number of steps taken so far
   if (n != 0) {
     const double N = double(n);
@@ -121,13 +123,15 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
     c.bc2_sqrt = s.bc2_sqrt;
 
     parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
-      adam_range(params + begin, grads + begin, m + begin, v + begin, count, c);
+      adam_range(a.params + begin, a.grads + begin, a.m + begin, a.v + begin, count, c);
     });
   }
   step[0] = t;  // every call advances the counter, n == 0 included (as the CUDA twin)
 }
 
-void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n, const SgdHyper& h) {
+void sgd_update(const Exec& exec, const SgdArgs& a) {
+  const size_t n = a.n;
+  const SgdHyper& h = a.hyper;
   if (n == 0) return;
   const bool momentum = h.momentum != 0.f;
   const double N = double(n);
@@ -138,9 +142,10 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
 
   parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     if (momentum)
-      sgd_momentum_range(params + begin, grads + begin, velocity + begin, count, lr, h.momentum, h.weight_decay);
+      sgd_momentum_range(a.params + begin, a.grads + begin, a.velocity + begin, count, lr, h.momentum,
+                         h.weight_decay);
     else
-      sgd_plain_range(params + begin, grads + begin, count, lr, h.weight_decay);
+      sgd_plain_range(a.params + begin, a.grads + begin, count, lr, h.weight_decay);
   });
 }
 

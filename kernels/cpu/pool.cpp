@@ -39,8 +39,14 @@ void for_planes(const Exec& exec, const Pool2dShape& s, const Body& body) {
   });
 }
 
+}  // namespace
+
 template <class T>
-void maxpool2d_forward_impl(const Exec& exec, const Pool2dShape& s, const T* x, T* y, int32_t* argmax) {
+void maxpool2d_forward(const Exec& exec, const MaxPool2dArgs<T>& a) {
+  const Pool2dShape& s = a.shape;
+  const T* x = a.x;            // (N, C, H, W)
+  T* y = a.y;                  // (N, C, P, Q)
+  int32_t* argmax = a.argmax;  // (N, C, P, Q)
   const int P = s.p(), Q = s.q();
   const int64_t outputs = int64_t(s.n) * s.c * P * Q;
   if (outputs == 0) return;
@@ -57,9 +63,9 @@ void maxpool2d_forward_impl(const Exec& exec, const Pool2dShape& s, const T* x, 
         const int h0 = i * S, w0 = j * S;
         T best = -std::numeric_limits<T>::infinity();
         int32_t arg = h0 * W + w0;
-        for (int a = 0; a < K; ++a)
-          for (int b = 0; b < K; ++b) {
-            const int32_t idx = (h0 + a) * W + (w0 + b);
+        for (int r = 0; r < K; ++r)
+          for (int c = 0; c < K; ++c) {
+            const int32_t idx = (h0 + r) * W + (w0 + c);
             const T v = xp[idx];
             if (v > best || std::isnan(v)) {
               best = v;
@@ -73,7 +79,11 @@ void maxpool2d_forward_impl(const Exec& exec, const Pool2dShape& s, const T* x, 
 }
 
 template <class T>
-void maxpool2d_backward_impl(const Exec& exec, const Pool2dShape& s, const T* dy, const int32_t* argmax, T* dx) {
+void maxpool2d_backward(const Exec& exec, const MaxPool2dArgs<T>& a) {
+  const Pool2dShape& s = a.shape;
+  const T* dy = a.dy;                // (N, C, P, Q)
+  const int32_t* argmax = a.argmax;  // (N, C, P, Q)
+  T* dx = a.dx;                      // (N, C, H, W)
   const int P = s.p(), Q = s.q();
   const int64_t inputs = int64_t(s.n) * s.c * s.h * s.w;
   if (inputs == 0) return;
@@ -100,19 +110,9 @@ void maxpool2d_backward_impl(const Exec& exec, const Pool2dShape& s, const T* dy
   });
 }
 
-}  // namespace
-
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
-  maxpool2d_forward_impl(exec, s, x, y, argmax);
-}
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const double* x, double* y, int32_t* argmax) {
-  maxpool2d_forward_impl(exec, s, x, y, argmax);
-}
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
-  maxpool2d_backward_impl(exec, s, dy, argmax, dx);
-}
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const double* dy, const int32_t* argmax, double* dx) {
-  maxpool2d_backward_impl(exec, s, dy, argmax, dx);
-}
+template void maxpool2d_forward(const Exec&, const MaxPool2dArgs<float>&);
+template void maxpool2d_forward(const Exec&, const MaxPool2dArgs<double>&);
+template void maxpool2d_backward(const Exec&, const MaxPool2dArgs<float>&);
+template void maxpool2d_backward(const Exec&, const MaxPool2dArgs<double>&);
 
 }  // namespace nt::kernels::cpu

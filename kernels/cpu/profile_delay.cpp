@@ -4,6 +4,6 @@
 
 namespace nt::kernels::cpu {
 
-void profile_hold(const Exec&, const uint32_t*, uint32_t) {}
+void profile_hold(const Exec&, const ProfileHoldArgs&) {}
 
 }  // namespace nt::kernels::cpu

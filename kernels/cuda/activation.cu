@@ -94,16 +94,18 @@ void launch_elementwise(const Exec& exec, const char* name, const profile::OpCos
 
 }  // namespace
 
-void relu_forward(const Exec& exec, const float* x, float* y, size_t n) {
+void relu_forward(const Exec& exec, const ReluArgs<float>& a) {
+  const size_t n = a.n;
   if (n == 0) return;
   profile::OpCost cost{double(n) * 8, double(n)};  // x read, y written; one compare per element
-  launch_elementwise<ReluForward, false>(exec, "relu_forward", cost, x, nullptr, y, n);
+  launch_elementwise<ReluForward, false>(exec, "relu_forward", cost, a.x, nullptr, a.y, n);
 }
 
-void relu_backward(const Exec& exec, const float* y, const float* dy, float* dx, size_t n) {
+void relu_backward(const Exec& exec, const ReluArgs<float>& a) {
+  const size_t n = a.n;
   if (n == 0) return;
   profile::OpCost cost{double(n) * 12, double(n)};  // y and dy read, dx written; one compare per element
-  launch_elementwise<ReluBackward, true>(exec, "relu_backward", cost, y, dy, dx, n);
+  launch_elementwise<ReluBackward, true>(exec, "relu_backward", cost, a.y, a.dy, a.dx, n);
 }
 
 }  // namespace nt::kernels::cuda

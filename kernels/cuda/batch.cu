@@ -28,7 +28,7 @@
 // (grid-stride). A warp reads one contiguous source row segment (backwards when mirrored) and writes one
 // contiguous output row segment; no integer division in the index math.
 //
-// Overlapping (overlaps_previous, kernels/batch.h): the kernels open and close with launch.cuh's begin_kernel and
+// Overlapping (GatherBatchArgs::overlaps_previous): the kernels open and close with launch.cuh's begin_kernel and
 // end_kernel, so a training step's gather runs beside the previous step's optimizer update (which touches
 // neither the data nor the batch) rather than after it.
 #include <algorithm>
@@ -144,8 +144,13 @@ int threads_for(int columns) { return std::min(kMaxThreads, div_up(columns, 32) 
 
 }  // namespace
 
-void gather_batch(const Exec& exec, const BatchSource& src, int64_t first, int B, float* x, int32_t* y,
-                  bool overlaps_previous) {
+void gather_batch(const Exec& exec, const GatherBatchArgs& a) {
+  const BatchSource& src = a.src;
+  const int64_t first = a.first;
+  const int B = a.B;
+  float* x = a.x;    // (B, D)
+  int32_t* y = a.y;  // (B)
+  const bool overlaps_previous = a.overlaps_previous;
   if (B <= 0 || src.D <= 0) return;
   const int D = src.D;
   const double values = double(B) * D;

@@ -1,7 +1,8 @@
-// BatchNorm's pieces shared by the plain and pooled kernels (batchnorm.cu) and the fused convolution stem
-// (conv_batchnorm_pool.cu): the launch shape, the partials' layout, the (count, mean, M2) statistics and their
-// Chan combination, and each channel's forward and backward parameters from its combined sums. The math and the
-// reduction orders are stated at the top of batchnorm.cu.
+// BatchNorm's pieces shared by the plain and pooled kernels (batchnorm.cu, batchnorm_pool.cu) and the fused
+// convolution stem (conv_batchnorm_pool.cu): the launch shape, the partials' layout, the (count, mean, M2)
+// statistics and their Chan combination, and each channel's forward and backward parameters from its combined sums.
+// The math and the reduction orders are stated at the top of batchnorm.cu. (The passes that only the plain and
+// pooled ops share: batchnorm_passes.cuh.)
 #pragma once
 
 #include <cstdint>
@@ -65,34 +66,36 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- per-channel parameters ------------------------------------------------------------------------
 
+// The kernels' own view of an op's arguments (passed by value to every kernel): filled by name, and what an op does
+// not use stays null / 0.
 struct ForwardArgs {
-  const float* x;
-  const float* gamma;  // nullable
-  const float* beta;   // nullable
-  float* y;
-  float* ws;  // partials [3][C][P], then (NHWC) parameters [3][C]
-  float* save_mean;
-  float* save_invstd;
-  float* running_mean;  // nullable
-  float* running_var;   // nullable
-  int64_t* num_batches_tracked;  // nullable
-  const float* eval_mean;  // forward_eval: running statistics, read only
-  const float* eval_var;
-  float eps, momentum, count, count_m1;
+  const float* x = nullptr;
+  const float* gamma = nullptr;  // nullable
+  const float* beta = nullptr;   // nullable
+  float* y = nullptr;
+  float* ws = nullptr;  // partials [3][C][P], then (NHWC) parameters [3][C]
+  float* save_mean = nullptr;
+  float* save_invstd = nullptr;
+  float* running_mean = nullptr;           // nullable
+  float* running_var = nullptr;            // nullable
+  int64_t* num_batches_tracked = nullptr;  // nullable
+  const float* eval_mean = nullptr;        // forward_eval: running statistics, read only
+  const float* eval_var = nullptr;
+  float eps = 0.f, momentum = 0.f, count = 0.f, count_m1 = 0.f;
 };
 
 struct BackwardArgs {
-  const float* x;
-  const float* y;  // forward output; read only with relu
-  const float* dy;
-  const float* gamma;  // nullable
-  const float* save_mean;
-  const float* save_invstd;
-  float* dx;      // nullable (then no apply pass)
-  float* dgamma;  // nullable
-  float* dbeta;   // nullable
-  float* ws;      // partials [2][C][P], then (NHWC) parameters [4][C]
-  float count;
+  const float* x = nullptr;
+  const float* y = nullptr;  // forward output; read only with relu
+  const float* dy = nullptr;
+  const float* gamma = nullptr;  // nullable
+  const float* save_mean = nullptr;
+  const float* save_invstd = nullptr;
+  float* dx = nullptr;      // nullable (then no apply pass)
+  float* dgamma = nullptr;  // nullable
+  float* dbeta = nullptr;   // nullable
+  float* ws = nullptr;      // partials [2][C][P], then (NHWC) parameters [4][C]
+  float count = 0.f;
 };
 
 struct FwdParams {

@@ -99,7 +99,7 @@ __device__ __forceinline__ float4 load_row4(const float* row, int k, int n, bool
   return v;
 }
 
-__device__ void stage_inputs(const ClassifierHead& h, int r0, int rows, int ldw, float* sW) {
+__device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, int ldw, float* sW) {
   const int K = h.K, K4 = ldw / 4, total = (h.C + rows) * K4;
   const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
@@ -139,7 +139,7 @@ __device__ __forceinline__ void store_row4(float* row, int k, int n, float4 v, b
 // Phase 1 for row b, by one warp (see the top of the file). xr: the row in shared memory (ldw floats);
 // dl: its dlogits slot (C floats). vec_dx: dx rows are 16-byte aligned.
 template <int MaxC>
-__device__ void head_row(const ClassifierHead& h, int b, int lane, const float* sW, int ldw, const float* xr,
+__device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const float* sW, int ldw, const float* xr,
                          float* dl, bool vec_dx, RowTotals& totals) {
   const int K = h.K, C = h.C, K4 = ldw / 4;
   const int32_t label = h.labels[b];
@@ -232,7 +232,7 @@ struct BlockTotals {
 
 template <int MaxC>
 __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads)
-    classifier_head_kernel(ClassifierHead h) {
+    classifier_head_kernel(ClassifierHeadArgs h) {
   begin_dependent_kernel();
 #if NT_CLUSTERS
   extern __shared__ __align__(16) float smem[];
@@ -315,7 +315,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
 
 }  // namespace
 
-void classifier_head(const Exec& exec, const ClassifierHead& h) {
+void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   check_classifier_head(h);
   NT_CHECK(classifier_head_fits(h.C, h.K), "classifier head: ", h.C, " classes of ", h.K,
            " inputs; the CUDA kernel serves 1..", kHeadMaxClasses, " classes and (C*K + C)*4 <= ",

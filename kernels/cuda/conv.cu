@@ -1,5 +1,7 @@
 // 2-D convolution on the GPU as implicit GEMM, deterministic: fp32 SIMT (FFMA), or with Exec::tf32 TF32 tensor
 // cores (conv_mma_kernel; the direct kernels then round their operands the same way, kernels/tf32.h).
+// The passes' operand gathers and stores, and ConvArgs, are in kernels/cuda/conv_passes.cuh (shared with
+// conv_direct.cu, the kernels of few taps). The ops take Conv2dArgs (kernels/conv.h) and fill a ConvArgs per pass.
 //
 // Math and layouts (contract in kernels/conv.h): x, dx (N,C,H,W); w, dw (K,C,R,S); y, dy (N,K,P,Q);
 // bias, dbias (K); every output written with `=`. Each pass is one GEMM C(M,N) = A(M,Kg) · B(Kg,N) whose
@@ -34,8 +36,8 @@
 //   Kg is split over S <= kMaxSplit blocks, each keeping >= 64 of Kg, so that tiles·S reaches kTargetBlocks
 //   (grouped and tall: kGroupedSplitBlocks, one wave of three blocks per SM).
 //   The plan depends on (M, N, Kg) only, not on the device: the same bits on every GPU. A forward and a
-//   backward_weight with few taps (C·R·S <= 32) are no GEMM at all: see conv_direct_forward_kernel and
-//   conv_direct_backward_weight_kernel.
+//   backward_weight with few taps (C·R·S <= 32) are no GEMM at all: kernels/cuda/conv_direct.cu, whose
+//   backward_weight partials go through this file's split-K reduction.
 //
 // Split-K and determinism: with S > 1, block z of the grid sums Kg slabs [z·L, (z+1)·L) (L = ceil(slabs/S)),
 // k ascending, and writes its raw partial tile to workspace[z][m][n] (all S blocks write, an empty range
@@ -53,6 +55,12 @@
 // Workspace: S·(M·N) floats for the pass that splits (+M for backward_weight's bias rows); the query returns
 // the maximum over the three passes and every batch size n' <= n. Indices are 32-bit: tensors must hold
 // fewer than 2^31 elements (checked).
+//
+// Length: over the ~700 lines of a kernel file, on purpose. The two GEMM kernels, their staged epilogue, the plan
+// that picks among their instantiations and the launchers that instantiate them change together (a tile
+// configuration touches all four); what stands alone is out (conv_passes.cuh, conv_direct.cu, conv_halo.cuh).
+// The K-loop is not gemm.cu's: the slab loaders gather through the passes, and sharing the loop would risk
+// the bits and the speed of both.
 #include "kernels/conv.h"
 
 #include <algorithm>
@@ -60,6 +68,7 @@
 #include <utility>
 
 #include "kernels/cuda/conv_halo.cuh"
+#include "kernels/cuda/conv_passes.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -93,165 +102,6 @@ constexpr int64_t kTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H2
 constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three blocks per SM (the grouped tiles, 192-256 threads)
 constexpr int kMaxSplit = 256;
 constexpr int kMinSplitDepth = 64;     // >= 64 products per output per split block
-constexpr int kInvalid = -(1 << 30);   // an image coordinate that fails every range check, even doubled
-
-// Everything a kernel needs, by value.
-struct ConvArgs {
-  int n, c, h, w, k, r, s, stride, pad, p, q;  // the convolution
-  int hw, pq, rs, chw, kpq;                    // products used in the indexing
-  int M, N, K;                                 // the pass's GEMM (K = Kg)
-  int split, slabs_per_split;                  // split-K: S and L (S == 1: no split)
-  int partial_stride;                          // floats per split in the workspace
-  bool tf32;                                   // the direct kernels: round the operands of every product
-  bool overlaps_previous;                      // runs beside its predecessor (launch.cuh; conv2d_backward)
-  const float* a_src;                          // forward: w   backward_data: w   backward_weight: dy
-  const float* b_src;                          // forward: x   backward_data: dy  backward_weight: x
-  const float* bias;                           // forward, nullable
-  float* out;                                  // y, dx or dw
-  float* out_rows;                             // backward_weight: dbias, nullable
-  float* partial;                              // workspace (split > 1)
-  float* stats;                                // forward without split, nullable: ChannelPartials' data
-  FastDivmod by_rs, by_s, by_pq, by_q, by_hw, by_w, by_n;
-};
-
-// 0 <= v < limit, in one unsigned compare (a negative v wraps to a huge unsigned value).
-__device__ __forceinline__ bool inside(int v, int limit) {
-  return static_cast<unsigned>(v) < static_cast<unsigned>(limit);
-}
-
-// An operand element from its a_at / b_at address: 0 where there is none.
-__device__ __forceinline__ float load_or_zero(const float* p) { return p ? __ldg(p) : 0.f; }
-
-// ---- the three passes: operand gathers and epilogues -----------------------------------------------------
-// k_info(kg): what a thread needs about its Kg index for this slab. column(n): the per-block table entry of
-// GEMM column n (int4). a_at / b_at: where one operand element lives, nullptr where it is 0 (outside);
-// load_a / load_b read it (the FFMA kernels), the TF32 kernel copies it with cp.async. store: C(m, n) to its place.
-
-struct ForwardPass {  // M = K, N = N·P·Q (pixel), Kg = C·R·S (tap)
-  static constexpr bool kRowSums = false;
-  static constexpr bool kStaged = true;  // C(m, n) at out[column(n).w + m·plane()] (store_staged)
-  __device__ static int plane(const ConvArgs& a) { return a.pq; }
-  struct KInfo {
-    int kg, off, r, s;  // off = c·H·W + r·W + s
-  };
-  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
-    KInfo ki{kg, 0, kInvalid, kInvalid};
-    if (kg < a.K) {
-      int c, rs, r, s;
-      a.by_rs.divmod(kg, c, rs);
-      a.by_s.divmod(rs, r, s);
-      ki.off = c * a.hw + r * a.w + s, ki.r = r, ki.s = s;
-    }
-    return ki;
-  }
-  // pixel (img, p, q): {x offset of its (0,0) tap, h0 = p·st − pad, w0 = q·st − pad, y offset of channel 0}
-  __device__ static int4 column(const ConvArgs& a, int col) {
-    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
-    int img, pq, oh, ow;
-    a.by_pq.divmod(col, img, pq);
-    a.by_q.divmod(pq, oh, ow);
-    const int h0 = oh * a.stride - a.pad, w0 = ow * a.stride - a.pad;
-    return make_int4(img * a.chw + h0 * a.w + w0, h0, w0, img * a.kpq + pq);
-  }
-  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // w (K, C·R·S)
-    return m < a.M && ki.kg < a.K ? &a.a_src[m * a.K + ki.kg] : nullptr;
-  }
-  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
-    const int ih = col.y + ki.r, iw = col.z + ki.s;
-    return inside(ih, a.h) && inside(iw, a.w) ? &a.b_src[col.x + ki.off] : nullptr;
-  }
-  __device__ static float finish(const ConvArgs& a, int m, float v) { return a.bias ? v + __ldg(&a.bias[m]) : v; }
-  __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
-    a.out[col.w + m * a.pq] = finish(a, m, v);  // y[img, m, pq]
-  }
-  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) {
-    int img, pq;
-    a.by_pq.divmod(n, img, pq);
-    a.out[img * a.kpq + m * a.pq + pq] = finish(a, m, v);
-  }
-};
-
-struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k, tap)
-  static constexpr bool kRowSums = false;
-  static constexpr bool kStaged = false;  // staged: no faster with TF32, slower in fp32 (docs/conv.md)
-  struct KInfo {
-    int kg, w_off, dy_off, r, s;  // w_off = k·C·R·S + r·S + s (w index of channel 0), dy_off = k·P·Q
-  };
-  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
-    KInfo ki{kg, 0, 0, 0, 0};
-    if (kg < a.K) {
-      int k, rs;
-      a.by_rs.divmod(kg, k, rs);
-      a.by_s.divmod(rs, ki.r, ki.s);
-      ki.w_off = k * a.c * a.rs + rs, ki.dy_off = k * a.pq;
-    }
-    return ki;
-  }
-  // input pixel (img, h, w): {dy offset of image img, h + pad, w + pad, dx offset of channel 0}
-  __device__ static int4 column(const ConvArgs& a, int col) {
-    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
-    int img, hw, ih, iw;
-    a.by_hw.divmod(col, img, hw);
-    a.by_w.divmod(hw, ih, iw);
-    return make_int4(img * a.kpq, ih + a.pad, iw + a.pad, img * a.chw + hw);
-  }
-  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // w[k, c = m, r, s]
-    return m < a.M && ki.kg < a.K ? &a.a_src[ki.w_off + m * a.rs] : nullptr;
-  }
-  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // dy
-    int oh = col.y - ki.r, ow = col.z - ki.s;  // = p·stride, q·stride if the tap lands on an output
-    if (a.stride != 1) {
-      if (oh < 0 || ow < 0 || oh % a.stride != 0 || ow % a.stride != 0) return nullptr;
-      oh /= a.stride, ow /= a.stride;
-    }
-    const bool lands = ki.kg < a.K && inside(oh, a.p) && inside(ow, a.q);
-    return lands ? &a.b_src[col.x + ki.dy_off + oh * a.q + ow] : nullptr;
-  }
-  __device__ static void store(const ConvArgs& a, int m, int, const int4& col, float v) {
-    a.out[col.w + m * a.hw] = v;  // dx[img, c = m, h, w]
-  }
-  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) {
-    int img, hw;
-    a.by_hw.divmod(n, img, hw);
-    a.out[img * a.chw + m * a.hw + hw] = v;
-  }
-};
-
-struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output pixel)
-  static constexpr bool kRowSums = true;  // dbias = row sums of A = dy
-  static constexpr bool kStaged = false;  // dw's rows are contiguous already
-  struct KInfo {
-    int kg, dy_off, x_off, h0, w0;  // dy_off = img·K·P·Q + pq; x_off = img·C·H·W + h0·W + w0
-  };
-  __device__ static KInfo k_info(const ConvArgs& a, int kg) {
-    KInfo ki{kg, 0, 0, kInvalid, kInvalid};
-    if (kg < a.K) {
-      int img, pq, oh, ow;
-      a.by_pq.divmod(kg, img, pq);
-      a.by_q.divmod(pq, oh, ow);
-      ki.h0 = oh * a.stride - a.pad, ki.w0 = ow * a.stride - a.pad;
-      ki.dy_off = img * a.kpq + pq, ki.x_off = img * a.chw + ki.h0 * a.w + ki.w0;
-    }
-    return ki;
-  }
-  // tap (c, r, s): {c·H·W + r·W + s, r, s, unused}
-  __device__ static int4 column(const ConvArgs& a, int col) {
-    if (col >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
-    int c, rs, r, s;
-    a.by_rs.divmod(col, c, rs);
-    a.by_s.divmod(rs, r, s);
-    return make_int4(c * a.hw + r * a.w + s, r, s, 0);
-  }
-  __device__ static const float* a_at(const ConvArgs& a, const KInfo& ki, int m) {  // dy[img, k = m, pq]
-    return m < a.M && ki.kg < a.K ? &a.a_src[ki.dy_off + m * a.pq] : nullptr;
-  }
-  __device__ static const float* b_at(const ConvArgs& a, const KInfo& ki, const int4& col) {  // x
-    const int ih = ki.h0 + col.y, iw = ki.w0 + col.z;
-    return inside(ih, a.h) && inside(iw, a.w) ? &a.b_src[ki.x_off + col.x] : nullptr;
-  }
-  __device__ static void store(const ConvArgs& a, int m, int n, const int4&, float v) { a.out[m * a.N + n] = v; }
-  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
-};
 
 // ---- the epilogue through shared memory, and BatchNorm statistics there ------------------------------------
 // A forward without a split stages its finished tile (bias added: the values stored) in shared memory, row
@@ -584,140 +434,6 @@ __global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows) conv_split_r
   Pass::store_flat(a, m, n, sum);
 }
 
-// ---- direct forward for few taps ------------------------------------------------------------------------------
-
-// A first layer (C·R·S <= kDirectTaps, e.g. 1x3x3 on a gray image) makes a GEMM of depth 9: one slab, mostly
-// zero padding, for a tile machinery built to amortize deep K. Here one thread owns an output pixel: it loads
-// its C·R·S input taps once into registers (0 in the padding), then runs each output channel's dot product
-// over them with the filter bank in shared memory (a broadcast read). The FMA chain is the implicit GEMM's
-// (k ascending from 0, bias last): the same bits. Memory-bound on the writes of y, K floats per pixel.
-constexpr int kDirectTaps = 32;
-constexpr int kDirectThreads = 128;
-constexpr int kDirectMaxWeights = 8192;  // K·C·R·S floats in shared memory (32 KB)
-
-// Few taps and a small filter bank: the forward and backward_weight run the direct kernels.
-bool direct_taps(const Conv2dShape& s) {
-  const int64_t taps = int64_t(s.c) * s.r * s.s;
-  return taps <= kDirectTaps && taps * s.k <= kDirectMaxWeights;
-}
-
-// grid: ceil(N·P·Q / kDirectThreads); smem: w (K, C·R·S) then the tap table (ForwardPass::k_info of each tap).
-// Taps: C·R·S exactly (no guard in the loops), or kDirectTaps with a guard for any smaller count.
-template <int Taps>
-__global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(ConvArgs a) {
-  static_assert(Taps <= kDirectTaps);
-  __shared__ float sw[kDirectMaxWeights];
-  __shared__ ForwardPass::KInfo taps[kDirectTaps];
-  const int ntaps = a.K;  // the GEMM's depth: C·R·S
-  for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
-  begin_dependent_kernel();  // the weights (and x) may come from the kernels before
-  for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads)
-    sw[i] = a.tf32 ? round_to_tf32(__ldg(&a.a_src[i])) : __ldg(&a.a_src[i]);
-  __syncthreads();
-  const int pixel = blockIdx.x * kDirectThreads + threadIdx.x;
-  if (pixel >= a.N) return;
-  const int4 col = ForwardPass::column(a, pixel);  // {x offset of tap (0,0,0), h0, w0, y offset of channel 0}
-  float x[Taps];
-#pragma unroll
-  for (int t = 0; t < Taps; ++t) {
-    x[t] = 0.f;
-    if (Taps != kDirectTaps || t < ntaps) {
-      x[t] = load_or_zero(ForwardPass::b_at(a, taps[t], col));
-      if (a.tf32) x[t] = round_to_tf32(x[t]);
-    }
-  }
-  for (int m = 0; m < a.M; ++m) {
-    const float* wm = sw + m * ntaps;
-    float acc = 0.f;
-#pragma unroll
-    for (int t = 0; t < Taps; ++t)
-      if (Taps != kDirectTaps || t < ntaps) acc = fmaf(wm[t], x[t], acc);
-    ForwardPass::store(a, m, pixel, col, acc);
-  }
-}
-
-// ---- direct backward_weight for few taps ---------------------------------------------------------------------
-
-// The same first layer's weight gradient as a GEMM is M = K channels by N = C·R·S taps (9) over Kg = N·P·Q
-// pixels: the 32×32 tile wastes 23 of its 32 columns and every slab decodes pixels it then splits 256 ways
-// (13.1 us + 2.4 us of reduction at batch 64 on the H100). Here a thread owns kDirectPixelsPerThread pixels,
-// loads each one's taps as the direct forward does and the dy of Channels output channels, and accumulates
-// the products (and dy itself: dbias) in registers; the block adds its threads' sums (through shared memory,
-// in a fixed order) into one partial per block column, which conv_split_reduce_kernel adds as split-K
-// partials. A fixed grid and fixed orders: deterministic. grid: (ceil(N·P·Q / pixels per block),
-// ceil(K / Channels)). a: the forward GEMM's args (M = K, N = N·P·Q, K = C·R·S) with a_src = dy, b_src = x,
-// partial_stride = K·C·R·S + K (backward_weight's split layout: dw (K, C·R·S), then dbias (K)).
-constexpr int kDirectPixelsPerThread = 4;
-constexpr int kDirectPixelsPerBlock = kDirectThreads * kDirectPixelsPerThread;
-
-template <int Taps, int Channels>
-__global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_kernel(ConvArgs a) {
-  static_assert(Taps <= kDirectTaps);
-  constexpr int kSums = Taps + 1;  // per channel: the taps' products, then dy alone (dbias)
-  static_assert(kDirectThreads % 4 == 0);
-  __shared__ ForwardPass::KInfo taps[kDirectTaps];
-  __shared__ float parked[Channels * kSums][kDirectThreads + 1];  // +1: a row's consecutive threads, distinct banks
-  const int ntaps = a.K;
-  for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
-  begin_dependent_kernel();  // dy comes from the kernels before
-  __syncthreads();
-
-  const int m0 = blockIdx.y * Channels;
-  float acc[Channels][kSums];
-#pragma unroll
-  for (int c = 0; c < Channels; ++c)
-#pragma unroll
-    for (int t = 0; t < kSums; ++t) acc[c][t] = 0.f;
-
-  const int first = blockIdx.x * kDirectPixelsPerBlock + threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < kDirectPixelsPerThread; ++i) {
-    const int pixel = first + i * kDirectThreads;
-    if (pixel >= a.N) break;
-    const int4 col = ForwardPass::column(a, pixel);  // {x offset of tap (0,0,0), h0, w0, dy offset of channel 0}
-    float x[Taps];
-#pragma unroll
-    for (int t = 0; t < Taps; ++t) {
-      x[t] = Taps != kDirectTaps || t < ntaps ? load_or_zero(ForwardPass::b_at(a, taps[t], col)) : 0.f;
-      if (a.tf32) x[t] = round_to_tf32(x[t]);
-    }
-#pragma unroll
-    for (int c = 0; c < Channels; ++c) {
-      const int m = m0 + c;
-      const float g = m < a.M ? __ldg(&a.a_src[col.w + m * a.pq]) : 0.f;  // dy[img, m, pq]
-      const float gm = a.tf32 ? round_to_tf32(g) : g;                     // what the products see
-#pragma unroll
-      for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(gm, x[t], acc[c][t]);
-      acc[c][Taps] += g;  // dbias: fp32
-    }
-  }
-
-  // The block's sums: every thread parks its sums in its column of shared memory, then thread v adds row
-  // v's entries in a fixed order (four interleaved chains, joined in order). A warp butterfly per sum cost
-  // 10 instructions per thread for each of the 80, more than the products themselves (Nsight Compute: 167
-  // registers, 6.2 cycles per instruction).
-#pragma unroll
-  for (int c = 0; c < Channels; ++c)
-#pragma unroll
-    for (int t = 0; t < kSums; ++t) parked[c * kSums + t][threadIdx.x] = acc[c][t];
-  __syncthreads();
-  float* part = a.partial + static_cast<size_t>(blockIdx.x) * a.partial_stride;
-  for (int v = threadIdx.x; v < Channels * kSums; v += kDirectThreads) {
-    const int c = v / kSums, t = v % kSums, m = m0 + c;
-    if (m >= a.M || (t < Taps && t >= ntaps)) continue;
-    float chain[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
-    for (int i = 0; i < kDirectThreads; i += 4)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) chain[k] += parked[v][i + k];
-    part[t < Taps ? m * ntaps + t : a.M * ntaps + m] = (chain[0] + chain[1]) + (chain[2] + chain[3]);
-  }
-}
-
-int direct_weight_blocks(const Conv2dShape& s) {
-  return static_cast<int>((int64_t(s.n) * s.p() * s.q() + kDirectPixelsPerBlock - 1) / kDirectPixelsPerBlock);
-}
-
 // ---- launchers -----------------------------------------------------------------------------------------------
 
 enum class Tile {
@@ -791,13 +507,16 @@ int split_to_fill(int64_t tiles, int K, Tile tile, int64_t target) {
 }
 
 Plan choose_fp32_plan(int M, int N, int K) {
-  if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks) return {Tile::medium, 1};
+  if (M > ConvNarrow::BM && tiles_for(M, N, ConvMedium::BM, ConvMedium::BN) >= kTargetBlocks)
+    return {.tile = Tile::medium, .split = 1};
   const bool tall = M > ConvNarrow::BM && K >= 2 * ConvTallGrouped::BK;
   const int64_t tall_tiles = tiles_for(M, N, ConvTallGrouped::BM, ConvTallGrouped::BN);
-  if (tall && tall_tiles >= kTargetBlocks) return {Tile::tall_grouped, 1};
+  if (tall && tall_tiles >= kTargetBlocks) return {.tile = Tile::tall_grouped, .split = 1};
   if (const int64_t narrow = tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN); N > ConvSmall::BN && narrow >= kTargetBlocks)
-    return {K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow, 1};
-  Plan plan{tall ? Tile::tall_grouped : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small, 1};
+    return {.tile = K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow,
+            .split = 1};
+  Plan plan{.tile = tall ? Tile::tall_grouped : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small,
+            .split = 1};
   const int64_t tiles = tall ? tall_tiles : tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
   if (tiles < kTargetBlocks)
     plan.split = split_to_fill(tiles, K, plan.tile, plan.tile == Tile::small ? kTargetBlocks : kGroupedSplitBlocks);
@@ -811,7 +530,8 @@ Plan choose_fp32_plan(int M, int N, int K) {
 Plan choose_mma_plan(int M, int N, int K) {
   const bool tall = M > 32;
   const bool wide = tiles_for(M, N, tall ? 64 : 32, 64) >= kGroupedSplitBlocks;
-  Plan plan{tall ? (wide ? Tile::mma_64x64 : Tile::mma_64x32) : (wide ? Tile::mma_32x64 : Tile::mma_32x32), 1};
+  Plan plan{.tile = tall ? (wide ? Tile::mma_64x64 : Tile::mma_64x32) : (wide ? Tile::mma_32x64 : Tile::mma_32x32),
+            .split = 1};
   const int64_t tiles = tiles_for(M, N, tall ? 64 : 32, wide ? 64 : 32);
   if (tiles < kTargetBlocks) plan.split = split_to_fill(tiles, K, plan.tile, kGroupedSplitBlocks);
   return plan;
@@ -823,9 +543,11 @@ Plan choose_plan(int M, int N, int K, bool tf32) { return tf32 ? choose_mma_plan
 struct PassGemm {
   int M, N, K;
 };
-PassGemm forward_gemm(const Conv2dShape& s) { return {s.k, s.n * s.p() * s.q(), s.c * s.r * s.s}; }
-PassGemm backward_data_gemm(const Conv2dShape& s) { return {s.c, s.n * s.h * s.w, s.k * s.r * s.s}; }
-PassGemm backward_weight_gemm(const Conv2dShape& s) { return {s.k, s.c * s.r * s.s, s.n * s.p() * s.q()}; }
+PassGemm forward_gemm(const Conv2dShape& s) { return {.M = s.k, .N = s.n * s.p() * s.q(), .K = s.c * s.r * s.s}; }
+PassGemm backward_data_gemm(const Conv2dShape& s) { return {.M = s.c, .N = s.n * s.h * s.w, .K = s.k * s.r * s.s}; }
+PassGemm backward_weight_gemm(const Conv2dShape& s) {
+  return {.M = s.k, .N = s.c * s.r * s.s, .K = s.n * s.p() * s.q()};
+}
 
 // Either math mode's plan: the workspace serves both (Exec::tf32 is the caller's to change between calls).
 size_t split_floats(const PassGemm& g, int extra_rows) {
@@ -936,7 +658,7 @@ void launch_halo(const Exec& exec, const char* name, const profile::OpCost& cost
 template <class Pass>
 void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvArgs& a, int rows) {
   const int total = a.M * a.N + rows;
-  const profile::OpCost reduce_cost{4.0 * total * (a.split + 1), double(total) * a.split};
+  const profile::OpCost reduce_cost{.bytes = 4.0 * total * (a.split + 1), .flops = double(total) * a.split};
   launch(exec, reduce_name, reduce_cost, conv_split_reduce_kernel<Pass>, gemm_tile::split_reduce_grid(total),
          gemm_tile::split_reduce_block(a.split, total), 0, a, total);
 }
@@ -954,7 +676,7 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
   a.partial_stride = a.M * a.N + rows;
   a.partial = workspace;
   NT_CHECK(plan.split == 1 || workspace != nullptr, name, ": needs a workspace (conv2d_workspace_floats)");
-  const profile::OpCost cost{bytes, flops};
+  const profile::OpCost cost{.bytes = bytes, .flops = flops};
   switch (plan.tile) {
     case Tile::medium: launch_tile<ConvMedium, Pass>(exec, name, cost, a); break;
     case Tile::narrow: launch_tile<ConvNarrow, Pass>(exec, name, cost, a); break;
@@ -1022,57 +744,50 @@ size_t conv2d_statistics_floats(const Conv2dShape& s) {
 
 size_t conv2d_workspace_floats(const Conv2dShape& s) { return most_over_batches(s, workspace_for); }
 
-int conv2d_forward(const Exec& exec, const Conv2dShape& s, const float* x, const float* w, const float* bias,
-                   float* y, float* workspace, float* statistics) {
+int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
+  const Conv2dShape& s = args.shape;
   check_shape(s);
   const PassGemm g = forward_gemm(s);
   if (g.M == 0 || g.N == 0) return 0;  // y is empty
   ConvArgs a = make_args(exec, s, g);
-  a.a_src = w, a.b_src = x, a.bias = bias, a.out = y;
+  a.a_src = args.w, a.b_src = args.x, a.bias = args.bias, a.out = args.y;
   if (direct_taps(s)) {
-    // 1x3x3 (a gray image's first layer) gets a kernel without the tap guards: a third of the instructions.
-    const auto kernel = a.K == 9 ? conv_direct_forward_kernel<9> : conv_direct_forward_kernel<kDirectTaps>;
-    launch(exec, "conv2d_forward", profile::OpCost{conv_bytes(s), conv_flops(s)}, kernel,
-           dim3(static_cast<unsigned>((a.N + kDirectThreads - 1) / kDirectThreads)), dim3(kDirectThreads), 0, a);
+    launch_direct_forward(exec, profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s)}, a);
     return 0;
   }
-  const int chunks = statistics ? statistics_chunks(s, exec.tf32) : 0;
-  a.stats = chunks > 0 ? statistics : nullptr;
+  const int chunks = args.statistics ? statistics_chunks(s, exec.tf32) : 0;
+  a.stats = chunks > 0 ? args.statistics : nullptr;
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
-                        workspace);
+                        args.workspace);
   return chunks;
 }
 
-void conv2d_backward_data(const Exec& exec, const Conv2dShape& s, const float* dy, const float* w, float* dx,
-                          float* workspace) {
+void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
+  const Conv2dShape& s = args.shape;
   check_shape(s);
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
   ConvArgs a = make_args(exec, s, g);
-  a.a_src = w, a.b_src = dy, a.out = dx;
+  a.a_src = args.w, a.b_src = args.dy, a.out = args.dx;
   run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, conv_flops(s),
-                             conv_bytes(s), workspace);
+                             conv_bytes(s), args.workspace);
 }
 
-void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                            float* dbias, float* workspace) {
+void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
+  const Conv2dShape& s = args.shape;
+  const float *x = args.x, *dy = args.dy;
+  float *dbias = args.dbias, *workspace = args.workspace;
   check_shape(s);
   const PassGemm g = backward_weight_gemm(s);
   if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
   ConvArgs a = make_args(exec, s, g);
-  a.a_src = dy, a.b_src = x, a.out = dw, a.out_rows = dbias;
+  a.a_src = dy, a.b_src = x, a.out = args.dw, a.out_rows = dbias;
   if (direct_taps(s) && g.K > 0) {
     NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
     ConvArgs d = make_args(exec, s, forward_gemm(s));
     d.a_src = dy, d.b_src = x, d.partial = workspace, d.partial_stride = g.M * g.N + g.M;
-    // 1x3x3 gets 8 channels per thread without tap guards; up to 32 taps, 2 channels (64 accumulators).
-    const bool nine = d.K == 9;
-    const int channels = nine ? 8 : 2;
-    const auto kernel = nine ? conv_direct_backward_weight_kernel<9, 8> : conv_direct_backward_weight_kernel<kDirectTaps, 2>;
-    const dim3 grid(static_cast<unsigned>(direct_weight_blocks(s)), static_cast<unsigned>((g.M + channels - 1) / channels));
-    launch(exec, "conv2d_backward_weight", profile::OpCost{conv_bytes(s), conv_flops(s)}, kernel, grid,
-           dim3(kDirectThreads), 0, d);
-    a.split = static_cast<int>(grid.x), a.partial = workspace, a.partial_stride = d.partial_stride;
+    launch_direct_backward_weight(exec, profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s)}, s, d);
+    a.split = direct_weight_blocks(s), a.partial = workspace, a.partial_stride = d.partial_stride;
     launch_split_reduce<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", a, dbias ? g.M : 0);
     return;
   }
@@ -1080,13 +795,15 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dShape& s, const float*
                                dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
 }
 
-bool conv2d_backward(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, const float* w,
-                     float* dw, float* dbias, float* dx, float* workspace) {
+bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
+  const Conv2dShape& s = args.shape;
+  const float *x = args.x, *dy = args.dy, *w = args.w;
+  float *dw = args.dw, *dbias = args.dbias, *dx = args.dx, *workspace = args.workspace;
   check_shape(s);
   const PassGemm gw = backward_weight_gemm(s), gd = backward_data_gemm(s);
   if (!dx || gd.M == 0 || gd.N == 0 || direct_taps(s) || gw.M == 0 || gw.N == 0 || gw.K == 0) {
-    cuda::conv2d_backward_weight(exec, s, x, dy, dw, dbias, workspace);
-    if (dx) cuda::conv2d_backward_data(exec, s, dy, w, dx, workspace);
+    cuda::conv2d_backward_weight(exec, args);
+    if (dx) cuda::conv2d_backward_data(exec, args);
     return false;  // not claimed: the last kernel may be backward_data's
   }
   // backward_weight's GEMM, then backward_data beside it (it reads dy and w, writes dx and its own part of the
@@ -1118,12 +835,15 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
   return split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
 }
 
-void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const float* x, const float* w,
-                    const float* dy, float* out, float* workspace, int tile, int split) {
+void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, int tile, int split) {
+  const Conv2dShape& s = args.shape;
+  const float *x = args.x, *w = args.w, *dy = args.dy;
+  float* out = pass == 0 ? args.y : pass == 1 ? args.dx : args.dw;
+  float* workspace = args.workspace;
   check_shape(s);
   NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::halo_32) && split >= 1,
            "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
-  const Plan plan{static_cast<Tile>(tile), split};
+  const Plan plan{.tile = static_cast<Tile>(tile), .split = split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
   if (plan.tile == Tile::halo_64 || plan.tile == Tile::halo_32) {
     NT_CHECK(pass != 2, "conv lab: the halo kernel has no backward_weight");
@@ -1132,7 +852,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dShape& s, const floa
     const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, out) : halo_backward_data_args(s, dy, w, out);
     const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
-    return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", profile::OpCost{bytes, flops},
+    return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", profile::OpCost{.bytes = bytes, .flops = flops},
                        halo_plan);
   }
   if (pass == 0) {

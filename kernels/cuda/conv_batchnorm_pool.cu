@@ -1,8 +1,8 @@
-// The fused convolution stem on the GPU (contract in kernels/batchnorm.h, conv_batchnorm_pool_*; CPU twin in
-// kernels/cpu/batchnorm.cpp), NCHW.
+// The fused convolution stem on the GPU (contract in kernels/conv_batchnorm_pool.h; CPU twin in
+// kernels/cpu/conv_batchnorm_pool.cpp), NCHW.
 //
 // The pooled BatchNorm whose input is conv2d_forward(x, w) of a first layer with few taps, never written: each
-// kernel recomputes a value from x's C·R·S taps where batchnorm.cu's pooled kernels would read it. Block (g, p) serves
+// kernel recomputes a value from x's C·R·S taps where batchnorm_pool.cu's kernels would read it. Block (g, p) serves
 // channels [g·Kb, (g+1)·Kb) (Kb = stem_channels: 4 for up to 9 taps, else 1) over images [p·I, (p+1)·I)
 // (StemGeometry): it stages those images of x in shared memory, zero-padded (and rounded to TF32 under
 // Exec::tf32, as the direct convolution rounds its operands), keeps its channels' filters in registers, and
@@ -34,12 +34,14 @@
 //                  → stem_weight (a warp per channel: dgamma, dbeta and dw from the sums and the moments).
 // Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
 // floats) is read, from L2, once per channel group. Deterministic: fixed orders, no atomics.
+// Over ~700 lines on purpose: its four kernels share the image staging, the filters in registers and the plan
+// (StemGeometry, make_stem), file-local; a split would move most of the file into a header.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
 
-#include "kernels/batchnorm.h"
+#include "kernels/conv_batchnorm_pool.h"
 #include "kernels/cuda/batchnorm_params.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -583,7 +585,8 @@ struct Stem {
   double values, pooled, x_bytes;  // for the launches' costs
 };
 
-Stem make_stem(const Exec& exec, const ConvBatchNormPoolShape& shape, const ConvBatchNormPoolTensors<float>& t) {
+Stem make_stem(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
+  const ConvBatchNormPoolShape& shape = t.shape;
   const Conv2dShape& cs = shape.conv;
   NT_CHECK(conv_batchnorm_pool_fits(cs), "conv_batchnorm_pool: ", shape.taps(), " taps and a padded image of ",
            padded_image_floats(cs), " values exceed ", kConvBatchNormPoolMaxTaps, " and ", kConvBatchNormPoolMaxImage);
@@ -664,23 +667,31 @@ size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
   return static_cast<size_t>(stem_moment_floats(s.conv, chunks) + (2 + s.taps()) * chunks * bn.c);
 }
 
-void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
-                                       const ConvBatchNormPoolTensors<float>& t) {
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
+  const ConvBatchNormPoolShape& shape = t.shape;
+  const BatchNormHyper& h = t.hyper;
   const BatchNormShape bn = shape.batchnorm();
   const int64_t count = bn.n * bn.hw;
   if (count == 1)
     throw Error(cat("conv_batchnorm_pool_forward_train: expected more than 1 value per channel when training, got n=",
                     bn.n, " hw=", bn.hw));
   if (bn.c == 0 || count == 0) return;
-  const Stem st = make_stem(exec, shape, t);
+  const Stem st = make_stem(exec, t);
   NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_forward_train needs conv_batchnorm_pool_workspace_floats()");
   const StemWorkspace ws = stem_workspace(st, shape, t.workspace);
-  const ForwardArgs a{nullptr,        t.gamma,       t.beta,
-                      t.y,            nullptr,       t.save_mean,
-                      t.save_invstd,  t.running_mean, t.running_var,
-                      t.num_batches_tracked, nullptr, nullptr,
-                      static_cast<float>(h.eps), static_cast<float>(h.momentum), static_cast<float>(count),
-                      static_cast<float>(count - 1)};
+  // No x or ws: the stem's kernels read x through StemConv and take the statistics from the moments.
+  const ForwardArgs a{.gamma = t.gamma,
+                      .beta = t.beta,
+                      .y = t.y,
+                      .save_mean = t.save_mean,
+                      .save_invstd = t.save_invstd,
+                      .running_mean = t.running_mean,
+                      .running_var = t.running_var,
+                      .num_batches_tracked = t.num_batches_tracked,
+                      .eps = static_cast<float>(h.eps),
+                      .momentum = static_cast<float>(h.momentum),
+                      .count = static_cast<float>(count),
+                      .count_m1 = static_cast<float>(count - 1)};
   const int entries = moment_entries(stem_compiled_taps(st.cv.taps));
   const double positions = double(bn.n * bn.hw);
   const profile::OpCost moments_cost{st.x_bytes + double(st.sg.parts.chunks) * entries * 8, positions * 2.0 * entries};
@@ -691,28 +702,40 @@ void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPool
   launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax);
 }
 
-void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
-                                      const ConvBatchNormPoolTensors<float>& t) {
-  const BatchNormShape bn = shape.batchnorm();
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
+  const BatchNormHyper& h = t.hyper;
+  const BatchNormShape bn = t.shape.batchnorm();
   if (bn.c == 0 || bn.n * bn.hw == 0) return;
-  const Stem st = make_stem(exec, shape, t);
-  const ForwardArgs a{nullptr, t.gamma, t.beta,         t.y,           nullptr,      nullptr, nullptr, nullptr,
-                      nullptr, nullptr, t.running_mean, t.running_var, static_cast<float>(h.eps), 0.f, 0.f, 0.f};
+  const Stem st = make_stem(exec, t);
+  const ForwardArgs a{.gamma = t.gamma,
+                      .beta = t.beta,
+                      .y = t.y,
+                      .eval_mean = t.running_mean,
+                      .eval_var = t.running_var,
+                      .eps = static_cast<float>(h.eps)};
   launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax);
 }
 
-void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolShape& shape, const BatchNormHyper& h,
-                                  const ConvBatchNormPoolTensors<float>& t) {
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
+  const ConvBatchNormPoolShape& shape = t.shape;
+  const BatchNormHyper& h = t.hyper;
   const BatchNormShape bn = shape.batchnorm();
   const int64_t count = bn.n * bn.hw;
   if (bn.c == 0 || count == 0) return;
-  const Stem st = make_stem(exec, shape, t);
+  const Stem st = make_stem(exec, t);
   NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_backward needs conv_batchnorm_pool_workspace_floats()");
   NT_CHECK(!h.relu || t.y != nullptr, "conv_batchnorm_pool_backward with relu needs the pooled forward output y");
   NT_CHECK(t.argmax != nullptr && t.dw != nullptr, "conv_batchnorm_pool_backward needs the forward's argmax and dw");
   const StemWorkspace ws = stem_workspace(st, shape, t.workspace);
-  const BackwardArgs b{nullptr, h.relu ? t.y : nullptr, t.dy, t.gamma, t.save_mean, t.save_invstd, nullptr,
-                       t.dgamma, t.dbeta, ws.partials, static_cast<float>(count)};
+  const BackwardArgs b{.y = h.relu ? t.y : nullptr,
+                       .dy = t.dy,
+                       .gamma = t.gamma,
+                       .save_mean = t.save_mean,
+                       .save_invstd = t.save_invstd,
+                       .dgamma = t.dgamma,
+                       .dbeta = t.dbeta,
+                       .ws = ws.partials,
+                       .count = static_cast<float>(count)};
   const int chunks = st.sg.parts.chunks, taps = st.cv.taps, entries = moment_entries(stem_compiled_taps(taps));
   const double pooled_reads = h.relu ? 3 : 2;  // dy, argmax (and y) per pooled output
   const profile::OpCost reduce_cost{st.x_bytes + st.pooled * 4 * pooled_reads + double(chunks) * bn.c * (2 + taps) * 4,

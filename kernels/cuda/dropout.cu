@@ -29,7 +29,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 2048;  // enough to fill an H100/H200 (132 SMs x 2048 threads); the rest strides
 
-struct DropoutArgs {
+struct DropoutScalars {
   float p, keep_p;  // drop probability, 1 - p
   uint64_t seed;
 };
@@ -41,7 +41,7 @@ __device__ __forceinline__ float masked(float d, unsigned char keep, float keep_
 
 // One element: returns the mask byte and writes y.
 __device__ __forceinline__ unsigned char dropout_one(float x, float& y, uint64_t key, uint64_t i,
-                                                     const DropoutArgs& a) {
+                                                     const DropoutScalars& a) {
   const unsigned char keep = dropout_uniform_keyed(key, i) >= a.p ? 1 : 0;
   y = masked(x, keep, a.keep_p);
   return keep;
@@ -49,7 +49,7 @@ __device__ __forceinline__ unsigned char dropout_one(float x, float& y, uint64_t
 
 // x, y: (n) fp32; mask: (n) bytes; counter: {value, done}. One element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
-    dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutArgs a,
+    dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutScalars a,
                            uint64_t* counter) {
   begin_dependent_kernel();
   const uint64_t draw = grid_counter_begin(counter);
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads)
 // The same with x, y 16-byte and mask 4-byte aligned: one float4 + uchar4 per thread per stride, then the
 // n % 4 tail.
 __global__ void __launch_bounds__(kThreads)
-    dropout_forward_vec4_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutArgs a,
+    dropout_forward_vec4_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutScalars a,
                                 uint64_t* counter) {
   begin_dependent_kernel();
   const uint64_t draw = grid_counter_begin(counter);
@@ -139,32 +139,33 @@ float keep_probability(float p) { return 1.f - p; }
 
 }  // namespace
 
-void dropout_forward(const Exec& exec, const float* x, float* y, uint8_t* mask, size_t n, float p, uint64_t seed,
-                     uint64_t* counter) {
+void dropout_forward(const Exec& exec, const DropoutArgs<float>& a) {
+  const size_t n = a.n;
   // x read, y written, mask written; a hash (~12 integer ops), a multiply and a division per element.
   const profile::OpCost cost{double(n) * 9, double(n) * 2};
-  const DropoutArgs a{p, keep_probability(p), seed};
+  const DropoutScalars scalars{a.p, keep_probability(a.p), a.seed};
   const int64_t count = static_cast<int64_t>(n);
   // Launched even for n == 0 (grid_for gives one block): the call must still advance the counter.
-  if (aligned(x, 16) && aligned(y, 16) && aligned(mask, 4))
-    launch(exec, "dropout_forward", cost, dropout_forward_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0, x,
-           y, mask, count, a, counter);
+  if (aligned(a.x, 16) && aligned(a.y, 16) && aligned(a.mask, 4))
+    launch(exec, "dropout_forward", cost, dropout_forward_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0,
+           a.x, a.y, a.mask, count, scalars, a.counter);
   else
-    launch(exec, "dropout_forward", cost, dropout_forward_kernel, grid_for(count), dim3(kThreads), 0, x, y, mask,
-           count, a, counter);
+    launch(exec, "dropout_forward", cost, dropout_forward_kernel, grid_for(count), dim3(kThreads), 0, a.x, a.y,
+           a.mask, count, scalars, a.counter);
 }
 
-void dropout_backward(const Exec& exec, const float* dy, const uint8_t* mask, float* dx, size_t n, float p) {
+void dropout_backward(const Exec& exec, const DropoutArgs<float>& a) {
+  const size_t n = a.n;
   if (n == 0) return;
   const profile::OpCost cost{double(n) * 9, double(n) * 2};  // dy, mask read, dx written; a multiply, a division
-  const float keep_p = keep_probability(p);
+  const float keep_p = keep_probability(a.p);
   const int64_t count = static_cast<int64_t>(n);
-  if (aligned(dy, 16) && aligned(dx, 16) && aligned(mask, 4))
+  if (aligned(a.dy, 16) && aligned(a.dx, 16) && aligned(a.mask, 4))
     launch(exec, "dropout_backward", cost, dropout_backward_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0,
-           dy, mask, dx, count, keep_p);
+           a.dy, a.mask, a.dx, count, keep_p);
   else
-    launch(exec, "dropout_backward", cost, dropout_backward_kernel, grid_for(count), dim3(kThreads), 0, dy, mask, dx,
-           count, keep_p);
+    launch(exec, "dropout_backward", cost, dropout_backward_kernel, grid_for(count), dim3(kThreads), 0, a.dy, a.mask,
+           a.dx, count, keep_p);
 }
 
 }  // namespace nt::kernels::cuda

@@ -44,8 +44,8 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 #endif
 }
 
-// A kernel that its caller declares independent of its predecessor (GemmDesc::overlaps_previous; gather_batch's
-// overlaps_previous, a training step's gather beside the previous step's optimizer update; and
+// A kernel that its caller declares independent of its predecessor (GemmArgs::overlaps_previous;
+// GatherBatchArgs::overlaps_previous, a training step's gather beside the previous step's optimizer update; and
 // conv2d_backward's backward_data beside backward_weight: it reads
 // nothing the kernel launched just before it writes, and writes nothing that kernel reads or writes) runs
 // beside that predecessor instead: it opens with begin_overlapping_kernel(), which lets its own successor

@@ -234,8 +234,9 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void adam_update(const Exec& exec, float* params, const float* grads, float* m, float* v, size_t n,
-                 const AdamHyper& h, uint64_t* step) {
+void adam_update(const Exec& exec, const AdamArgs& a) {
+  const size_t n = a.n;
+  const AdamHyper& h = a.hyper;
   const double N = double(n);
   // p, m, v read+written, g read; ~16 flops per element (FMAs count 2, sqrt and divisions 1).
   const profile::OpCost cost{N * 4 * 7, N * 16};
@@ -256,16 +257,18 @@ void adam_update(const Exec& exec, float* params, const float* grads, float* m, 
   c.small_weight = c.w < 0.5f;
   const int64_t count = static_cast<int64_t>(n);
   // Launched even for n == 0 (grid_for gives one block): the call must still advance the step counter.
-  const bool vec = aligned16(params) && aligned16(grads) && aligned16(m) && aligned16(v);
+  const bool vec = aligned16(a.params) && aligned16(a.grads) && aligned16(a.m) && aligned16(a.v);
   if (vec)
-    launch(exec, "adam_update", cost, adam_update_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0, params,
-           grads, m, v, count, c, step);
+    launch(exec, "adam_update", cost, adam_update_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0, a.params,
+           a.grads, a.m, a.v, count, c, a.step);
   else
-    launch(exec, "adam_update", cost, adam_update_kernel, grid_for(count), dim3(kThreads), 0, params, grads, m, v,
-           count, c, step);
+    launch(exec, "adam_update", cost, adam_update_kernel, grid_for(count), dim3(kThreads), 0, a.params, a.grads, a.m,
+           a.v, count, c, a.step);
 }
 
-void sgd_update(const Exec& exec, float* params, const float* grads, float* velocity, size_t n, const SgdHyper& h) {
+void sgd_update(const Exec& exec, const SgdArgs& a) {
+  const size_t n = a.n;
+  const SgdHyper& h = a.hyper;
   if (n == 0) return;
   const bool momentum = h.momentum != 0.f;
   const double N = double(n);
@@ -274,9 +277,9 @@ void sgd_update(const Exec& exec, float* params, const float* grads, float* velo
   const Hyper hyper{h.lr, h.momentum, h.weight_decay, h.lr_scale};
   const int64_t count = static_cast<int64_t>(n);
   if (momentum)
-    launch_sgd<true>(exec, cost, params, grads, velocity, count, hyper);
+    launch_sgd<true>(exec, cost, a.params, a.grads, a.velocity, count, hyper);
   else
-    launch_sgd<false>(exec, cost, params, grads, nullptr, count, hyper);
+    launch_sgd<false>(exec, cost, a.params, a.grads, nullptr, count, hyper);
 }
 
 }  // namespace nt::kernels::cuda

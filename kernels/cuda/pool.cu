@@ -99,24 +99,26 @@ Dims dims_of(const Pool2dShape& s) {
 
 }  // namespace
 
-void maxpool2d_forward(const Exec& exec, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
+void maxpool2d_forward(const Exec& exec, const MaxPool2dArgs<float>& a) {
+  const Pool2dShape& s = a.shape;
   const int64_t outputs = int64_t(s.n) * s.c * s.p() * s.q();
   if (outputs == 0) return;
   // x read once (windows overlap at most a little), y and argmax written; one compare per window element.
   const double bytes = double(s.n) * s.c * s.h * s.w * 4 + double(outputs) * 8;
   const profile::OpCost cost{bytes, double(outputs) * s.window * s.window};
-  launch(exec, "maxpool2d_forward", cost, maxpool2d_forward_kernel, grid_for(outputs), dim3(kThreads), 0, x, y,
-         argmax, static_cast<int>(outputs), dims_of(s));
+  launch(exec, "maxpool2d_forward", cost, maxpool2d_forward_kernel, grid_for(outputs), dim3(kThreads), 0, a.x, a.y,
+         a.argmax, static_cast<int>(outputs), dims_of(s));
 }
 
-void maxpool2d_backward(const Exec& exec, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
+void maxpool2d_backward(const Exec& exec, const MaxPool2dArgs<float>& a) {
+  const Pool2dShape& s = a.shape;
   const int64_t inputs = int64_t(s.n) * s.c * s.h * s.w;
   if (inputs == 0) return;
   const int spans = (s.window + s.stride - 1) / s.stride;  // windows per input row (column), at most
   const double bytes = double(inputs) * 4 + double(inputs) * spans * spans * 8;
   const profile::OpCost cost{bytes, double(inputs) * spans * spans};
-  launch(exec, "maxpool2d_backward", cost, maxpool2d_backward_kernel, grid_for(inputs), dim3(kThreads), 0, dy,
-         argmax, dx, static_cast<int>(inputs), dims_of(s));
+  launch(exec, "maxpool2d_backward", cost, maxpool2d_backward_kernel, grid_for(inputs), dim3(kThreads), 0, a.dy,
+         a.argmax, a.dx, static_cast<int>(inputs), dims_of(s));
 }
 
 }  // namespace nt::kernels::cuda

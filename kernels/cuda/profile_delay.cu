@@ -25,8 +25,8 @@ __global__ void profile_hold_kernel(const volatile uint32_t* flag, uint32_t targ
 
 }  // namespace
 
-void profile_hold(const Exec& exec, const uint32_t* flag, uint32_t target) {
-  launch(exec, "profile_hold", profile::OpCost{}, profile_hold_kernel, dim3(1), dim3(1), 0, flag, target,
+void profile_hold(const Exec& exec, const ProfileHoldArgs& a) {
+  launch(exec, "profile_hold", profile::OpCost{}, profile_hold_kernel, dim3(1), dim3(1), 0, a.flag, a.target,
          uint64_t{kProfileHoldTimeoutUs} * 1000);
 }
 

@@ -76,7 +76,7 @@ using Batch = GatheredEpoch;  // x (B, D), y (B)
 
 Batch gather(const Exec& exec, const kernels::BatchSource& src, int64_t first, int B) {
   Batch g{poisoned(size_t(B) * src.D), std::vector<int32_t>(size_t(B), -1)};
-  kernels::gather_batch(exec, src, first, B, g.x.data(), g.y.data());
+  kernels::gather_batch(exec, {.src = src, .first = first, .B = B, .x = g.x.data(), .y = g.y.data()});
   return g;
 }
 

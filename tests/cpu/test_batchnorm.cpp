@@ -194,16 +194,27 @@ Outputs<T> run_all(const Exec& exec, const BatchNormShape& s, const BatchNormHyp
   o.rv = in.rv;
   o.batches = 41;
   REQUIRE(kernels::batchnorm_workspace_floats(kernels::Backend::cpu, s) == 0);
-  kernels::batchnorm_forward_train(exec, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), o.y.data(),
-                                   o.save_mean.data(), o.save_invstd.data(), o.rm.data(), o.rv.data(), &o.batches,
-                                   static_cast<T*>(nullptr));
-  kernels::batchnorm_forward_eval(exec, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), o.rm.data(),
-                                  o.rv.data(), o.y_eval.data());
   const bool affine = !in.gamma.empty();
-  kernels::batchnorm_backward(exec, s, h, in.x.data(), h.relu ? o.y.data() : nullptr, in.dy.data(),
-                              ptr_or_null(in.gamma), o.save_mean.data(), o.save_invstd.data(), o.dx.data(),
-                              affine ? o.dgamma.data() : nullptr, affine ? o.dbeta.data() : nullptr,
-                              static_cast<T*>(nullptr));
+  kernels::BatchNormArgs<T> a{.shape = s,
+                              .hyper = h,
+                              .x = in.x.data(),
+                              .gamma = ptr_or_null(in.gamma),
+                              .beta = ptr_or_null(in.beta),
+                              .y = o.y.data(),
+                              .save_mean = o.save_mean.data(),
+                              .save_invstd = o.save_invstd.data(),
+                              .running_mean = o.rm.data(),
+                              .running_var = o.rv.data(),
+                              .num_batches_tracked = &o.batches,
+                              .dy = in.dy.data(),
+                              .dx = o.dx.data(),
+                              .dgamma = affine ? o.dgamma.data() : nullptr,
+                              .dbeta = affine ? o.dbeta.data() : nullptr};
+  kernels::batchnorm_forward_train(exec, a);
+  a.y = o.y_eval.data();  // evaluation with the running statistics the training forward just updated
+  kernels::batchnorm_forward_eval(exec, a);
+  a.y = h.relu ? o.y.data() : nullptr;  // the backward reads the training forward's output through the ReLU
+  kernels::batchnorm_backward(exec, a);
   if (!affine) o.dgamma.clear(), o.dbeta.clear();
   return o;
 }
@@ -324,19 +335,34 @@ TEST_CASE("batchnorm f64 backward matches finite differences of the forward", "[
       std::vector<double> y(count), mean(C), invstd(C);
       auto loss = [&](const Inputs<double>& v) {
         std::vector<double> yy(count), m(C), is(C);
-        kernels::batchnorm_forward_train(Exec{}, s, h, v.x.data(), v.gamma.data(), v.beta.data(), yy.data(), m.data(),
-                                         is.data(), nullptr, nullptr, nullptr, static_cast<double*>(nullptr));
+        kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<double>{.shape = s,
+                                                                                .hyper = h,
+                                                                                .x = v.x.data(),
+                                                                                .gamma = v.gamma.data(),
+                                                                                .beta = v.beta.data(),
+                                                                                .y = yy.data(),
+                                                                                .save_mean = m.data(),
+                                                                                .save_invstd = is.data()});
         double l = 0;
         for (size_t k = 0; k < count; ++k) l += w[k] * yy[k];
         return l;
       };
-      kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), in.gamma.data(), in.beta.data(), y.data(),
-                                       mean.data(), invstd.data(), nullptr, nullptr, nullptr,
-                                       static_cast<double*>(nullptr));
       std::vector<double> dx(count), dgamma(C), dbeta(C);
-      kernels::batchnorm_backward(Exec{}, s, h, in.x.data(), relu ? y.data() : nullptr, w.data(), in.gamma.data(),
-                                  mean.data(), invstd.data(), dx.data(), dgamma.data(), dbeta.data(),
-                                  static_cast<double*>(nullptr));
+      kernels::BatchNormArgs<double> a{.shape = s,
+                                       .hyper = h,
+                                       .x = in.x.data(),
+                                       .gamma = in.gamma.data(),
+                                       .beta = in.beta.data(),
+                                       .y = y.data(),
+                                       .save_mean = mean.data(),
+                                       .save_invstd = invstd.data(),
+                                       .dy = w.data(),
+                                       .dx = dx.data(),
+                                       .dgamma = dgamma.data(),
+                                       .dbeta = dbeta.data()};
+      kernels::batchnorm_forward_train(Exec{}, a);
+      if (!relu) a.y = nullptr;
+      kernels::batchnorm_backward(Exec{}, a);
       const double step = 1e-6;
       // Central differences: O(step²) truncation, ~1e-16/step rounding; the values are O(1).
       auto numeric = [&](std::vector<double>& param, size_t k) {
@@ -377,8 +403,16 @@ TEST_CASE("batchnorm of a constant channel has variance exactly 0", "[cpu][batch
   BatchNormHyper h;
   std::vector<float> x(72, 3.25f), gamma = {2.f, 0.5f}, beta = {0.75f, -1.5f}, y(72), mean(2), invstd(2);
   std::vector<float> rm = {0.f, 0.f}, rv = {1.f, 1.f};
-  kernels::batchnorm_forward_train(Exec{}, s, h, x.data(), gamma.data(), beta.data(), y.data(), mean.data(),
-                                   invstd.data(), rm.data(), rv.data(), nullptr, nullptr);
+  kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<float>{.shape = s,
+                                                                         .hyper = h,
+                                                                         .x = x.data(),
+                                                                         .gamma = gamma.data(),
+                                                                         .beta = beta.data(),
+                                                                         .y = y.data(),
+                                                                         .save_mean = mean.data(),
+                                                                         .save_invstd = invstd.data(),
+                                                                         .running_mean = rm.data(),
+                                                                         .running_var = rv.data()});
   REQUIRE(mean[0] == 3.25f);
   REQUIRE(invstd[0] == static_cast<float>(1 / std::sqrt(1e-5)));
   REQUIRE(rv[0] == 0.9f);  // (1 - 0.1)·1 + 0.1·0
@@ -439,16 +473,26 @@ TEST_CASE("batchnorm training needs more than one value per channel", "[cpu][bat
   std::vector<float> x(4, 1.f), y(4), m(4), is(4);
   std::vector<double> xd(4, 1.0), yd(4), md(4), isd(4);
   const BatchNormShape bn1d{1, 4, 1, Layout::nchw};
-  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(Exec{}, bn1d, {}, x.data(), nullptr, nullptr, y.data(), m.data(),
-                                                     is.data(), nullptr, nullptr, nullptr, nullptr),
+  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<float>{.shape = bn1d,
+                                                                                           .x = x.data(),
+                                                                                           .y = y.data(),
+                                                                                           .save_mean = m.data(),
+                                                                                           .save_invstd = is.data()}),
                     Error);
-  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(Exec{}, BatchNormShape{1, 4, 1, Layout::nhwc}, {}, xd.data(),
-                                                     nullptr, nullptr, yd.data(), md.data(), isd.data(), nullptr,
-                                                     nullptr, nullptr, static_cast<double*>(nullptr)),
-                    Error);
+  REQUIRE_THROWS_AS(
+      kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<double>{.shape = {1, 4, 1, Layout::nhwc},
+                                                                              .x = xd.data(),
+                                                                              .y = yd.data(),
+                                                                              .save_mean = md.data(),
+                                                                              .save_invstd = isd.data()}),
+      Error);
   // Evaluation of a single sample is fine.
   std::vector<float> rm(4, 0.f), rv(4, 1.f);
-  kernels::batchnorm_forward_eval(Exec{}, bn1d, {}, x.data(), nullptr, nullptr, rm.data(), rv.data(), y.data());
+  kernels::batchnorm_forward_eval(Exec{}, kernels::BatchNormArgs<float>{.shape = bn1d,
+                                                                        .x = x.data(),
+                                                                        .y = y.data(),
+                                                                        .running_mean = rm.data(),
+                                                                        .running_var = rv.data()});
   REQUIRE(std::abs(y[0] - 1 / std::sqrt(1 + 1e-5)) < 1e-6);
 }
 
@@ -456,11 +500,17 @@ TEST_CASE("batchnorm with an empty batch or no channels writes nothing", "[cpu][
   std::vector<float> out(3, kPoison), stats(3, kPoison);
   int64_t batches = 7;
   for (BatchNormShape s : {BatchNormShape{0, 3, 4}, BatchNormShape{5, 0, 4}, BatchNormShape{5, 3, 0}}) {
-    kernels::batchnorm_forward_train(Exec{}, s, {}, nullptr, nullptr, nullptr, out.data(), stats.data(),
-                                     stats.data(), stats.data(), stats.data(), &batches, nullptr);
-    kernels::batchnorm_forward_eval(Exec{}, s, {}, nullptr, nullptr, nullptr, nullptr, nullptr, out.data());
-    kernels::batchnorm_backward(Exec{}, s, {}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, out.data(),
-                                stats.data(), stats.data(), nullptr);
+    kernels::BatchNormArgs<float> a{.shape = s,
+                                    .y = out.data(),
+                                    .save_mean = stats.data(),
+                                    .save_invstd = stats.data(),
+                                    .running_mean = stats.data(),
+                                    .running_var = stats.data(),
+                                    .num_batches_tracked = &batches};
+    kernels::batchnorm_forward_train(Exec{}, a);
+    kernels::batchnorm_forward_eval(Exec{}, kernels::BatchNormArgs<float>{.shape = s, .y = out.data()});
+    kernels::batchnorm_backward(Exec{}, kernels::BatchNormArgs<float>{
+                                            .shape = s, .dx = out.data(), .dgamma = stats.data(), .dbeta = stats.data()});
   }
   REQUIRE(batches == 7);
   for (float v : out) REQUIRE(std::isnan(v));
@@ -472,11 +522,18 @@ TEST_CASE("batchnorm backward without dx computes only the parameter gradients",
   BatchNormHyper h;
   h.relu = true;
   const Inputs<float> in = make_inputs<float>(s, true);
-  const Outputs<float> full = run_all(Exec{}, s, h, in);
+  Outputs<float> full = run_all(Exec{}, s, h, in);  // not const: the args' save_* and y are written by forwards
   std::vector<float> dgamma(4, kPoison), dbeta(4, kPoison);
-  kernels::batchnorm_backward(Exec{}, s, h, in.x.data(), full.y.data(), in.dy.data(), in.gamma.data(),
-                              full.save_mean.data(), full.save_invstd.data(), nullptr, dgamma.data(), dbeta.data(),
-                              nullptr);
+  kernels::batchnorm_backward(Exec{}, kernels::BatchNormArgs<float>{.shape = s,
+                                                                    .hyper = h,
+                                                                    .x = in.x.data(),
+                                                                    .gamma = in.gamma.data(),
+                                                                    .y = full.y.data(),
+                                                                    .save_mean = full.save_mean.data(),
+                                                                    .save_invstd = full.save_invstd.data(),
+                                                                    .dy = in.dy.data(),
+                                                                    .dgamma = dgamma.data(),
+                                                                    .dbeta = dbeta.data()});
   REQUIRE(same_bits(dgamma, full.dgamma));
   REQUIRE(same_bits(dbeta, full.dbeta));
 }

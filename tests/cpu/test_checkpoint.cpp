@@ -201,6 +201,22 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
       {"negative offset", with_header(replaced(header, range("0.weight"), "[-1,1003519]"), data), {"'0.weight'", "data_offsets"}},
       {"extra member in an entry", with_header(replaced(header, "\"shape\":[10],", "\"shape\":[10],\"scale\":2,"), data),
        {"'4.bias'", "unexpected member 'scale'"}},
+      {"a dimension that is not an integer", with_header(replaced(header, "\"shape\":[10]", "\"shape\":[10.0]"), data),
+       {"'4.bias'", "\"shape\" holds '10.0', expected non-negative integers"}},
+      {"a dimension that is a string", with_header(replaced(header, "\"shape\":[10]", "\"shape\":[\"10\"]"), data),
+       {"'4.bias'", "\"shape\" holds a string"}},
+      {"metadata not a string", with_header(replaced(header, "\"format\":\"pt\"", "\"format\":1"), data),
+       {"metadata 'format' is a number, expected a string"}},
+      {"metadata not an object",
+       with_header(replaced(header, "{\"format\":\"pt\",\"model\":\"mlp\",\"producer\":\"nanotrain\"}", "[]"), data),
+       {"\"__metadata__\" is an array, expected an object"}},
+      {"duplicate metadata key", with_header(replaced(header, "\"format\":\"pt\"", "\"format\":\"pt\",\"format\":\"np\""), data),
+       {"duplicate member 'format'"}},
+      {"a string that is not UTF-8", with_header(replaced(header, "\"nanotrain\"", "\"nano\xFFtrain\""), data),
+       {"bad JSON header at byte", "UTF-8"}},
+      {"a byte order mark", with_header(replaced(header, "{", "\xEF\xBB\xBF{"), data), {"bad JSON header", "byte order mark"}},
+      {"a long string cut short", with_header("{\"__metadata__\":{\"k\":\"" + std::string(100000, 'x'), data),
+       {"bad JSON header at byte 100030", "missing closing quote"}},  // and not the 100000 bytes of the string
   };
   for (const auto& c : cases) {
     SECTION(c.what) {
@@ -212,6 +228,7 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
       CHECK(message.find(path) != std::string::npos);
       for (const auto& s : c.expected) CHECK(message.find(s) != std::string::npos);
       CHECK(message.find('\n') == std::string::npos);       // one line
+      CHECK(message.size() < 500);                          // and a short one, whatever the input
       CHECK(same_bits(m.weights(), before));                // a failed load changes nothing
     }
   }
@@ -228,6 +245,46 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
     CHECK(message.find("'0.weight'") != std::string::npos);
     CHECK(message.find("(320, 784)") != std::string::npos);
   }
+}
+
+TEST_CASE("a header nested 100000 deep is refused in one short line, without recursion or a huge document",
+          "[cpu][checkpoint]") {
+  // nlohmann's parser is iterative (no stack overflow), and the reader refuses nesting past 32 levels before it
+  // builds any value: a safetensors header nests 3 deep, and a DOM of 100000 levels would take megabytes.
+  TempDir dir;
+  const std::string path = dir.file("deep.safetensors");
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
+  for (const std::string& header : {std::string(100000, '['), std::string(100000, '[') + std::string(100000, ']'),
+                                    objects, std::string(33, '[') + std::string(33, ']')}) {
+    write_bytes(path, with_header(header, ""));
+    const std::string message = error_of([&] { SafetensorsFile::read(path); });
+    INFO(message);
+    CHECK(message.find(path) != std::string::npos);
+    CHECK(message.find("bad JSON header: nested more than 32 deep") != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.size() < 200 + path.size());
+  }
+  // 32 deep is JSON that the reader takes, and then refuses for what it is.
+  write_bytes(path, with_header(std::string(32, '[') + std::string(32, ']'), ""));
+  const std::string message = error_of([&] { SafetensorsFile::read(path); });
+  INFO(message);
+  CHECK(message.find("the header is an array, expected a JSON object") != std::string::npos);
+}
+
+TEST_CASE("a name or metadata that is not UTF-8 is refused when saving, and the previous file kept", "[cpu][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  MlpOnCpu m(1);
+  m.save(path);
+  const std::string before = read_file(path);
+  const std::string message =
+      error_of([&] { save_safetensors(path, *m.model, m.ctx.exec(), {{"note", "caf\xE9"}}); });  // Latin-1
+  INFO(message);
+  CHECK(message.find(path) != std::string::npos);
+  CHECK(message.find("UTF-8") != std::string::npos);
+  CHECK(message.find('\n') == std::string::npos);
+  CHECK(read_file(path) == before);
 }
 
 TEST_CASE("a checkpoint is refused by its header and size before its data block is read", "[cpu][checkpoint]") {

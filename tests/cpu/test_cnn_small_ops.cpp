@@ -113,8 +113,10 @@ TEST_CASE("adam_update and AdamW follow the PyTorch formulas step by step", "[cp
         if (t == 3 && n > 1) g[0] = 0.f;  // an element whose gradient vanishes for a step
         for (size_t i : pad) g[i] = 0.f;
         const AdamReference ref = adam_reference(p, g, m, v, k.h, t);
-        kernels::adam_update(execs.serial, p.data(), g.data(), m.data(), v.data(), n, k.h, step);
-        kernels::adam_update(execs.pooled, p2.data(), g.data(), m2.data(), v2.data(), n, k.h, step_pooled);
+        kernels::adam_update(execs.serial, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(),
+                                            .hyper = k.h, .step = step});
+        kernels::adam_update(execs.pooled, {.n = n, .params = p2.data(), .grads = g.data(), .m = m2.data(),
+                                            .v = v2.data(), .hyper = k.h, .step = step_pooled});
         REQUIRE(step[0] == t);  // the counter advances once per call and holds the steps taken
         REQUIRE(step[1] == 0);
         require_within(m, ref.m, ref.allowed_m, "m");
@@ -141,7 +143,8 @@ TEST_CASE("adam_update takes t from the counter's value", "[cpu][adam]") {
                      v = random_floats(n, 0.f, 0.01f);
   const AdamReference ref = adam_reference(p, g, m, v, h, 100);
   uint64_t step[2] = {99, 0};
-  kernels::adam_update(Exec{}, p.data(), g.data(), m.data(), v.data(), n, h, step);
+  kernels::adam_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(), .hyper = h,
+                                .step = step});
   REQUIRE(step[0] == 100);
   require_within(p, ref.p, ref.allowed_p, "p");
 
@@ -149,13 +152,14 @@ TEST_CASE("adam_update takes t from the counter's value", "[cpu][adam]") {
   std::vector<float> q = random_floats(n), z(n, 0.f), w(n, 0.f), g1 = random_floats(n, 0.5f, 1.f);
   const std::vector<float> q0 = q;
   uint64_t fresh[2] = {0, 0};
-  kernels::adam_update(Exec{}, q.data(), g1.data(), z.data(), w.data(), n, h, fresh);
+  kernels::adam_update(Exec{}, {.n = n, .params = q.data(), .grads = g1.data(), .m = z.data(), .v = w.data(),
+                                .hyper = h, .step = fresh});
   for (size_t i = 0; i < n; ++i) REQUIRE(std::abs((q0[i] - q[i]) - h.lr) <= 1e-3 * h.lr);
 }
 
 TEST_CASE("adam_update with n == 0 still advances the step counter", "[cpu][adam]") {
   uint64_t step[2] = {4, 0};
-  kernels::adam_update(Exec{}, nullptr, nullptr, nullptr, nullptr, 0, kernels::AdamHyper{}, step);
+  kernels::adam_update(Exec{}, {.n = 0, .hyper = kernels::AdamHyper{}, .step = step});
   REQUIRE(step[0] == 5);
   REQUIRE(step[1] == 0);
 }
@@ -184,7 +188,8 @@ TEST_CASE("dropout keeps each element with probability 1 - p", "[cpu][dropout]")
     std::vector<float> y = poisoned(n);
     std::vector<uint8_t> mask(n, 7);
     uint64_t counter[2] = {0, 0};
-    kernels::dropout_forward(Exec{}, x.data(), y.data(), mask.data(), n, p, 1234, counter);
+    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 1234, .counter = counter,
+                                                                 .x = x.data(), .y = y.data(), .mask = mask.data()});
     size_t kept = 0;
     for (uint8_t b : mask) {
       REQUIRE(b <= 1);
@@ -216,10 +221,13 @@ TEST_CASE("dropout scales exactly, follows its hash, and the backward uses the m
       uint64_t counter[2] = {41, 0};
       std::vector<float> y = poisoned(n), dx = poisoned(n);
       std::vector<uint8_t> mask(n, 7);
-      kernels::dropout_forward(execs.serial, x.data(), y.data(), mask.data(), n, p, 99, counter);
+      kernels::dropout_forward(execs.serial, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 99, .counter = counter,
+                                                                         .x = x.data(), .y = y.data(),
+                                                                         .mask = mask.data()});
       REQUIRE(counter[0] == 42);
       REQUIRE(counter[1] == 0);
-      kernels::dropout_backward(execs.serial, dy.data(), mask.data(), dx.data(), n, p);
+      kernels::dropout_backward(execs.serial, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask.data(),
+                                                                          .dy = dy.data(), .dx = dx.data()});
       // The first element that breaks the definition, or n.
       size_t bad = n;
       for (size_t i = 0; i < n && bad == n; ++i) {
@@ -240,8 +248,11 @@ TEST_CASE("dropout scales exactly, follows its hash, and the backward uses the m
       uint64_t counter2[2] = {41, 0};
       std::vector<float> y2 = x, dx2 = dy;
       std::vector<uint8_t> mask2(n, 7);
-      kernels::dropout_forward(execs.pooled, y2.data(), y2.data(), mask2.data(), n, p, 99, counter2);
-      kernels::dropout_backward(execs.pooled, dx2.data(), mask2.data(), dx2.data(), n, p);
+      kernels::dropout_forward(execs.pooled, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 99,
+                                                                         .counter = counter2, .x = y2.data(),
+                                                                         .y = y2.data(), .mask = mask2.data()});
+      kernels::dropout_backward(execs.pooled, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask2.data(),
+                                                                          .dy = dx2.data(), .dx = dx2.data()});
       REQUIRE(counter2[0] == 42);
       REQUIRE(mask2 == mask);
       REQUIRE(same_bits(y2, y));
@@ -256,7 +267,8 @@ TEST_CASE("dropout draws a fresh mask every call, the same one for the same seed
   std::vector<float> y(n);
   auto draw = [&](uint64_t seed, uint64_t* counter) {
     std::vector<uint8_t> mask(n);
-    kernels::dropout_forward(Exec{}, x.data(), y.data(), mask.data(), n, p, seed, counter);
+    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed, .counter = counter,
+                                                                 .x = x.data(), .y = y.data(), .mask = mask.data()});
     return mask;
   };
   auto agreement = [&](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -282,8 +294,10 @@ TEST_CASE("dropout draws a fresh mask every call, the same one for the same seed
 
   // p == 0 and n == 0 still advance the counter.
   std::vector<uint8_t> mask(n);
-  kernels::dropout_forward(Exec{}, x.data(), y.data(), mask.data(), n, 0.f, 7, counter);
-  kernels::dropout_forward(Exec{}, x.data(), y.data(), mask.data(), 0, p, 7, counter);
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = 0.f, .seed = 7, .counter = counter,
+                                                               .x = x.data(), .y = y.data(), .mask = mask.data()});
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = 0, .p = p, .seed = 7, .counter = counter,
+                                                               .x = x.data(), .y = y.data(), .mask = mask.data()});
   REQUIRE(counter[0] == 5);
 }
 
@@ -296,11 +310,14 @@ TEST_CASE("dropout in f64 draws the f32 masks and divides in double", "[cpu][dro
   std::vector<double> y(n), dy(n, 1.0), dx(n);
   std::vector<uint8_t> mf(n), md(n);
   uint64_t cf[2] = {3, 0}, cd[2] = {3, 0};
-  kernels::dropout_forward(Exec{}, xf.data(), yf.data(), mf.data(), n, p, 5, cf);
-  kernels::dropout_forward(Exec{}, x.data(), y.data(), md.data(), n, p, 5, cd);
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 5, .counter = cf, .x = xf.data(),
+                                                               .y = yf.data(), .mask = mf.data()});
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<double>{.n = n, .p = p, .seed = 5, .counter = cd, .x = x.data(),
+                                                                .y = y.data(), .mask = md.data()});
   REQUIRE(md == mf);
   REQUIRE(cd[0] == 4);
-  kernels::dropout_backward(Exec{}, dy.data(), md.data(), dx.data(), n, p);
+  kernels::dropout_backward(Exec{}, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = md.data(), .dy = dy.data(),
+                                                                 .dx = dx.data()});
   const double keep_p = 1.0 - double(p);
   for (size_t i = 0; i < n; ++i) {
     REQUIRE(y[i] == (md[i] ? x[i] / keep_p : 0.0));
@@ -379,7 +396,8 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
 
       std::vector<float> y = poisoned(out), dx = poisoned(in);
       std::vector<int32_t> argmax(out, -7);
-      kernels::maxpool2d_forward(execs.serial, s, x.data(), y.data(), argmax.data());
+      kernels::maxpool2d_forward(execs.serial, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
+                                                                             .argmax = argmax.data()});
       REQUIRE(argmax == ref.argmax);
       for (size_t o = 0; o < out; ++o) {
         if (std::isnan(ref.y[o]))
@@ -387,13 +405,16 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
         else
           REQUIRE(y[o] == ref.y[o]);
       }
-      kernels::maxpool2d_backward(execs.serial, s, dy.data(), argmax.data(), dx.data());
+      kernels::maxpool2d_backward(execs.serial, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
+                                                                              .dy = dy.data(), .dx = dx.data()});
       REQUIRE(same_bits(dx, pool_backward_reference(s, dy, argmax)));  // same additions, same order
 
       std::vector<float> y2 = poisoned(out), dx2 = poisoned(in);
       std::vector<int32_t> argmax2(out, -7);
-      kernels::maxpool2d_forward(execs.pooled, s, x.data(), y2.data(), argmax2.data());
-      kernels::maxpool2d_backward(execs.pooled, s, dy.data(), argmax2.data(), dx2.data());
+      kernels::maxpool2d_forward(execs.pooled, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y2.data(),
+                                                                             .argmax = argmax2.data()});
+      kernels::maxpool2d_backward(execs.pooled, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax2.data(),
+                                                                              .dy = dy.data(), .dx = dx2.data()});
       REQUIRE(same_bits(y2, y));
       REQUIRE(argmax2 == argmax);
       REQUIRE(same_bits(dx2, dx));
@@ -402,8 +423,11 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
       std::vector<double> yd(out), dxd(in);
       std::vector<int32_t> argmaxd(out, -7);
-      kernels::maxpool2d_forward(execs.serial, s, xd.data(), yd.data(), argmaxd.data());
-      kernels::maxpool2d_backward(execs.serial, s, dyd.data(), argmaxd.data(), dxd.data());
+      kernels::maxpool2d_forward(execs.serial, kernels::MaxPool2dArgs<double>{.shape = s, .x = xd.data(),
+                                                                              .y = yd.data(),
+                                                                              .argmax = argmaxd.data()});
+      kernels::maxpool2d_backward(execs.serial, kernels::MaxPool2dArgs<double>{.shape = s, .argmax = argmaxd.data(),
+                                                                               .dy = dyd.data(), .dx = dxd.data()});
       REQUIRE(argmaxd == argmax);
       const auto dx_ref = pool_backward_reference(s, dy, argmax);
       for (size_t e = 0; e < in; ++e) REQUIRE(std::abs(dxd[e] - double(dx_ref[e])) <= 16 * kEps);  // <= 9 fp32 sums of |dy| <= 1
@@ -421,7 +445,8 @@ TEST_CASE("maxpool2d ties pick the first maximum and NaN propagates, as PyTorch"
                                 0, kNaN, -inf, -inf};
   std::vector<float> y = poisoned(4);
   std::vector<int32_t> argmax(4, -7);
-  kernels::maxpool2d_forward(Exec{}, s, x.data(), y.data(), argmax.data());
+  kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
+                                                                   .argmax = argmax.data()});
   REQUIRE(argmax == std::vector<int32_t>{0, 3, 13, 10});
   REQUIRE(y[0] == 1.f);
   REQUIRE(y[1] == 3.f);
@@ -431,7 +456,8 @@ TEST_CASE("maxpool2d ties pick the first maximum and NaN propagates, as PyTorch"
   // Backward: each window's gradient lands on its choice; every other element gets exactly 0.
   const std::vector<float> dy = {0.5f, -2.f, 4.f, 8.f};
   std::vector<float> dx = poisoned(16);
-  kernels::maxpool2d_backward(Exec{}, s, dy.data(), argmax.data(), dx.data());
+  kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
+                                                                    .dy = dy.data(), .dx = dx.data()});
   for (int e = 0; e < 16; ++e) {
     const float want = e == 0 ? 0.5f : e == 3 ? -2.f : e == 13 ? 4.f : e == 10 ? 8.f : 0.f;
     REQUIRE(dx[e] == want);
@@ -445,12 +471,14 @@ TEST_CASE("maxpool2d backward sums overlapping windows that chose the same eleme
   x[12] = 10.f;
   std::vector<float> y(9);
   std::vector<int32_t> argmax(9);
-  kernels::maxpool2d_forward(Exec{}, s, x.data(), y.data(), argmax.data());
+  kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
+                                                                   .argmax = argmax.data()});
   REQUIRE(std::all_of(argmax.begin(), argmax.end(), [](int32_t a) { return a == 12; }));
   std::vector<float> dy(9);
   for (int o = 0; o < 9; ++o) dy[o] = float(o + 1);
   std::vector<float> dx = poisoned(25);
-  kernels::maxpool2d_backward(Exec{}, s, dy.data(), argmax.data(), dx.data());
+  kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
+                                                                    .dy = dy.data(), .dx = dx.data()});
   for (int e = 0; e < 25; ++e) REQUIRE(dx[e] == (e == 12 ? 45.f : 0.f));
 }
 
@@ -458,7 +486,7 @@ TEST_CASE("maxpool2d with a window larger than the plane writes no output and a 
   const kernels::Pool2dShape s{2, 3, 1, 5, 2, 2};
   REQUIRE(s.p() == 0);
   std::vector<float> dx = poisoned(30);
-  kernels::maxpool2d_backward(Exec{}, s, nullptr, nullptr, dx.data());
+  kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .dx = dx.data()});
   REQUIRE(std::all_of(dx.begin(), dx.end(), [](float v) { return v == 0.f; }));
   const kernels::Pool2dShape cnn{64, 32, 28, 28, 2, 2};
   REQUIRE(cnn.p() == 14);

@@ -14,6 +14,7 @@
 namespace nt::test {
 namespace {
 
+using kernels::Conv2dArgs;
 using kernels::Conv2dShape;
 using kernels::Exec;
 
@@ -82,9 +83,18 @@ void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
   const int k_fwd = s.c * s.r * s.s, k_data = s.k * s.r * s.s, k_weight = s.n * s.p() * s.q();
 
   auto y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()), db = poisoned(size_t(s.k));
-  kernels::conv2d_forward(exec, s, x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), nullptr);
-  kernels::conv2d_backward_data(exec, s, dy.data(), w.data(), dx.data(), nullptr);
-  kernels::conv2d_backward_weight(exec, s, x.data(), dy.data(), dw.data(), with_bias ? db.data() : nullptr, nullptr);
+  const Conv2dArgs<float> f32{.shape = s,
+                              .x = x.data(),
+                              .w = w.data(),
+                              .bias = with_bias ? bias.data() : nullptr,
+                              .y = y.data(),
+                              .dy = dy.data(),
+                              .dx = dx.data(),
+                              .dw = dw.data(),
+                              .dbias = with_bias ? db.data() : nullptr};
+  kernels::conv2d_forward(exec, f32);
+  kernels::conv2d_backward_data(exec, f32);
+  kernels::conv2d_backward_weight(exec, f32);
   NT_REQUIRE_CLOSE(y, ref.y, fp32_dot(k_fwd));
   NT_REQUIRE_CLOSE(dx, ref.dx, fp32_dot(k_data));
   NT_REQUIRE_CLOSE(dw, ref.dw, fp32_dot(k_weight));
@@ -93,10 +103,18 @@ void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
   const auto xd = to_double(x), wd = to_double(w), bd = to_double(bias), dyd = to_double(dy);
   const double nan = std::nan("");
   std::vector<double> y64(s.y_size(), nan), dx64(s.x_size(), nan), dw64(s.w_size(), nan), db64(size_t(s.k), nan);
-  kernels::conv2d_forward(exec, s, xd.data(), wd.data(), with_bias ? bd.data() : nullptr, y64.data(), nullptr);
-  kernels::conv2d_backward_data(exec, s, dyd.data(), wd.data(), dx64.data(), nullptr);
-  kernels::conv2d_backward_weight(exec, s, xd.data(), dyd.data(), dw64.data(), with_bias ? db64.data() : nullptr,
-                                  nullptr);
+  const Conv2dArgs<double> f64{.shape = s,
+                               .x = xd.data(),
+                               .w = wd.data(),
+                               .bias = with_bias ? bd.data() : nullptr,
+                               .y = y64.data(),
+                               .dy = dyd.data(),
+                               .dx = dx64.data(),
+                               .dw = dw64.data(),
+                               .dbias = with_bias ? db64.data() : nullptr};
+  kernels::conv2d_forward(exec, f64);
+  kernels::conv2d_backward_data(exec, f64);
+  kernels::conv2d_backward_weight(exec, f64);
   require_close_f64(y64, ref.y, k_fwd);
   require_close_f64(dx64, ref.dx, k_data);
   require_close_f64(dw64, ref.dw, k_weight);
@@ -146,9 +164,18 @@ TEST_CASE("conv2d runs on a pool with results identical to one thread", "[cpu][c
     for (int i = 0; i < 2; ++i) {
       y[i] = poisoned(s.y_size()), dx[i] = poisoned(s.x_size()), dw[i] = poisoned(s.w_size()),
       db[i] = poisoned(size_t(s.k));
-      kernels::conv2d_forward(*execs[i], s, x.data(), w.data(), bias.data(), y[i].data(), nullptr);
-      kernels::conv2d_backward_data(*execs[i], s, dy.data(), w.data(), dx[i].data(), nullptr);
-      kernels::conv2d_backward_weight(*execs[i], s, x.data(), dy.data(), dw[i].data(), db[i].data(), nullptr);
+      const Conv2dArgs<float> args{.shape = s,
+                                   .x = x.data(),
+                                   .w = w.data(),
+                                   .bias = bias.data(),
+                                   .y = y[i].data(),
+                                   .dy = dy.data(),
+                                   .dx = dx[i].data(),
+                                   .dw = dw[i].data(),
+                                   .dbias = db[i].data()};
+      kernels::conv2d_forward(*execs[i], args);
+      kernels::conv2d_backward_data(*execs[i], args);
+      kernels::conv2d_backward_weight(*execs[i], args);
     }
     CHECK(same_bits(y[0], y[1]));
     CHECK(same_bits(dx[0], dx[1]));
@@ -165,9 +192,11 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
     REQUIRE(s.p() == 0);
     const auto x = random_floats(s.x_size()), w = random_floats(s.w_size());
     auto dx = poisoned(s.x_size()), dw = poisoned(s.w_size()), db = poisoned(4);
-    kernels::conv2d_forward(exec, s, x.data(), w.data(), nullptr, nullptr, nullptr);
-    kernels::conv2d_backward_data(exec, s, nullptr, w.data(), dx.data(), nullptr);
-    kernels::conv2d_backward_weight(exec, s, x.data(), nullptr, dw.data(), db.data(), nullptr);
+    const Conv2dArgs<float> args{
+        .shape = s, .x = x.data(), .w = w.data(), .dx = dx.data(), .dw = dw.data(), .dbias = db.data()};
+    kernels::conv2d_forward(exec, args);
+    kernels::conv2d_backward_data(exec, args);
+    kernels::conv2d_backward_weight(exec, args);
     CHECK(std::all_of(dx.begin(), dx.end(), [](float v) { return v == 0.f; }));
     CHECK(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.f; }));
     CHECK(std::all_of(db.begin(), db.end(), [](float v) { return v == 0.f; }));
@@ -176,8 +205,9 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
     const auto s = Conv2dShape{2, 0, 4, 4, 3, 3, 3, 1, 1};
     const auto bias = random_floats(3), dy = random_floats(s.y_size());
     auto y = poisoned(s.y_size()), db = poisoned(3);
-    kernels::conv2d_forward(exec, s, nullptr, nullptr, bias.data(), y.data(), nullptr);
-    kernels::conv2d_backward_weight(exec, s, nullptr, dy.data(), nullptr, db.data(), nullptr);
+    const Conv2dArgs<float> args{.shape = s, .bias = bias.data(), .y = y.data(), .dy = dy.data(), .dbias = db.data()};
+    kernels::conv2d_forward(exec, args);
+    kernels::conv2d_backward_weight(exec, args);
     for (size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == bias[(i / 16) % 3]);
     for (int k = 0; k < 3; ++k) {
       double want = 0;
@@ -190,9 +220,10 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
     const auto s = Conv2dShape{0, 3, 5, 5, 4, 3, 3, 1, 1};
     auto dw = poisoned(s.w_size());
     std::vector<float> w = random_floats(s.w_size());
-    kernels::conv2d_forward(exec, s, nullptr, w.data(), nullptr, nullptr, nullptr);
-    kernels::conv2d_backward_data(exec, s, nullptr, w.data(), nullptr, nullptr);
-    kernels::conv2d_backward_weight(exec, s, nullptr, nullptr, dw.data(), nullptr, nullptr);
+    const Conv2dArgs<float> args{.shape = s, .w = w.data(), .dw = dw.data()};
+    kernels::conv2d_forward(exec, args);
+    kernels::conv2d_backward_data(exec, args);
+    kernels::conv2d_backward_weight(exec, args);
     CHECK(std::all_of(dw.begin(), dw.end(), [](float v) { return v == 0.f; }));  // an empty sum is 0
   }
   CHECK(kernels::conv2d_workspace_floats(kernels::Backend::cpu, Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}) == 0);

@@ -16,6 +16,7 @@
 #include "kernels/activation.h"
 #include "kernels/softmax_xent.h"
 #include "kernels/dropout.h"
+#include "layers/fusion.h"
 #include "layers/batchnorm.h"
 #include "layers/builder.h"
 #include "layers/conv2d.h"
@@ -121,7 +122,8 @@ struct Problem {
 
 std::unique_ptr<Model> model_of(std::vector<std::unique_ptr<Layer>> layers, Shape input) {
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->sequential_index = static_cast<int>(i);
-  return std::make_unique<Model>("gradcheck", std::move(input), std::move(layers));
+  auto fusions = layers::plan_fusions(layers, input);  // as build_model: the fused gradient paths are checked
+  return std::make_unique<Model>("gradcheck", std::move(input), std::move(layers), layers::describe(fusions));
 }
 std::unique_ptr<Model> model_of(std::vector<std::unique_ptr<Layer>> layers, int64_t inputs) {
   return model_of(std::move(layers), Shape{inputs});
@@ -317,14 +319,16 @@ TEST_CASE("Dropout's backward is the derivative of its forward for the drawn mas
   uint64_t counter[2] = {0, 0};
   auto loss = [&] {
     counter[0] = 5;  // the same draw every time
-    kernels::dropout_forward(exec, x.data(), y.data(), mask.data(), n, p, 1234, counter);
+    kernels::dropout_forward(exec, kernels::DropoutArgs<double>{.n = n, .p = p, .seed = 1234, .counter = counter,
+                                                                .x = x.data(), .y = y.data(), .mask = mask.data()});
     double sum = 0;
     for (size_t i = 0; i < n; ++i) sum += w[i] * y[i];
     return sum;
   };
   loss();
   std::vector<double> analytic(n, std::nan(""));
-  kernels::dropout_backward(exec, w.data(), mask.data(), analytic.data(), n, p);
+  kernels::dropout_backward(exec, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = mask.data(), .dy = w.data(),
+                                                               .dx = analytic.data()});
   int skipped = 0;
   check_gradient(std::span<double>(x), analytic, loss, [] { return 0; }, &skipped);
   CHECK(skipped == 0);
@@ -362,5 +366,6 @@ TEST_CASE("f64 tensors are refused on the GPU backend with a clear error", "[cpu
   kernels::Exec gpu;
   gpu.backend = kernels::Backend::cuda;
   double x = 1, y = 0;
-  REQUIRE_THROWS_WITH(kernels::relu_forward(gpu, &x, &y, 1), test::Contains("CPU backend only"));
+  REQUIRE_THROWS_WITH(kernels::relu_forward(gpu, kernels::ReluArgs<double>{.n = 1, .x = &x, .y = &y}),
+                      test::Contains("CPU backend only"));
 }

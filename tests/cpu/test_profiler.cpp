@@ -5,11 +5,14 @@
 #include "test_support.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "profile/cupti_tracer.h"
 #include "profile/kernel_profiler.h"
@@ -121,11 +124,54 @@ TEST_CASE("the table has every column, rows in order, blank rates where the op r
 }
 
 TEST_CASE("names are escaped in JSON and quoted in CSV", "[cpu][profile]") {
-  CHECK(profile::json_escape("a\"b\\c\nd") == "a\\\"b\\\\c\\u000ad");
-  CHECK(profile::json_escape("linear 784->320") == "linear 784->320");
+  profile::ProfileData d;
+  d.add(launch(d, "a\"b\\c\nd", "forward", "linear 784->320", 1));
+  d.device = "caf\xC3\xA9 \x01";
+  for (const std::string& text : {profile::to_json(d), profile::to_trace_json(d)}) {
+    INFO(text);
+    CHECK(text.find("\"a\\\"b\\\\c\\nd\"") != std::string::npos);
+    CHECK(text.find("\"caf\xC3\xA9 \\u0001\"") != std::string::npos);  // UTF-8 as it is, control characters escaped
+  }
+  const auto json = nlohmann::json::parse(profile::to_json(d));
+  CHECK(json["kernels"][0]["kernel"] == "a\"b\\c\nd");
+  CHECK(json["kernels"][0]["layer"] == "linear 784->320");
+  CHECK(json["device"] == "caf\xC3\xA9 \x01");
+  const auto trace = nlohmann::json::parse(profile::to_trace_json(d));
+  const auto& events = trace["traceEvents"];
+  CHECK(std::count_if(events.begin(), events.end(), [](const auto& e) { return e["name"] == "a\"b\\c\nd"; }) == 1);
   CHECK(profile::csv_field("plain") == "plain");
   CHECK(profile::csv_field("conv:32:3,bn") == "\"conv:32:3,bn\"");
   CHECK(profile::csv_field("say \"hi\"") == "\"say \"\"hi\"\"\"");
+}
+
+TEST_CASE("the JSON files keep the table's precision: times to the timer's, bytes and flops as integers",
+          "[cpu][profile]") {
+  profile::ProfileData d;
+  profile::Launch l = launch(d, "gemm", "forward", "0 linear", 12.34567891, {1e6, 3e9});
+  l.start_us = 1000.0004, l.early_us = 0.25;
+  d.add(l);
+  d.wall_us = std::nan("");  // no wall clock: null, as JSON has no NaN
+  const auto json = nlohmann::json::parse(profile::to_json(d));
+  INFO(json.dump());
+  const auto& r = json["kernels"][0];
+  CHECK(r["total_ms"] == 0.012346);  // 6 decimals, as "%.6f" wrote it
+  CHECK(r["avg_us"] == 12.3457);     // 4 decimals
+  CHECK(r["time_pct"] == 100.0);
+  CHECK(r["bytes"].is_number_unsigned());
+  CHECK(r["bytes"] == 1000000);
+  CHECK(r["flops"] == 3000000000u);
+  CHECK(r["gb_per_s"] == 81.0);      // 1 MB in 12.3457 us, 3 decimals
+  CHECK(json["wall_ms"].is_null());
+  const auto trace = nlohmann::json::parse(profile::to_trace_json(d));
+  INFO(trace.dump());
+  const auto& events = trace["traceEvents"];
+  const auto kernel = std::find_if(events.begin(), events.end(), [](const auto& e) { return e["cat"] == "kernel"; });
+  REQUIRE(kernel != events.end());
+  CHECK((*kernel)["ts"] == 1000.0);  // 3 decimals: microseconds to the nanosecond
+  CHECK((*kernel)["dur"] == 12.346);
+  CHECK((*kernel)["args"]["bytes"] == 1000000);
+  CHECK((*kernel)["args"]["early_us"] == 0.25);
+  CHECK(trace["otherData"]["launches"] == 1);
 }
 
 TEST_CASE("scopes nest, label what is open, and tell the listener about outermost steps", "[cpu][profile]") {

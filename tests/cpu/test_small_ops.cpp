@@ -230,7 +230,9 @@ TEST_CASE("sgd_update matches PyTorch's SGD in double", "[cpu][optim]") {
 
         const bool momentum = h.momentum != 0.f;
         std::vector<float> v(momentum ? n : 0, 0.f);  // velocity starts at 0; absent without momentum
-        for (const auto& g : grads) kernels::sgd_update(*exec, p.data(), g.data(), momentum ? v.data() : nullptr, n, h);
+        for (const auto& g : grads)
+          kernels::sgd_update(*exec, {.n = n, .params = p.data(), .grads = g.data(),
+                                      .velocity = momentum ? v.data() : nullptr, .hyper = h});
 
         // Each step rounds g, v and p a few times (relative eps of values of order 1) and the errors add
         // over the steps; 16 eps per step of the largest value bounds them without hiding a wrong formula.
@@ -244,7 +246,8 @@ TEST_CASE("sgd_update without momentum never touches velocity", "[cpu][optim]") 
   const size_t n = 100;
   auto p = random_floats(n), g = random_floats(n);
   std::vector<float> v = random_floats(n), v_before = v;
-  kernels::sgd_update(Exec{}, p.data(), g.data(), v.data(), n, {0.1f, 0.f, 1e-3f});
+  kernels::sgd_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .velocity = v.data(),
+                               .hyper = {.lr = 0.1f, .momentum = 0.f, .weight_decay = 1e-3f}});
   REQUIRE(same_bits(v, v_before));
 }
 
@@ -254,8 +257,10 @@ TEST_CASE("sgd_update is the same on one thread and on a pool", "[cpu][optim]") 
   auto p1 = random_floats(n), g = random_floats(n), v1 = random_floats(n);
   auto p2 = p1, v2 = v1;
   kernels::SgdHyper h{0.05f, 0.9f, 5e-4f};
-  kernels::sgd_update(execs.serial, p1.data(), g.data(), v1.data(), n, h);
-  kernels::sgd_update(execs.pooled, p2.data(), g.data(), v2.data(), n, h);
+  kernels::sgd_update(execs.serial, {.n = n, .params = p1.data(), .grads = g.data(), .velocity = v1.data(),
+                                     .hyper = h});
+  kernels::sgd_update(execs.pooled, {.n = n, .params = p2.data(), .grads = g.data(), .velocity = v2.data(),
+                                     .hyper = h});
   REQUIRE(same_bits(p1, p2));
   REQUIRE(same_bits(v1, v2));
 }
@@ -274,7 +279,8 @@ struct SyntheticData {
     std::shuffle(perm.begin(), perm.end(), rng());
   }
   kernels::BatchSource source() const {
-    return {images.data(), labels.data(), perm.data(), D, 0.1307f, 0.3081f};
+    return {.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D, .mean = 0.1307f,
+            .std = 0.3081f};
   }
 };
 
@@ -291,7 +297,7 @@ TEST_CASE("gather_batch is exactly ToTensor then Normalize of the permuted rows"
       SyntheticData data(k.N, k.D);
       std::vector<float> x = poisoned(size_t(k.B) * k.D);
       std::vector<int32_t> y(k.B, -1);
-      kernels::gather_batch(*exec, data.source(), k.first, k.B, x.data(), y.data());
+      kernels::gather_batch(*exec, {.src = data.source(), .first = k.first, .B = k.B, .x = x.data(), .y = y.data()});
 
       const float mean = 0.1307f, std_dev = 0.3081f;
       for (int b = 0; b < k.B; ++b) {
@@ -324,7 +330,8 @@ struct ShiftData {
     std::shuffle(perm.begin(), perm.end(), rng());
   }
   kernels::BatchSource source(int k, const uint64_t* key) const {
-    kernels::BatchSource s{images.data(), labels.data(), perm.data(), D, kShiftMean, kShiftStd};
+    kernels::BatchSource s{.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D,
+                           .mean = kShiftMean, .std = kShiftStd};
     s.height = H, s.width = W, s.shift = k, s.shift_key = key;
     return s;
   }
@@ -341,12 +348,15 @@ TEST_CASE("gather_batch with shift 0 is the plain gather, bit for bit", "[cpu][b
     const uint64_t key = kernels::counter_key(7, 3);
     std::vector<float> plain = poisoned(size_t(B) * data.D), unshifted = poisoned(size_t(B) * data.D);
     std::vector<int32_t> y_plain(B, -1), y_unshifted(B, -1);
-    kernels::BatchSource src{data.images.data(), data.labels.data(), data.perm.data(), data.D, kShiftMean, kShiftStd};
-    kernels::gather_batch(*exec, src, first, B, plain.data(), y_plain.data());
-    kernels::gather_batch(*exec, data.source(0, &key), first, B, unshifted.data(), y_unshifted.data());
+    kernels::BatchSource src{.images = data.images.data(), .labels = data.labels.data(), .perm = data.perm.data(),
+                             .D = data.D, .mean = kShiftMean, .std = kShiftStd};
+    kernels::gather_batch(*exec, {.src = src, .first = first, .B = B, .x = plain.data(), .y = y_plain.data()});
+    kernels::gather_batch(*exec, {.src = data.source(0, &key), .first = first, .B = B, .x = unshifted.data(),
+                                  .y = y_unshifted.data()});
     REQUIRE(same_bits(plain, unshifted));
     REQUIRE(y_plain == y_unshifted);
-    kernels::gather_batch(*exec, data.source(0, nullptr), first, B, unshifted.data(), y_unshifted.data());
+    kernels::gather_batch(*exec, {.src = data.source(0, nullptr), .first = first, .B = B, .x = unshifted.data(),
+                                  .y = y_unshifted.data()});
     REQUIRE(same_bits(plain, unshifted));  // the key is not even read
   }
 }
@@ -369,7 +379,8 @@ TEST_CASE("gather_batch with shift k translates each image by its drawn (dy, dx)
       const uint64_t key = kernels::counter_key(rng()(), 1);
       std::vector<float> x = poisoned(size_t(k.B) * data.D);
       std::vector<int32_t> y(k.B, -1);
-      kernels::gather_batch(*exec, data.source(k.k, &key), k.first, k.B, x.data(), y.data());
+      kernels::gather_batch(*exec, {.src = data.source(k.k, &key), .first = k.first, .B = k.B, .x = x.data(),
+                                    .y = y.data()});
 
       for (int b = 0; b < k.B; ++b) {
         const int32_t r = data.perm[k.first + b];
@@ -395,7 +406,7 @@ TEST_CASE("the shifts differ across examples and epochs and repeat for the same 
     const uint64_t key = kernels::counter_key(seed, epoch);
     std::vector<float> x = poisoned(size_t(B) * data.D);
     std::vector<int32_t> y(B, -1);
-    kernels::gather_batch(exec, data.source(k, &key), 0, B, x.data(), y.data());
+    kernels::gather_batch(exec, {.src = data.source(k, &key), .first = 0, .B = B, .x = x.data(), .y = y.data()});
     return x;
   };
   // The shift of each example, recovered from the output alone (pixels >= 1 make it unique here).
@@ -469,17 +480,18 @@ TEST_CASE("relu_forward and relu_backward, out of place and in place", "[cpu][re
       }
 
       std::vector<float> y = poisoned(n);
-      kernels::relu_forward(*exec, x.data(), y.data(), n);
+      kernels::relu_forward(*exec, kernels::ReluArgs<float>{.n = n, .x = x.data(), .y = y.data()});
       REQUIRE(same_bits(y, y_want));
       std::vector<float> dx = poisoned(n);
-      kernels::relu_backward(*exec, y.data(), dy.data(), dx.data(), n);
+      kernels::relu_backward(*exec, kernels::ReluArgs<float>{.n = n, .y = y.data(), .dy = dy.data(), .dx = dx.data()});
       REQUIRE(same_bits(dx, dx_want));
 
       std::vector<float> inplace = x;
-      kernels::relu_forward(*exec, inplace.data(), inplace.data(), n);
+      kernels::relu_forward(*exec, kernels::ReluArgs<float>{.n = n, .x = inplace.data(), .y = inplace.data()});
       REQUIRE(same_bits(inplace, y_want));
       std::vector<float> grad = dy;
-      kernels::relu_backward(*exec, y.data(), grad.data(), grad.data(), n);
+      kernels::relu_backward(*exec,
+                             kernels::ReluArgs<float>{.n = n, .y = y.data(), .dy = grad.data(), .dx = grad.data()});
       REQUIRE(same_bits(grad, dx_want));
     }
 }
@@ -488,7 +500,7 @@ TEST_CASE("relu keeps NaN in the forward pass and masks infinite gradients", "[c
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> x = {kNaN, -inf, inf, -2.f, 3.f};
   std::vector<float> y = poisoned(x.size());
-  kernels::relu_forward(Exec{}, x.data(), y.data(), x.size());
+  kernels::relu_forward(Exec{}, kernels::ReluArgs<float>{.n = x.size(), .x = x.data(), .y = y.data()});
   REQUIRE(std::isnan(y[0]));
   REQUIRE(y[1] == 0.f);
   REQUIRE(y[2] == inf);
@@ -498,7 +510,7 @@ TEST_CASE("relu keeps NaN in the forward pass and masks infinite gradients", "[c
   std::vector<float> yb = {0.f, -1.f, 2.f};
   std::vector<float> dy = {inf, -inf, 5.f};
   std::vector<float> dx = poisoned(3);
-  kernels::relu_backward(Exec{}, yb.data(), dy.data(), dx.data(), 3);
+  kernels::relu_backward(Exec{}, kernels::ReluArgs<float>{.n = 3, .y = yb.data(), .dy = dy.data(), .dx = dx.data()});
   REQUIRE(dx == std::vector<float>{0.f, 0.f, 5.f});
 }
 

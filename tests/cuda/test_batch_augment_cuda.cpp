@@ -88,8 +88,9 @@ TEST_CASE("gather_batch with channels, flip and shift on CUDA is bit-identical t
 
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(size_t(k.B), -1);
-    kernels::gather_batch(Exec{}, augment_source(k, in.images.data(), in.labels.data(), in.perm.data(), keys.data()),
-                          k.first, k.B, cpu_x.data(), cpu_y.data());
+    kernels::gather_batch(Exec{}, {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(),
+                                                         keys.data()),
+                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
     REQUIRE(std::none_of(cpu_x.begin(), cpu_x.end(), [](float v) { return std::isnan(v); }));
 
     DeviceBuffer<uint8_t> d_images(gpu, placed(in.images, k.image_offset, uint8_t{0})), d_labels(gpu, in.labels);
@@ -100,7 +101,8 @@ TEST_CASE("gather_batch with channels, flip and shift on CUDA is bit-identical t
     DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(size_t(k.B), -1));
     for (bool overlap : {false, true}) {
       INFO("overlaps_previous " << overlap);
-      kernels::gather_batch(gpu, src, k.first, k.B, d_x.get() + k.x_offset, d_y.get(), overlap);
+      kernels::gather_batch(gpu, {.src = src, .first = k.first, .B = k.B, .x = d_x.get() + k.x_offset, .y = d_y.get(),
+                                  .overlaps_previous = overlap});
       const auto got_x = d_x.download();
       REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
       REQUIRE(std::isnan(got_x.back()));  // nothing written past the batch
@@ -131,7 +133,7 @@ TEST_CASE("a captured flipped gather reads each epoch's flip key from device mem
   DeviceBuffer<int32_t> d_y(cuda.exec, std::vector<int32_t>(size_t(k.B), -1));
   const auto src = augment_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_keys.get());
   kernels::Graph graph = kernels::Graph::capture(capture_exec, [&] {
-    kernels::gather_batch(capture_exec, src, k.first, k.B, d_x.get(), d_y.get());
+    kernels::gather_batch(capture_exec, {.src = src, .first = k.first, .B = k.B, .x = d_x.get(), .y = d_y.get()});
   });
   REQUIRE(graph.node_count() == 1);
 
@@ -143,8 +145,9 @@ TEST_CASE("a captured flipped gather reads each epoch's flip key from device mem
     graph.launch(capture_exec);
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(size_t(k.B), -1);
-    kernels::gather_batch(Exec{}, augment_source(k, in.images.data(), in.labels.data(), in.perm.data(), keys.data()),
-                          k.first, k.B, cpu_x.data(), cpu_y.data());
+    kernels::gather_batch(Exec{}, {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(),
+                                                         keys.data()),
+                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
     const auto got_x = d_x.download();
     REQUIRE(same_bits(got_x, cpu_x));
     REQUIRE(d_y.download() == cpu_y);

@@ -26,6 +26,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
+#include "kernels/conv_batchnorm_pool.h"
 #include "kernels/tf32.h"
 #include "support/test_support.h"
 
@@ -102,13 +103,26 @@ Results run_cpu(const BatchNormShape& s, const BatchNormHyper& h, const Inputs& 
   r.mean.resize(C), r.invstd.resize(C), r.dgamma.resize(C), r.dbeta.resize(C);
   r.rm = in.rm, r.rv = in.rv, r.batches = 5;
   const Exec cpu{};
-  kernels::batchnorm_forward_train(cpu, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), r.y.data(),
-                                   r.mean.data(), r.invstd.data(), r.rm.data(), r.rv.data(), &r.batches, nullptr);
-  kernels::batchnorm_forward_eval(cpu, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), r.rm.data(),
-                                  r.rv.data(), r.y_eval.data());
-  kernels::batchnorm_backward(cpu, s, h, in.x.data(), h.relu ? r.y.data() : nullptr, in.dy.data(),
-                              ptr_or_null(in.gamma), r.mean.data(), r.invstd.data(), r.dx.data(), r.dgamma.data(),
-                              r.dbeta.data(), nullptr);
+  kernels::BatchNormArgs<float> a{.shape = s,
+                                  .hyper = h,
+                                  .x = in.x.data(),
+                                  .gamma = ptr_or_null(in.gamma),
+                                  .beta = ptr_or_null(in.beta),
+                                  .y = r.y.data(),
+                                  .save_mean = r.mean.data(),
+                                  .save_invstd = r.invstd.data(),
+                                  .running_mean = r.rm.data(),
+                                  .running_var = r.rv.data(),
+                                  .num_batches_tracked = &r.batches,
+                                  .dy = in.dy.data(),
+                                  .dx = r.dx.data(),
+                                  .dgamma = r.dgamma.data(),
+                                  .dbeta = r.dbeta.data()};
+  kernels::batchnorm_forward_train(cpu, a);
+  a.y = r.y_eval.data();  // from the running statistics the training forward just updated
+  kernels::batchnorm_forward_eval(cpu, a);
+  a.y = h.relu ? r.y.data() : nullptr;
+  kernels::batchnorm_backward(cpu, a);
   return r;
 }
 
@@ -133,14 +147,22 @@ Results run_cuda(const Exec& gpu, const BatchNormShape& s, const BatchNormHyper&
   const float* g = affine ? gamma.get() : nullptr;
   const float* b = affine ? beta.get() : nullptr;
 
-  kernels::batchnorm_forward_train(gpu, s, h, x.get() + offset, g, b, y.get() + offset, mean.get(), invstd.get(),
-                                   rm.get(), rv.get(), batches.get(), ws.get());
-  kernels::batchnorm_forward_eval(gpu, s, h, x.get() + offset, g, b, rm_cpu.get(), rv_cpu.get(),
-                                  y_eval.get() + offset);
+  const kernels::BatchNormArgs<float> common{.shape = s, .hyper = h, .x = x.get() + offset, .gamma = g, .beta = b};
+  kernels::BatchNormArgs<float> train = common;
+  train.y = y.get() + offset;
+  train.save_mean = mean.get(), train.save_invstd = invstd.get();
+  train.running_mean = rm.get(), train.running_var = rv.get(), train.num_batches_tracked = batches.get();
+  train.workspace = ws.get();
+  kernels::batchnorm_forward_train(gpu, train);
+  kernels::BatchNormArgs<float> eval = common;
+  eval.y = y_eval.get() + offset, eval.running_mean = rm_cpu.get(), eval.running_var = rv_cpu.get();
+  kernels::batchnorm_forward_eval(gpu, eval);
   DeviceBuffer<float> ws2(gpu, poisoned(std::max<size_t>(ws_floats, 1)));
-  kernels::batchnorm_backward(gpu, s, h, x.get() + offset, h.relu ? y_cpu.get() + offset : nullptr, dy.get() + offset,
-                              g, mean_cpu.get(), invstd_cpu.get(), dx.get() + offset, dgamma.get(), dbeta.get(),
-                              ws2.get());
+  kernels::BatchNormArgs<float> back = common;
+  back.y = h.relu ? y_cpu.get() + offset : nullptr, back.dy = dy.get() + offset;
+  back.save_mean = mean_cpu.get(), back.save_invstd = invstd_cpu.get();
+  back.dx = dx.get() + offset, back.dgamma = dgamma.get(), back.dbeta = dbeta.get(), back.workspace = ws2.get();
+  kernels::batchnorm_backward(gpu, back);
   Results r;
   const auto y_all = y.download(), y_eval_all = y_eval.download(), dx_all = dx.download();
   REQUIRE(std::isnan(y_all.back()));  // nothing written past the end
@@ -262,14 +284,29 @@ PoolResults run_cpu_pool(const BatchNormShape& s, const kernels::BatchNormPool& 
   o.argmax.resize(pooled), o.argmax_eval.resize(pooled);
   std::vector<float> ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, s, pool));
   const Exec cpu{};
-  kernels::batchnorm_pool_forward_train(cpu, s, pool, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                        r.y.data(), o.argmax.data(), r.mean.data(), r.invstd.data(), r.rm.data(),
-                                        r.rv.data(), &r.batches, ws.data());
-  kernels::batchnorm_pool_forward_eval(cpu, s, pool, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                       r.rm.data(), r.rv.data(), r.y_eval.data(), o.argmax_eval.data(), ws.data());
-  kernels::batchnorm_pool_backward(cpu, s, pool, h, in.x.data(), r.y.data(), dy.data(), o.argmax.data(),
-                                   ptr_or_null(in.gamma), r.mean.data(), r.invstd.data(), r.dx.data(),
-                                   r.dgamma.data(), r.dbeta.data(), ws.data());
+  kernels::BatchNormArgs<float> a{.shape = s,
+                                  .hyper = h,
+                                  .pool = pool,
+                                  .x = in.x.data(),
+                                  .gamma = ptr_or_null(in.gamma),
+                                  .beta = ptr_or_null(in.beta),
+                                  .y = r.y.data(),
+                                  .argmax = o.argmax.data(),
+                                  .save_mean = r.mean.data(),
+                                  .save_invstd = r.invstd.data(),
+                                  .running_mean = r.rm.data(),
+                                  .running_var = r.rv.data(),
+                                  .num_batches_tracked = &r.batches,
+                                  .dy = dy.data(),
+                                  .dx = r.dx.data(),
+                                  .dgamma = r.dgamma.data(),
+                                  .dbeta = r.dbeta.data(),
+                                  .workspace = ws.data()};
+  kernels::batchnorm_pool_forward_train(cpu, a);
+  kernels::BatchNormArgs<float> eval = a;
+  eval.y = r.y_eval.data(), eval.argmax = o.argmax_eval.data();
+  kernels::batchnorm_pool_forward_eval(cpu, eval);
+  kernels::batchnorm_pool_backward(cpu, a);
   return o;
 }
 
@@ -294,13 +331,23 @@ PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernel
   const float* g = affine ? gamma.get() : nullptr;
   const float* b = affine ? beta.get() : nullptr;
 
-  kernels::batchnorm_pool_forward_train(gpu, s, pool, h, x.get() + offset, g, b, y.get() + offset, argmax.get(),
-                                        mean.get(), invstd.get(), rm.get(), rv.get(), batches.get(), ws.get());
-  kernels::batchnorm_pool_forward_eval(gpu, s, pool, h, x.get() + offset, g, b, rm_cpu.get(), rv_cpu.get(),
-                                       y_eval.get() + offset, argmax_eval.get(), ws.get());
-  kernels::batchnorm_pool_backward(gpu, s, pool, h, x.get() + offset, y_cpu.get() + offset, dy.get() + offset,
-                                   argmax_cpu.get(), g, mean_cpu.get(), invstd_cpu.get(), dx.get() + offset,
-                                   dgamma.get(), dbeta.get(), ws2.get());
+  const kernels::BatchNormArgs<float> common{
+      .shape = s, .hyper = h, .pool = pool, .x = x.get() + offset, .gamma = g, .beta = b};
+  kernels::BatchNormArgs<float> train = common;
+  train.y = y.get() + offset, train.argmax = argmax.get();
+  train.save_mean = mean.get(), train.save_invstd = invstd.get();
+  train.running_mean = rm.get(), train.running_var = rv.get(), train.num_batches_tracked = batches.get();
+  train.workspace = ws.get();
+  kernels::batchnorm_pool_forward_train(gpu, train);
+  kernels::BatchNormArgs<float> eval = common;
+  eval.y = y_eval.get() + offset, eval.argmax = argmax_eval.get();
+  eval.running_mean = rm_cpu.get(), eval.running_var = rv_cpu.get(), eval.workspace = ws.get();
+  kernels::batchnorm_pool_forward_eval(gpu, eval);
+  kernels::BatchNormArgs<float> back = common;
+  back.y = y_cpu.get() + offset, back.argmax = argmax_cpu.get(), back.dy = dy.get() + offset;
+  back.save_mean = mean_cpu.get(), back.save_invstd = invstd_cpu.get();
+  back.dx = dx.get() + offset, back.dgamma = dgamma.get(), back.dbeta = dbeta.get(), back.workspace = ws2.get();
+  kernels::batchnorm_pool_backward(gpu, back);
   PoolResults o;
   Results& r = o.r;
   const auto y_all = y.download(), y_eval_all = y_eval.download(), dx_all = dx.download();
@@ -350,11 +397,21 @@ void check_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, 
   Results unfused = cpu.r;
   unfused.rm = in.rm, unfused.rv = in.rv;
   int64_t batches = 5;
-  kernels::batchnorm_forward_train(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta), full.data(),
-                                   unfused.mean.data(), unfused.invstd.data(), unfused.rm.data(), unfused.rv.data(),
-                                   &batches, nullptr);
-  kernels::batchnorm_forward_eval(Exec{}, s, h, in.x.data(), ptr_or_null(in.gamma), ptr_or_null(in.beta),
-                                  cpu.r.rm.data(), cpu.r.rv.data(), full_eval.data());
+  kernels::BatchNormArgs<float> a{.shape = s,
+                                  .hyper = h,
+                                  .x = in.x.data(),
+                                  .gamma = ptr_or_null(in.gamma),
+                                  .beta = ptr_or_null(in.beta),
+                                  .y = full.data(),
+                                  .save_mean = unfused.mean.data(),
+                                  .save_invstd = unfused.invstd.data(),
+                                  .running_mean = unfused.rm.data(),
+                                  .running_var = unfused.rv.data(),
+                                  .num_batches_tracked = &batches};
+  kernels::batchnorm_forward_train(Exec{}, a);
+  std::vector<float> rm = cpu.r.rm, rv = cpu.r.rv;  // the pooled CPU twin's running statistics, for evaluation
+  a.y = full_eval.data(), a.running_mean = rm.data(), a.running_var = rv.data();
+  kernels::batchnorm_forward_eval(Exec{}, a);
   CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(full))) == 0);
   CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval, 2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
 }
@@ -424,8 +481,13 @@ void check_given_statistics(const Exec& cuda, const GivenCase& k, bool tf32, boo
   const size_t stats_floats = kernels::conv2d_statistics_floats(Backend::cuda, cs);
   REQUIRE((stats_floats > 0) == k.gives);
   DeviceBuffer<float> stats(gpu, poisoned(std::max<size_t>(stats_floats, 1)));
-  const int chunks = kernels::conv2d_forward(gpu, cs, x.get(), w.get(), k.bias ? bias.get() : nullptr, conv_y.get(),
-                                             conv_ws.get(), stats.get());
+  const int chunks = kernels::conv2d_forward(gpu, kernels::Conv2dArgs<float>{.shape = cs,
+                                                                            .x = x.get(),
+                                                                            .w = w.get(),
+                                                                            .bias = k.bias ? bias.get() : nullptr,
+                                                                            .y = conv_y.get(),
+                                                                            .workspace = conv_ws.get(),
+                                                                            .statistics = stats.get()});
   REQUIRE((chunks > 0) == k.gives);
   REQUIRE(size_t(3) * C * size_t(chunks) <= stats_floats);
 
@@ -440,12 +502,25 @@ void check_given_statistics(const Exec& cuda, const GivenCase& k, bool tf32, boo
                                   : kernels::batchnorm_workspace_floats(Backend::cuda, s);
   DeviceBuffer<float> ws(gpu, poisoned(std::max<size_t>(ws_floats, 1)));
   const kernels::ChannelPartials given{stats.get(), chunks};
+  const kernels::BatchNormArgs<float> a{.shape = s,
+                                        .hyper = h,
+                                        .pool = pool,
+                                        .x = conv_y.get(),
+                                        .gamma = gamma.get(),
+                                        .beta = beta.get(),
+                                        .y = y.get(),
+                                        .argmax = pooled ? argmax.get() : nullptr,
+                                        .save_mean = mean.get(),
+                                        .save_invstd = invstd.get(),
+                                        .running_mean = rm.get(),
+                                        .running_var = rv.get(),
+                                        .num_batches_tracked = batches.get(),
+                                        .workspace = ws.get(),
+                                        .given = given};
   if (pooled)
-    kernels::batchnorm_pool_forward_train(gpu, s, pool, h, conv_y.get(), gamma.get(), beta.get(), y.get(), argmax.get(),
-                                          mean.get(), invstd.get(), rm.get(), rv.get(), batches.get(), ws.get(), given);
+    kernels::batchnorm_pool_forward_train(gpu, a);
   else
-    kernels::batchnorm_forward_train(gpu, s, h, conv_y.get(), gamma.get(), beta.get(), y.get(), mean.get(),
-                                     invstd.get(), rm.get(), rv.get(), batches.get(), ws.get(), given);
+    kernels::batchnorm_forward_train(gpu, a);
 
   PoolResults g;
   g.r.y = y.download();
@@ -514,13 +589,15 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   // The CPU twin, from its parts.
   Inputs in = make_inputs(s, affine);
   in.x.assign(cs.y_size(), 0.f);
-  kernels::conv2d_forward(Exec{}, cs, xm.data(), wm.data(), nullptr, in.x.data(), nullptr);
+  kernels::conv2d_forward(Exec{},
+                          kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .w = wm.data(), .y = in.x.data()});
   const size_t pooled = static_cast<size_t>(s.n * s.c) * pool.p() * pool.q();
   const auto dy = random_floats(pooled);
   const PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);
   std::vector<float> dw_cpu(cs.w_size());
   const auto dconv = tf32 ? kernels::rounded_to_tf32(cpu.r.dx) : cpu.r.dx;
-  kernels::conv2d_backward_weight(Exec{}, cs, xm.data(), dconv.data(), dw_cpu.data(), nullptr, nullptr);
+  kernels::conv2d_backward_weight(
+      Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .dy = dconv.data(), .dw = dw_cpu.data()});
 
   // The GPU, every output poisoned; the backward from the CPU's argmax, pooled y and statistics.
   Exec gpu = cuda;
@@ -538,20 +615,29 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   const size_t ws_floats = std::max<size_t>(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem), 1);
   DeviceBuffer<float> ws(gpu, poisoned(ws_floats));
 
-  kernels::ConvBatchNormPoolTensors<float> t;
-  t.x = image.get(), t.w = filters.get();
-  t.gamma = affine ? gamma.get() : nullptr, t.beta = affine ? beta.get() : nullptr;
-  t.y = y.get(), t.argmax = argmax.get(), t.save_mean = mean.get(), t.save_invstd = invstd.get();
-  t.running_mean = rm.get(), t.running_var = rv.get(), t.num_batches_tracked = batches.get(), t.workspace = ws.get();
-  kernels::conv_batchnorm_pool_forward_train(gpu, stem, h, t);
+  const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                                .hyper = h,
+                                                .x = image.get(),
+                                                .w = filters.get(),
+                                                .gamma = affine ? gamma.get() : nullptr,
+                                                .beta = affine ? beta.get() : nullptr,
+                                                .y = y.get(),
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .running_mean = rm.get(),
+                                                .running_var = rv.get(),
+                                                .num_batches_tracked = batches.get(),
+                                                .workspace = ws.get()};
+  kernels::conv_batchnorm_pool_forward_train(gpu, t);
   auto e = t;
   e.y = y_eval.get(), e.argmax = argmax_eval.get(), e.running_mean = rm_cpu.get(), e.running_var = rv_cpu.get();
-  kernels::conv_batchnorm_pool_forward_eval(gpu, stem, h, e);
+  kernels::conv_batchnorm_pool_forward_eval(gpu, e);
   auto b = t;
   b.y = relu ? y_cpu.get() : nullptr, b.argmax = argmax_cpu.get(), b.save_mean = mean_cpu.get();
   b.save_invstd = invstd_cpu.get(), b.dy = dy_dev.get(), b.dw = dw.get();  // the forward's workspace: its moments
   b.dgamma = affine ? dgamma.get() : nullptr, b.dbeta = affine ? dbeta.get() : nullptr;
-  kernels::conv_batchnorm_pool_backward(gpu, stem, h, b);
+  kernels::conv_batchnorm_pool_backward(gpu, b);
 
   PoolResults g;
   auto y_all = y.download(), y_eval_all = y_eval.download(), dw_all = dw.download();
@@ -635,18 +721,32 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-on
     DeviceBuffer<float> mean(cuda.exec, poisoned(C)), invstd(cuda.exec, poisoned(C)), dw(cuda.exec, poisoned(288));
     DeviceBuffer<float> dgamma(cuda.exec, poisoned(C)), dbeta(cuda.exec, poisoned(C));
     DeviceBuffer<float> ws(cuda.exec, poisoned(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem)));
-    kernels::ConvBatchNormPoolTensors<float> t;
-    t.x = xd.get(), t.w = wd.get(), t.y = y.get(), t.argmax = argmax.get(), t.save_mean = mean.get();
-    t.save_invstd = invstd.get(), t.dy = dyd.get(), t.dw = dw.get(), t.dgamma = dgamma.get(), t.dbeta = dbeta.get();
-    t.workspace = ws.get();
-    kernels::conv_batchnorm_pool_forward_train(cuda.exec, stem, h, t);
+    const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                                  .hyper = h,
+                                                  .x = xd.get(),
+                                                  .w = wd.get(),
+                                                  .y = y.get(),
+                                                  .argmax = argmax.get(),
+                                                  .save_mean = mean.get(),
+                                                  .save_invstd = invstd.get(),
+                                                  .dy = dyd.get(),
+                                                  .dw = dw.get(),
+                                                  .dgamma = dgamma.get(),
+                                                  .dbeta = dbeta.get(),
+                                                  .workspace = ws.get()};
+    kernels::conv_batchnorm_pool_forward_train(cuda.exec, t);
     Exec backward = cuda.exec;
     if (beside) {
-      REQUIRE(kernels::conv2d_backward(cuda.exec, next, next_x.get(), next_dy.get(), next_w.get(), next_dw.get(),
-                                       nullptr, next_dx.get(), next_ws.get()));
+      REQUIRE(kernels::conv2d_backward(cuda.exec, kernels::Conv2dArgs<float>{.shape = next,
+                                                                             .x = next_x.get(),
+                                                                             .w = next_w.get(),
+                                                                             .dy = next_dy.get(),
+                                                                             .dx = next_dx.get(),
+                                                                             .dw = next_dw.get(),
+                                                                             .workspace = next_ws.get()}));
       backward.after_gradient_only_kernel = true;
     }
-    kernels::conv_batchnorm_pool_backward(backward, stem, h, t);
+    kernels::conv_batchnorm_pool_backward(backward, t);
     std::vector<float> out = y.download();
     for (const auto& part : {dw.download(), dgamma.download(), dbeta.download(), mean.download()})
       out.insert(out.end(), part.begin(), part.end());
@@ -661,10 +761,16 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-on
   DeviceBuffer<float> xd(cuda.exec, random_floats(4)), wd(cuda.exec, random_floats(12)), y(cuda.exec, poisoned(3));
   DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(3, -7));
   DeviceBuffer<float> mean(cuda.exec, poisoned(3)), invstd(cuda.exec, poisoned(3)), ws(cuda.exec, poisoned(64));
-  kernels::ConvBatchNormPoolTensors<float> t;
-  t.x = xd.get(), t.w = wd.get(), t.y = y.get(), t.argmax = argmax.get(), t.save_mean = mean.get();
-  t.save_invstd = invstd.get(), t.workspace = ws.get();
-  REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, single, h, t), Error);
+  const kernels::ConvBatchNormPoolArgs<float> t{.shape = single,
+                                                .hyper = h,
+                                                .x = xd.get(),
+                                                .w = wd.get(),
+                                                .y = y.get(),
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .workspace = ws.get()};
+  REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, t), Error);
 }
 
 TEST_CASE("batchnorm on CUDA at the benchmark shape matches the CPU twin", "[cuda][batchnorm]") {
@@ -747,14 +853,24 @@ TEST_CASE("batchnorm on CUDA is bit-reproducible", "[cuda][batchnorm]") {
 TEST_CASE("batchnorm on CUDA: training needs more than one value, empty batches launch nothing", "[cuda][batchnorm]") {
   CudaExec cuda;
   DeviceBuffer<float> buf(cuda.exec, poisoned(8));
-  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(cuda.exec, BatchNormShape{1, 4, 1}, {}, buf.get(), nullptr,
-                                                     nullptr, buf.get(), buf.get(), buf.get(), nullptr, nullptr,
-                                                     nullptr, buf.get()),
-                    Error);
-  kernels::batchnorm_forward_train(cuda.exec, BatchNormShape{0, 4, 9}, {}, buf.get(), nullptr, nullptr, buf.get(),
-                                   buf.get(), buf.get(), nullptr, nullptr, nullptr, buf.get());
-  kernels::batchnorm_backward(cuda.exec, BatchNormShape{4, 0, 9}, {}, buf.get(), nullptr, buf.get(), nullptr,
-                              buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), buf.get());
+  kernels::BatchNormArgs<float> train{.shape = {1, 4, 1},
+                                      .x = buf.get(),
+                                      .y = buf.get(),
+                                      .save_mean = buf.get(),
+                                      .save_invstd = buf.get(),
+                                      .workspace = buf.get()};
+  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(cuda.exec, train), Error);
+  train.shape = {0, 4, 9};
+  kernels::batchnorm_forward_train(cuda.exec, train);
+  kernels::batchnorm_backward(cuda.exec, kernels::BatchNormArgs<float>{.shape = {4, 0, 9},
+                                                                       .x = buf.get(),
+                                                                       .save_mean = buf.get(),
+                                                                       .save_invstd = buf.get(),
+                                                                       .dy = buf.get(),
+                                                                       .dx = buf.get(),
+                                                                       .dgamma = buf.get(),
+                                                                       .dbeta = buf.get(),
+                                                                       .workspace = buf.get()});
   for (float v : buf.download()) REQUIRE(std::isnan(v));
 }
 
@@ -834,11 +950,27 @@ TEST_CASE("batchnorm on CUDA agrees with PyTorch's BatchNorm2d", "[cuda][batchno
       DeviceBuffer<float> dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
       DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{0});
       DeviceBuffer<float> ws(gpu, poisoned(std::max<size_t>(kernels::batchnorm_workspace_floats(Backend::cuda, s), 1)));
-      kernels::batchnorm_forward_train(gpu, s, h, x.get(), gamma.get(), beta.get(), y.get(), mean.get(), invstd.get(),
-                                       rm.get(), rv.get(), batches.get(), ws.get());
-      kernels::batchnorm_backward(gpu, s, h, x.get(), h.relu ? y.get() : nullptr, dy.get(), gamma.get(), mean.get(),
-                                  invstd.get(), dx.get(), dgamma.get(), dbeta.get(), ws.get());
-      kernels::batchnorm_forward_eval(gpu, s, h, x.get(), gamma.get(), beta.get(), rm.get(), rv.get(), y_eval.get());
+      kernels::BatchNormArgs<float> a{.shape = s,
+                                      .hyper = h,
+                                      .x = x.get(),
+                                      .gamma = gamma.get(),
+                                      .beta = beta.get(),
+                                      .y = y.get(),
+                                      .save_mean = mean.get(),
+                                      .save_invstd = invstd.get(),
+                                      .running_mean = rm.get(),
+                                      .running_var = rv.get(),
+                                      .num_batches_tracked = batches.get(),
+                                      .dy = dy.get(),
+                                      .dx = dx.get(),
+                                      .dgamma = dgamma.get(),
+                                      .dbeta = dbeta.get(),
+                                      .workspace = ws.get()};
+      kernels::batchnorm_forward_train(gpu, a);
+      if (!h.relu) a.y = nullptr;
+      kernels::batchnorm_backward(gpu, a);
+      a.y = y_eval.get();
+      kernels::batchnorm_forward_eval(gpu, a);
       NT_REQUIRE_CLOSE(to_nchw(y.download()), ref.y, tol);
       NT_REQUIRE_CLOSE(to_nchw(dx.download()), ref.dx, tol);
       NT_REQUIRE_CLOSE(dgamma.download(), ref.dgamma, tol);

@@ -13,7 +13,7 @@
 namespace nt::test {
 namespace {
 
-using kernels::ClassifierHead;
+using kernels::ClassifierHeadArgs;
 using kernels::Exec;
 
 double max_abs(const std::vector<float>& v) {
@@ -66,7 +66,7 @@ HeadOutputs run_cpu(const HeadCase& c) {
   o.dbias.assign(size_t(c.C), kPoison);
   o.dx.assign(size_t(c.B) * c.K, kPoison);
   o.loss = kLossBefore, o.correct = kCorrectBefore;
-  ClassifierHead h;
+  ClassifierHeadArgs h;
   h.B = c.B, h.K = c.K, h.C = c.C;
   h.x = c.x.data(), h.weight = c.weight.data(), h.bias = c.bias ? c.bias_v.data() : nullptr;
   h.labels = c.labels.data(), h.logits = o.logits.data(), h.loss_sum = &o.loss, h.correct = &o.correct;
@@ -86,7 +86,7 @@ HeadOutputs run_cuda(const Exec& gpu, const HeadCase& c) {
   DeviceBuffer<float> dx(gpu, poisoned(size_t(c.B) * c.K));
   DeviceBuffer<double> loss(gpu, std::vector<double>{kLossBefore});
   DeviceBuffer<int64_t> correct(gpu, std::vector<int64_t>{kCorrectBefore});
-  ClassifierHead h;
+  ClassifierHeadArgs h;
   h.B = c.B, h.K = c.K, h.C = c.C;
   h.x = x.get(), h.weight = weight.get(), h.bias = c.bias ? bias.get() : nullptr;
   h.labels = labels.get(), h.logits = logits.get(), h.loss_sum = loss.get(), h.correct = correct.get();

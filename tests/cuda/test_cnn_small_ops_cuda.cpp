@@ -100,10 +100,12 @@ TEST_CASE("adam_update on CUDA matches the CPU twin and advances the step counte
         for (int s = 0; s < kSteps; ++s) {
           std::vector<float> g = random_floats(n, -2.f, 2.f);
           std::fill(g.begin() + pad_begin, g.begin() + pad_end, 0.f);
-          kernels::adam_update(Exec{}, p.data(), g.data(), m.data(), v.data(), n, k.h, cpu_step);
+          kernels::adam_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(),
+                                        .hyper = k.h, .step = cpu_step});
           d_g.upload(padded(g, offset, kPad));
-          kernels::adam_update(gpu, d_p.get() + offset, d_g.get() + offset, d_m.get() + offset, d_v.get() + offset,
-                               n, k.h, d_step.get());
+          kernels::adam_update(gpu, {.n = n, .params = d_p.get() + offset, .grads = d_g.get() + offset,
+                                     .m = d_m.get() + offset, .v = d_v.get() + offset, .hyper = k.h,
+                                     .step = d_step.get()});
         }
         REQUIRE(d_step.download() == counter_at(kSteps));  // value = steps taken, done reset to 0
         const auto got_p = d_p.download(), got_m = d_m.download(), got_v = d_v.download();
@@ -126,7 +128,7 @@ TEST_CASE("adam_update on CUDA matches the CPU twin and advances the step counte
 TEST_CASE("adam_update on CUDA with n == 0 still advances the step counter", "[cuda][adam]") {
   CudaExec cuda;
   DeviceBuffer<uint64_t> d_step(cuda.exec, counter_at(17));
-  kernels::adam_update(cuda.exec, nullptr, nullptr, nullptr, nullptr, 0, kernels::AdamHyper{}, d_step.get());
+  kernels::adam_update(cuda.exec, {.n = 0, .hyper = kernels::AdamHyper{}, .step = d_step.get()});
   REQUIRE(d_step.download() == counter_at(18));
 }
 
@@ -162,17 +164,24 @@ TEST_CASE("dropout on CUDA draws the CPU twin's masks bit for bit", "[cuda][drop
           }
           std::vector<float> cpu_y(n), cpu_dx(n);
           std::vector<uint8_t> cpu_mask(n);
-          kernels::dropout_forward(Exec{}, x.data(), cpu_y.data(), cpu_mask.data(), n, p, seed, cpu_counter);
-          kernels::dropout_backward(Exec{}, dy.data(), cpu_mask.data(), cpu_dx.data(), n, p);
+          kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed,
+                                                                       .counter = cpu_counter, .x = x.data(),
+                                                                       .y = cpu_y.data(), .mask = cpu_mask.data()});
+          kernels::dropout_backward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = cpu_mask.data(),
+                                                                        .dy = dy.data(), .dx = cpu_dx.data()});
 
           d_x.upload(padded(x, off.xy, 0.f));
           d_y.upload(padded(poisoned(n), off.xy, 0.f));
           d_mask.upload(padded(std::vector<uint8_t>(n, 7), off.mask, uint8_t{9}));
           d_dy.upload(padded(dy, off.xy, 0.f));
           d_dx.upload(padded(poisoned(n), off.xy, 0.f));
-          kernels::dropout_forward(gpu, d_x.get() + off.xy, d_y.get() + off.xy, d_mask.get() + off.mask, n, p, seed,
-                                   d_counter.get());
-          kernels::dropout_backward(gpu, d_dy.get() + off.xy, d_mask.get() + off.mask, d_dx.get() + off.xy, n, p);
+          kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed,
+                                                                    .counter = d_counter.get(), .x = d_x.get() + off.xy,
+                                                                    .y = d_y.get() + off.xy,
+                                                                    .mask = d_mask.get() + off.mask});
+          kernels::dropout_backward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = d_mask.get() + off.mask,
+                                                                     .dy = d_dy.get() + off.xy,
+                                                                     .dx = d_dx.get() + off.xy});
 
           const auto got_mask = d_mask.download();
           const auto got_y = d_y.download(), got_dx = d_dx.download();
@@ -198,18 +207,22 @@ TEST_CASE("dropout on CUDA runs in place and with n == 0 advances the counter", 
   std::vector<float> cpu_y(n), cpu_dx(n);
   std::vector<uint8_t> cpu_mask(n);
   uint64_t cpu_counter[2] = {0, 0};
-  kernels::dropout_forward(Exec{}, x.data(), cpu_y.data(), cpu_mask.data(), n, p, 3, cpu_counter);
-  kernels::dropout_backward(Exec{}, dy.data(), cpu_mask.data(), cpu_dx.data(), n, p);
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 3, .counter = cpu_counter,
+                                                               .x = x.data(), .y = cpu_y.data(),
+                                                               .mask = cpu_mask.data()});
+  kernels::dropout_backward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = cpu_mask.data(),
+                                                                .dy = dy.data(), .dx = cpu_dx.data()});
 
   DeviceBuffer<float> d_xy(gpu, x), d_d(gpu, dy);
   DeviceBuffer<uint8_t> d_mask(gpu, n);
   DeviceBuffer<uint64_t> d_counter(gpu, counter_at(0));
-  kernels::dropout_forward(gpu, d_xy.get(), d_xy.get(), d_mask.get(), n, p, 3, d_counter.get());
-  kernels::dropout_backward(gpu, d_d.get(), d_mask.get(), d_d.get(), n, p);
+  kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 3, .counter = d_counter.get(),
+                                                            .x = d_xy.get(), .y = d_xy.get(), .mask = d_mask.get()});
+  kernels::dropout_backward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = d_mask.get(), .dy = d_d.get(),
+                                                             .dx = d_d.get()});
   REQUIRE(same_bits(d_xy.download().data(), cpu_y.data(), n));
   REQUIRE(same_bits(d_d.download().data(), cpu_dx.data(), n));
-  const float* no_x = nullptr;
-  kernels::dropout_forward(gpu, no_x, nullptr, nullptr, 0, p, 3, d_counter.get());
+  kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = 0, .p = p, .seed = 3, .counter = d_counter.get()});
   REQUIRE(d_counter.download() == counter_at(2));
 }
 
@@ -230,8 +243,11 @@ TEST_CASE("adam and dropout counters advance on every replay of a captured graph
   DeviceBuffer<uint8_t> d_mask(cuda.exec, n);
   DeviceBuffer<uint64_t> d_step(cuda.exec, counter_at(0)), d_draws(cuda.exec, counter_at(0));
   kernels::Graph graph = kernels::Graph::capture(capture_exec, [&] {
-    kernels::adam_update(capture_exec, d_p.get(), d_g.get(), d_m.get(), d_v.get(), n, h, d_step.get());
-    kernels::dropout_forward(capture_exec, d_x.get(), d_y.get(), d_mask.get(), n, p, 11, d_draws.get());
+    kernels::adam_update(capture_exec, {.n = n, .params = d_p.get(), .grads = d_g.get(), .m = d_m.get(), .v = d_v.get(),
+                                        .hyper = h, .step = d_step.get()});
+    kernels::dropout_forward(capture_exec, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 11,
+                                                                       .counter = d_draws.get(), .x = d_x.get(),
+                                                                       .y = d_y.get(), .mask = d_mask.get()});
   });
   REQUIRE(graph.node_count() == 2);
 
@@ -241,8 +257,11 @@ TEST_CASE("adam and dropout counters advance on every replay of a captured graph
   for (int replay = 1; replay <= 4; ++replay) {
     INFO("replay " << replay);
     graph.launch(capture_exec);
-    kernels::adam_update(Exec{}, params.data(), grads.data(), m.data(), v.data(), n, h, cpu_step);
-    kernels::dropout_forward(Exec{}, x.data(), cpu_y.data(), cpu_mask.data(), n, p, 11, cpu_draws);
+    kernels::adam_update(Exec{}, {.n = n, .params = params.data(), .grads = grads.data(), .m = m.data(), .v = v.data(),
+                                  .hyper = h, .step = cpu_step});
+    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 11, .counter = cpu_draws,
+                                                                 .x = x.data(), .y = cpu_y.data(),
+                                                                 .mask = cpu_mask.data()});
     REQUIRE(d_step.download() == counter_at(uint64_t(replay)));
     REQUIRE(d_draws.download() == counter_at(uint64_t(replay)));
     NT_REQUIRE_CLOSE(d_p.download(), params, kAdamTolerance);  // the bias corrections of t = replay
@@ -280,14 +299,18 @@ TEST_CASE("maxpool2d on CUDA is bit-identical to the CPU twin", "[cuda][maxpool]
       const std::vector<float> x = pool_input(in, kind), dy = random_floats(out);
       std::vector<float> cpu_y(out), cpu_dx(in);
       std::vector<int32_t> cpu_arg(out);
-      kernels::maxpool2d_forward(Exec{}, s, x.data(), cpu_y.data(), cpu_arg.data());
-      kernels::maxpool2d_backward(Exec{}, s, dy.data(), cpu_arg.data(), cpu_dx.data());
+      kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = cpu_y.data(),
+                                                                       .argmax = cpu_arg.data()});
+      kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = cpu_arg.data(),
+                                                                        .dy = dy.data(), .dx = cpu_dx.data()});
 
       DeviceBuffer<float> d_x(gpu, x), d_dy(gpu, padded(dy, 0, 0.f));
       DeviceBuffer<float> d_y(gpu, padded(poisoned(out), 0, 0.f)), d_dx(gpu, padded(poisoned(in), 0, 0.f));
       DeviceBuffer<int32_t> d_arg(gpu, padded(std::vector<int32_t>(out, -7), 0, int32_t{-9}));
-      kernels::maxpool2d_forward(gpu, s, d_x.get(), d_y.get(), d_arg.get());
-      kernels::maxpool2d_backward(gpu, s, d_dy.get(), d_arg.get(), d_dx.get());
+      kernels::maxpool2d_forward(gpu, kernels::MaxPool2dArgs<float>{.shape = s, .x = d_x.get(), .y = d_y.get(),
+                                                                    .argmax = d_arg.get()});
+      kernels::maxpool2d_backward(gpu, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = d_arg.get(),
+                                                                     .dy = d_dy.get(), .dx = d_dx.get()});
 
       const auto got_y = d_y.download(), got_dx = d_dx.download();
       const auto got_arg = d_arg.download();

@@ -21,6 +21,7 @@
 namespace nt::test {
 namespace {
 
+using kernels::Conv2dArgs;
 using kernels::Conv2dShape;
 using kernels::Exec;
 
@@ -44,14 +45,22 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
   DeviceBuffer<float> d_y(gpu, at_least_one(poisoned(s.y_size()))), d_dx(gpu, at_least_one(poisoned(s.x_size())));
   DeviceBuffer<float> d_dw(gpu, at_least_one(poisoned(s.w_size()))), d_db(gpu, at_least_one(poisoned(size_t(s.k))));
   DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(workspace_floats)));
-  kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), bias ? d_bias.get() : nullptr, d_y.get(), d_ws.get());
+  const Conv2dArgs<float> args{.shape = s,
+                               .x = d_x.get(),
+                               .w = d_w.get(),
+                               .bias = bias ? d_bias.get() : nullptr,
+                               .y = d_y.get(),
+                               .dy = d_dy.get(),
+                               .dx = d_dx.get(),
+                               .dw = d_dw.get(),
+                               .dbias = bias ? d_db.get() : nullptr,
+                               .workspace = d_ws.get()};
+  kernels::conv2d_forward(gpu, args);
   if (together) {
-    kernels::conv2d_backward(gpu, s, d_x.get(), d_dy.get(), d_w.get(), d_dw.get(), bias ? d_db.get() : nullptr,
-                             d_dx.get(), d_ws.get());
+    kernels::conv2d_backward(gpu, args);
   } else {
-    kernels::conv2d_backward_data(gpu, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
-    kernels::conv2d_backward_weight(gpu, s, d_x.get(), d_dy.get(), d_dw.get(), bias ? d_db.get() : nullptr,
-                                    d_ws.get());
+    kernels::conv2d_backward_data(gpu, args);
+    kernels::conv2d_backward_weight(gpu, args);
   }
   GpuResults r{d_y.download(), d_dx.download(), d_dw.download(), d_db.download()};
   r.y.resize(s.y_size()), r.dx.resize(s.x_size()), r.dw.resize(s.w_size()), r.db.resize(bias ? size_t(s.k) : 0);
@@ -80,10 +89,21 @@ void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, b
   std::vector<float> y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()),
                      db = poisoned(with_bias ? size_t(s.k) : 0), unused = poisoned(s.w_size());
   const Exec cpu;
-  kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), b ? bias.data() : nullptr, y.data(), nullptr);
-  kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), dx.data(), nullptr);
-  kernels::conv2d_backward_weight(cpu, s, xm.data(), dym.data(), dw.data(), nullptr, nullptr);
-  if (with_bias) kernels::conv2d_backward_weight(cpu, s, x.data(), dy.data(), unused.data(), db.data(), nullptr);
+  const Conv2dArgs<float> ref{.shape = s,
+                              .x = xm.data(),
+                              .w = wm.data(),
+                              .bias = b ? bias.data() : nullptr,
+                              .y = y.data(),
+                              .dy = dym.data(),
+                              .dx = dx.data(),
+                              .dw = dw.data()};
+  kernels::conv2d_forward(cpu, ref);
+  kernels::conv2d_backward_data(cpu, ref);
+  kernels::conv2d_backward_weight(cpu, ref);
+  // dbias from the unrounded dy (the GPU sums it in fp32 whatever the math mode)
+  if (with_bias)
+    kernels::conv2d_backward_weight(
+        cpu, Conv2dArgs<float>{.shape = s, .x = x.data(), .dy = dy.data(), .dw = unused.data(), .dbias = db.data()});
 
   Exec gpu = cuda;
   gpu.tf32 = tf32;
@@ -153,7 +173,8 @@ TEST_CASE("conv2d's halo tile (kernel lab) matches the CPU twin", "[cuda][conv]"
     const Conv2dShape s{1, 3, 8, 8, 4, 3, 3, 1, 1};
     DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
     DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
-    CHECK_THROWS_WITH(lab::conv2d_variant(gpu, lab::forward, s, d_x.get(), d_w.get(), nullptr, d_y.get(), nullptr,
+    CHECK_THROWS_WITH(lab::conv2d_variant(gpu, lab::forward,
+                                          Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get()},
                                           lab::halo_64, 1),
                       Contains("need sm_80 code"));
     return;
@@ -174,14 +195,18 @@ TEST_CASE("conv2d's halo tile (kernel lab) matches the CPU twin", "[cuda][conv]"
     const auto xm = kernels::rounded_to_tf32(x), wm = kernels::rounded_to_tf32(w), dym = kernels::rounded_to_tf32(dy);
     std::vector<float> y(s.y_size()), dx(s.x_size());
     const Exec cpu;
-    kernels::conv2d_forward(cpu, s, xm.data(), wm.data(), nullptr, y.data(), nullptr);
-    kernels::conv2d_backward_data(cpu, s, dym.data(), wm.data(), dx.data(), nullptr);
+    const Conv2dArgs<float> ref{
+        .shape = s, .x = xm.data(), .w = wm.data(), .y = y.data(), .dy = dym.data(), .dx = dx.data()};
+    kernels::conv2d_forward(cpu, ref);
+    kernels::conv2d_backward_data(cpu, ref);
     DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
     for (const int tile : {lab::halo_64, lab::halo_32}) {
       INFO("tile " << tile);
       DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size()));
-      lab::conv2d_variant(gpu, lab::forward, s, d_x.get(), d_w.get(), d_dy.get(), d_y.get(), nullptr, tile, 1);
-      lab::conv2d_variant(gpu, lab::backward_data, s, d_x.get(), d_w.get(), d_dy.get(), d_dx.get(), nullptr, tile, 1);
+      const Conv2dArgs<float> args{
+          .shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .dy = d_dy.get(), .dx = d_dx.get()};
+      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
+      lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1);
       NT_REQUIRE_CLOSE(d_y.download(), y, fp32_dot(s.c * s.r * s.s));
       NT_REQUIRE_CLOSE(d_dx.download(), dx, fp32_dot(s.k * s.r * s.s));
     }
@@ -199,7 +224,8 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
   if (!cuda_device().has_tf32()) {  // without TF32 code the tensor-core kernels refuse, naming what they need
     DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
     DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
-    CHECK_THROWS_WITH(kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), nullptr),
+    CHECK_THROWS_WITH(
+        kernels::conv2d_forward(gpu, Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get()}),
                       Contains("need sm_80 code"));
     return;
   }
@@ -213,7 +239,8 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
   for (int k = 0; k < 3; ++k) w[size_t(k) * 40] = w0[k];
   DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_y(gpu, poisoned(s.y_size()));
   DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s))));
-  kernels::conv2d_forward(gpu, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
+  kernels::conv2d_forward(
+      gpu, Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()});
   const auto y = d_y.download();
   std::vector<float> want(s.y_size());
   for (int k = 0; k < 3; ++k)
@@ -250,15 +277,25 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
         if (tf32 && !cuda_device().has_tf32()) continue;
         Exec mode = gpu;
         mode.tf32 = tf32;
-        kernels::conv2d_forward(mode, s, d_x.get(), d_w.get(), nullptr, d_y.get(), d_ws.get());
-        kernels::conv2d_backward_data(mode, s, d_dy.get(), d_w.get(), d_dx.get(), d_ws.get());
-        kernels::conv2d_backward_weight(mode, s, d_x.get(), d_dy.get(), d_dw.get(), d_db.get(), d_ws.get());
+        const Conv2dArgs<float> args{.shape = s,
+                                     .x = d_x.get(),
+                                     .w = d_w.get(),
+                                     .y = d_y.get(),
+                                     .dy = d_dy.get(),
+                                     .dx = d_dx.get(),
+                                     .dw = d_dw.get(),
+                                     .dbias = d_db.get(),
+                                     .workspace = d_ws.get()};
+        kernels::conv2d_forward(mode, args);
+        kernels::conv2d_backward_data(mode, args);
+        kernels::conv2d_backward_weight(mode, args);
         const auto after = d_ws.download();
         CHECK(std::all_of(after.begin() + long(ws), after.end(), [&](float v) { return v == guard; }));
       }
 
       std::vector<float> dw(s.w_size()), db(size_t(s.k));
-      kernels::conv2d_backward_weight(Exec{}, s, x.data(), dy.data(), dw.data(), db.data(), nullptr);
+      kernels::conv2d_backward_weight(
+          Exec{}, Conv2dArgs<float>{.shape = s, .x = x.data(), .dy = dy.data(), .dw = dw.data(), .dbias = db.data()});
       NT_REQUIRE_CLOSE(d_dw.download(), dw, fp32_dot(s.n * s.p() * s.q()));
       NT_REQUIRE_CLOSE(d_db.download(), db, fp32_dot(s.n * s.p() * s.q()));
     }

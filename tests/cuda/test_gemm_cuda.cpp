@@ -160,7 +160,7 @@ Outputs run_gemm(const Exec& exec, const Problem& p, const Inputs& in, const Gem
   Placed sums(exec, nt::test::poisoned(static_cast<size_t>(p.M)), 0);
   const size_t workspace_floats = p.workspace_split
                                       ? nt::kernels::cuda::lab::gemm_workspace_variant_floats(p.M, p.N, p.workspace_split)
-                                      : nt::kernels::cuda::gemm_workspace_floats(p.M, p.N, p.K);
+                                      : nt::kernels::gemm_workspace_floats(exec.backend, p.M, p.N, p.K);
   Placed workspace(exec, nt::test::poisoned(workspace_floats), 0);
 
   GemmDesc d;

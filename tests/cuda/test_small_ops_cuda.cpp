@@ -170,11 +170,13 @@ TEST_CASE("sgd_update on CUDA is bit-identical to the CPU twin", "[cuda][optim]"
         DeviceBuffer<float> d_g(gpu, n + off.g + 1);
         for (int s = 0; s < kSteps; ++s) {
           std::vector<float> g = random_floats(n);
-          kernels::sgd_update(Exec{}, p.data(), g.data(), momentum ? v.data() : nullptr, n, h);
+          kernels::sgd_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(),
+                                       .velocity = momentum ? v.data() : nullptr, .hyper = h});
           d_g.upload(padded(g, off.g, kPad));
           // Without momentum, pass velocity half of the time: it must not be touched either way.
           float* vel = (momentum || s % 2 == 1) ? d_v.get() + off.v : nullptr;
-          kernels::sgd_update(gpu, d_p.get() + off.p, d_g.get() + off.g, vel, n, h);
+          kernels::sgd_update(gpu, {.n = n, .params = d_p.get() + off.p, .grads = d_g.get() + off.g, .velocity = vel,
+                                    .hyper = h});
         }
         const auto got_p = d_p.download(), got_v = d_v.download();
         REQUIRE(same_bits(got_p.data() + off.p, p.data(), n));
@@ -194,8 +196,9 @@ void check_gather_twice(const Exec& gpu, const kernels::BatchSource& src, int64_
   const size_t n = cpu_x.size();
   DeviceBuffer<float> d_x(gpu, padded(poisoned(n), x_offset, kPoison)), d_x2(gpu, padded(poisoned(n), x_offset, kPoison));
   DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(B, -1)), d_y2(gpu, std::vector<int32_t>(B, -1));
-  kernels::gather_batch(gpu, src, first, B, d_x.get() + x_offset, d_y.get());
-  kernels::gather_batch(gpu, src, first, B, d_x2.get() + x_offset, d_y2.get(), /*overlaps_previous=*/true);
+  kernels::gather_batch(gpu, {.src = src, .first = first, .B = B, .x = d_x.get() + x_offset, .y = d_y.get()});
+  kernels::gather_batch(gpu, {.src = src, .first = first, .B = B, .x = d_x2.get() + x_offset, .y = d_y2.get(),
+                              .overlaps_previous = true});
   for (const auto* out : {&d_x, &d_x2}) {
     const auto got_x = out->download();
     REQUIRE(same_bits(got_x.data() + x_offset, cpu_x.data(), n));
@@ -230,8 +233,9 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     const size_t n = size_t(k.B) * k.D;
     std::vector<float> cpu_x(n);
     std::vector<int32_t> cpu_y(k.B);
-    kernels::gather_batch(Exec{}, {images.data(), labels.data(), perm.data(), k.D, mean, std_dev}, k.first, k.B,
-                          cpu_x.data(), cpu_y.data());
+    const kernels::BatchSource cpu_src{.images = images.data(), .labels = labels.data(), .perm = perm.data(),
+                                       .D = k.D, .mean = mean, .std = std_dev};
+    kernels::gather_batch(Exec{}, {.src = cpu_src, .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
 
     DeviceBuffer<uint8_t> d_images(gpu, padded(images, k.image_offset, uint8_t{0}));
     DeviceBuffer<uint8_t> d_labels(gpu, labels);
@@ -288,8 +292,8 @@ TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU t
 
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(k.B, -1);
-    kernels::gather_batch(Exec{}, shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key), k.first,
-                          k.B, cpu_x.data(), cpu_y.data());
+    kernels::gather_batch(Exec{}, {.src = shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key),
+                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
 
     DeviceBuffer<uint8_t> d_images(gpu, in.images), d_labels(gpu, in.labels);
     DeviceBuffer<int32_t> d_perm(gpu, in.perm);
@@ -315,7 +319,7 @@ TEST_CASE("a captured shifted gather reads each epoch's key from device memory o
   DeviceBuffer<int32_t> d_y(cuda.exec, std::vector<int32_t>(k.B, -1));
   const auto src = shift_source(k, d_images.get(), d_labels.get(), d_perm.get(), d_key.get());
   kernels::Graph graph = kernels::Graph::capture(capture_exec, [&] {
-    kernels::gather_batch(capture_exec, src, k.first, k.B, d_x.get(), d_y.get());
+    kernels::gather_batch(capture_exec, {.src = src, .first = k.first, .B = k.B, .x = d_x.get(), .y = d_y.get()});
   });
   REQUIRE(graph.node_count() == 1);
 
@@ -327,8 +331,8 @@ TEST_CASE("a captured shifted gather reads each epoch's key from device memory o
     graph.launch(capture_exec);
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(k.B, -1);
-    kernels::gather_batch(Exec{}, shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key), k.first,
-                          k.B, cpu_x.data(), cpu_y.data());
+    kernels::gather_batch(Exec{}, {.src = shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key),
+                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
     const auto got_x = d_x.download();
     REQUIRE(same_bits(got_x, cpu_x));
     REQUIRE(d_y.download() == cpu_y);
@@ -356,27 +360,30 @@ TEST_CASE("relu on CUDA is bit-identical to the CPU twin, in place and misaligne
         dy[6] = inf;
       }
       std::vector<float> cpu_y(n), cpu_dx(n);
-      kernels::relu_forward(Exec{}, x.data(), cpu_y.data(), n);
-      kernels::relu_backward(Exec{}, cpu_y.data(), dy.data(), cpu_dx.data(), n);
+      kernels::relu_forward(Exec{}, kernels::ReluArgs<float>{.n = n, .x = x.data(), .y = cpu_y.data()});
+      kernels::relu_backward(Exec{}, kernels::ReluArgs<float>{.n = n, .y = cpu_y.data(), .dy = dy.data(),
+                                                              .dx = cpu_dx.data()});
 
       // Out of place; dx stays aligned while y and dy may not be, so the paths mix.
       DeviceBuffer<float> d_x(gpu, padded(x, offset, 0.f));
       DeviceBuffer<float> d_y(gpu, padded(poisoned(n), offset, 0.f));
       DeviceBuffer<float> d_dy(gpu, padded(dy, offset, 0.f));
       DeviceBuffer<float> d_dx(gpu, padded(poisoned(n), 0, 0.f));
-      kernels::relu_forward(gpu, d_x.get() + offset, d_y.get() + offset, n);
+      kernels::relu_forward(gpu, kernels::ReluArgs<float>{.n = n, .x = d_x.get() + offset, .y = d_y.get() + offset});
       const auto got_y = d_y.download();
       REQUIRE(same_bits(got_y.data() + offset, cpu_y.data(), n));
       REQUIRE(got_y.back() == 0.f);  // nothing written past the end
-      kernels::relu_backward(gpu, d_y.get() + offset, d_dy.get() + offset, d_dx.get(), n);
+      kernels::relu_backward(gpu, kernels::ReluArgs<float>{.n = n, .y = d_y.get() + offset, .dy = d_dy.get() + offset,
+                                                           .dx = d_dx.get()});
       const auto got_dx = d_dx.download();
       REQUIRE(same_bits(got_dx.data(), cpu_dx.data(), n));
       REQUIRE(got_dx.back() == 0.f);
 
       // In place: y over x, then dx over dy.
-      kernels::relu_forward(gpu, d_x.get() + offset, d_x.get() + offset, n);
+      kernels::relu_forward(gpu, kernels::ReluArgs<float>{.n = n, .x = d_x.get() + offset, .y = d_x.get() + offset});
       REQUIRE(same_bits(d_x.download().data() + offset, cpu_y.data(), n));
-      kernels::relu_backward(gpu, d_x.get() + offset, d_dy.get() + offset, d_dy.get() + offset, n);
+      kernels::relu_backward(gpu, kernels::ReluArgs<float>{.n = n, .y = d_x.get() + offset, .dy = d_dy.get() + offset,
+                                                           .dx = d_dy.get() + offset});
       REQUIRE(same_bits(d_dy.download().data() + offset, cpu_dx.data(), n));
     }
 }

@@ -1,0 +1,98 @@
+// The fused convolution stem on the CPU: the reference twin of kernels/cuda/conv_batchnorm_pool.cu (contract in
+// kernels/conv_batchnorm_pool.h). Unfused: conv2d_forward into a scratch, then the pooled BatchNorm
+// (kernels/cpu/batchnorm.cpp) on it; the backward recomputes that scratch, takes the pooled BatchNorm's dx into a
+// second one and conv2d_backward_weight of it. The reference for the GPU's fused kernels.
+//
+// Workspace (elements of T): conv (n, K, P, Q), dconv (n, K, P, Q), then batchnorm_pool_workspace_floats.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/conv_batchnorm_pool.h"
+
+namespace nt::kernels::cpu {
+
+namespace {
+
+// The fused convolution stem's workspace: conv, dconv (full resolution), then batchnorm_pool's.
+template <class T>
+struct StemScratch {
+  T* conv;
+  T* dconv;
+  T* batchnorm;
+};
+// The workspace's parts, with conv2d_forward(x, w) in conv (every pass starts from it).
+template <class T>
+StemScratch<T> convolved_scratch(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
+  const size_t full = a.shape.conv.y_size();
+  NT_CHECK(a.workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
+  const StemScratch<T> ws{a.workspace, a.workspace + full, a.workspace + 2 * full};
+  cpu::conv2d_forward(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .w = a.w, .y = ws.conv});
+  return ws;
+}
+
+// The pooled BatchNorm's arguments on the convolution's output in ws.conv: its shape, the stem's hyperparameters
+// and its per-channel tensors; each op sets the rest.
+template <class T>
+BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratch<T>& ws) {
+  return {.shape = a.shape.batchnorm(),
+          .hyper = a.hyper,
+          .pool = a.shape.pool(),
+          .x = ws.conv,
+          .gamma = a.gamma,
+          .beta = a.beta,
+          .save_mean = a.save_mean,
+          .save_invstd = a.save_invstd,
+          .workspace = ws.batchnorm};
+}
+
+}  // namespace
+
+size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
+  return 2 * s.conv.y_size() + cpu::batchnorm_pool_workspace_floats(s.batchnorm(), s.pool());
+}
+
+template <class T>
+void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
+  const StemScratch<T> ws = convolved_scratch(exec, a);
+  BatchNormArgs<T> bn = pooled_args(a, ws);
+  bn.y = a.y;
+  bn.argmax = a.argmax;
+  bn.running_mean = a.running_mean;
+  bn.running_var = a.running_var;
+  bn.num_batches_tracked = a.num_batches_tracked;
+  cpu::batchnorm_pool_forward_train(exec, bn);
+}
+
+template <class T>
+void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
+  const StemScratch<T> ws = convolved_scratch(exec, a);
+  BatchNormArgs<T> bn = pooled_args(a, ws);
+  bn.y = a.y;
+  bn.argmax = a.argmax;
+  bn.running_mean = a.running_mean;
+  bn.running_var = a.running_var;
+  cpu::batchnorm_pool_forward_eval(exec, bn);
+}
+
+template <class T>
+void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
+  const StemScratch<T> ws = convolved_scratch(exec, a);
+  BatchNormArgs<T> bn = pooled_args(a, ws);
+  bn.y = a.y;
+  bn.argmax = a.argmax;
+  bn.dy = a.dy;
+  bn.dx = ws.dconv;
+  bn.dgamma = a.dgamma;
+  bn.dbeta = a.dbeta;
+  cpu::batchnorm_pool_backward(exec, bn);
+  cpu::conv2d_backward_weight(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .dy = ws.dconv, .dw = a.dw});
+}
+
+template void conv_batchnorm_pool_forward_train(const Exec&, const ConvBatchNormPoolArgs<float>&);
+template void conv_batchnorm_pool_forward_train(const Exec&, const ConvBatchNormPoolArgs<double>&);
+template void conv_batchnorm_pool_forward_eval(const Exec&, const ConvBatchNormPoolArgs<float>&);
+template void conv_batchnorm_pool_forward_eval(const Exec&, const ConvBatchNormPoolArgs<double>&);
+template void conv_batchnorm_pool_backward(const Exec&, const ConvBatchNormPoolArgs<float>&);
+template void conv_batchnorm_pool_backward(const Exec&, const ConvBatchNormPoolArgs<double>&);
+
+}  // namespace nt::kernels::cpu

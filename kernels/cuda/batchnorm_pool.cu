@@ -1,0 +1,350 @@
+// BatchNorm2d with a fused max-pool on the GPU, fp32, NCHW (contract in kernels/batchnorm.h, batchnorm_pool_*; CPU
+// twin kernels/cpu/batchnorm.cpp): BatchNorm2d (+ ReLU) then MaxPool2d(window, stride = window) without the
+// full-resolution output. The forward normalizes each window of x and writes only its maximum and argmax; the
+// backward's dy' is the pooled gradient at the argmax (through the ReLU as pooled y > 0, which is y > 0 there) and 0
+// elsewhere, so the reduction visits the pooled outputs only: S1 = Σ g, S2 = Σ g·(x[argmax] - mean), and the apply
+// writes every dx from x and the window that covers it. Everything is written with `=`.
+//
+// The statistics are the unfused op's (batchnorm.cu, whose top comment states the math, the numerics and the
+// reduction orders): the same nchw_stats_kernel (batchnorm_passes.cuh), planned with kMinElemsPerBlockPooled.
+// Passes (launches):
+//   forward_train  stats → pool (the pool block's warp 0 first combines its channel's partials, blocks p == 0 write
+//                  save_*, running_* and num_batches_tracked; then each thread normalizes windows and writes their
+//                  maximum and argmax); with given statistics, pool alone.
+//   forward_eval   pool, from the running statistics.
+//   backward       reduce over the pooled outputs → apply over the windows' cells (warp 0 finalizes the channel);
+//                  without dx, reduce → finalize.
+// A window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
+// Workspace (floats): the statistics' partials, 3·P·C with P = plan_chunks(s, kMinElemsPerBlockPooled); the
+// backward's 2·P'·C partials (P' <= P chunks of pooled outputs) fit in it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/batchnorm.h"
+#include "kernels/cuda/batchnorm_params.cuh"
+#include "kernels/cuda/batchnorm_passes.cuh"
+#include "kernels/cuda/fast_divmod.cuh"
+#include "kernels/cuda/launch.cuh"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+// Blocks per SM the pooled backward apply is compiled for (<= 48 registers, no spills): the cnn's planes give
+// one or two waves of 256-thread blocks, and at its 64 registers only 4 fit an SM. (The forward keeps its
+// registers: capped, its finalize spills around the prefetched window.)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kPooledMinBlocks = 4;  // Turing holds 1024 threads per SM: four such blocks at most
+#else
+constexpr int kPooledMinBlocks = 5;
+#endif
+
+struct PoolGeometry {
+  Geometry parts;      // the backward reduction's partial layout: C, and chunks over the pooled outputs
+  int64_t extent = 0;  // pooled outputs per channel: n·P·Q
+  int64_t chunk = 0;
+  int chunks = 0;
+  // The backward apply's cells: the windows' grid extended to cover the plane, ceil(h / window) x
+  // ceil(w / window) per plane (cells past P or Q hold elements no window chose).
+  int64_t cell_extent = 0;  // n·CH·CW
+  int64_t cell_chunk = 0;
+  int cell_chunks = 0;
+  int h = 0, w = 0, window = 1, p = 0, q = 0, ch = 0, cw = 0;
+  FastDivmod by_pq, by_q, by_cells, by_cw;
+};
+
+// Pooled output j of channel c (j = img·P·Q + i·Q + jq): its index in y/dy/argmax, and its (h, w) plane's offset in x.
+__device__ __forceinline__ void pooled_at(const PoolGeometry& pg, int64_t C, int64_t c, int j, int64_t& out,
+                                          int64_t& plane, int& i, int& jq) {
+  int img, ij;
+  pg.by_pq.divmod(j, img, ij);
+  pg.by_q.divmod(ij, i, jq);
+  out = (int64_t(img) * C + c) * (int64_t(pg.p) * pg.q) + ij;
+  plane = (int64_t(img) * C + c) * (int64_t(pg.h) * pg.w);
+}
+
+// x[at] and x[at + 1]; kPairs: one 8-byte load (the launcher checked that every pair it asks is aligned).
+template <bool kPairs>
+__device__ __forceinline__ float2 load_pair(const float* p) {
+  if constexpr (kPairs) return __ldcs(reinterpret_cast<const float2*>(p));
+  else return make_float2(__ldcs(p), __ldcs(p + 1));
+}
+template <bool kPairs>
+__device__ __forceinline__ void store_pair(float* p, float2 v) {
+  if constexpr (kPairs) __stcs(reinterpret_cast<float2*>(p), v);
+  else __stcs(p, v.x), __stcs(p + 1, v.y);
+}
+
+// grid (C, P'): block (c, p) writes the maxima and argmax of channel c's pooled outputs [p·L, (p+1)·L).
+// kTrain: warp 0 finalizes the channel from the statistics' partials (blocks p == 0 store save_*/running_*),
+// else the parameters come from the running statistics. kWindow: the window (0: pg.window at run time);
+// 2 reads each window row as a pair (kPairs: 8-byte loads, w even and x 8-byte aligned).
+// The window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
+template <bool kTrain, bool kRelu, int kWindow, bool kPairs>
+__global__ void __launch_bounds__(kThreads) nchw_pool_forward_kernel(const Geometry g, const PoolGeometry pg,
+                                                                     const ForwardArgs a, int32_t* argmax) {
+  begin_dependent_kernel();
+  const int64_t c = blockIdx.x;
+  const int p = blockIdx.y;
+  const int win = kWindow > 0 ? kWindow : pg.window;
+  const int64_t begin = int64_t(p) * pg.chunk, end = std::min(pg.extent, begin + pg.chunk);
+
+  // A pooled output's place, and (window 2) its window's two rows, fetched one output ahead: the first
+  // fetch is in flight while warp 0 finalizes the channel.
+  int64_t out = 0, plane = 0;
+  int first = 0;  // the window's top-left element in the plane
+  float2 top = make_float2(0.f, 0.f), bottom = top;
+  auto fetch = [&](int64_t j) {
+    int i, jq;
+    pooled_at(pg, g.C, c, static_cast<int>(j), out, plane, i, jq);
+    first = i * win * pg.w + jq * win;
+    if constexpr (kWindow == 2)
+      top = load_pair<kPairs>(a.x + plane + first), bottom = load_pair<kPairs>(a.x + plane + first + pg.w);
+  };
+  int64_t j = begin + threadIdx.x;
+  if (j < end) fetch(j);
+
+  const FwdParams f = channel_forward_params<kTrain>(g, a, c, p);
+
+  for (; j < end; j += kThreads) {
+    float best = -INFINITY;
+    int best_at = first;
+    auto consider = [&](float x, int at) {
+      const float v = normalize<kRelu>(x, f);
+      if (v > best || isnan(v)) best = v, best_at = at;
+    };
+    if constexpr (kWindow == 2) {
+      consider(top.x, first), consider(top.y, first + 1);
+      consider(bottom.x, first + pg.w), consider(bottom.y, first + pg.w + 1);
+    } else {
+      for (int r = 0; r < win; ++r)
+        for (int s = 0; s < win; ++s) consider(__ldcs(a.x + plane + first + r * pg.w + s), first + r * pg.w + s);
+    }
+    __stcs(a.y + out, best);
+    __stcs(argmax + out, best_at);
+    if (j + kThreads < end) fetch(j + kThreads);
+  }
+}
+
+// grid (C, P'): block (c, p) writes (S1, S2) of channel c over pooled outputs [p·L, (p+1)·L) (layout pg.parts).
+template <bool kRelu>
+__global__ void __launch_bounds__(kThreads) nchw_pool_backward_reduce_kernel(const PoolGeometry pg, const BackwardArgs b,
+                                                                             const int32_t* argmax) {
+  begin_dependent_kernel();
+  const int64_t c = blockIdx.x;
+  const int p = blockIdx.y;
+  const float mean = b.save_mean[c];
+  const int64_t begin = int64_t(p) * pg.chunk, end = std::min(pg.extent, begin + pg.chunk);
+  float2 acc = make_float2(0.f, 0.f);
+  for (int64_t j = begin + threadIdx.x; j < end; j += kThreads) {
+    int64_t out, plane;
+    int i, jq;
+    pooled_at(pg, pg.parts.C, c, static_cast<int>(j), out, plane, i, jq);
+    float d = __ldg(b.dy + out);
+    if constexpr (kRelu) d = __ldg(b.y + out) > 0.f ? d : 0.f;
+    const float x = __ldg(b.x + plane + __ldg(argmax + out));
+    acc.x += d;
+    acc.y = fmaf(d, x - mean, acc.y);
+  }
+  store_backward_partial(pg.parts, b, c, p, acc);
+}
+
+// grid (C, cell chunks): block (c, p) writes dx over channel c's cells [p·L, (p+1)·L); warp 0 finalizes the
+// channel from the pooled partials (blocks p == 0 store dgamma/dbeta). A thread owns a cell: it reads the
+// window's argmax, dy (and y) once, then writes dx for each of the cell's elements, the chosen one with the
+// window's gradient (through the ReLU) and the others with 0. kWindow, kPairs: as the forward (with pairs,
+// w is even, so no cell is cut by the plane's right edge).
+template <bool kRelu, int kWindow, bool kPairs>
+__global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
+    nchw_pool_backward_apply_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax) {
+  begin_dependent_kernel();
+  const int64_t C = pg.parts.C, c = blockIdx.x;
+  const int p = blockIdx.y;
+  const int win = kWindow > 0 ? kWindow : pg.window;
+  const int64_t begin = int64_t(p) * pg.cell_chunk, end = std::min(pg.cell_extent, begin + pg.cell_chunk);
+
+  // A cell's place, its window's choice and gradient, and (pairs) its two rows of x, fetched one cell
+  // ahead: the first fetch is in flight while warp 0 finalizes the channel.
+  int64_t plane = 0;
+  int h0 = 0, w0 = 0, chosen = -1;  // chosen: -1 where no window covers the cell (every dy' is 0)
+  float d = 0.f;
+  float2 x_top = make_float2(0.f, 0.f), x_bottom = x_top;
+  auto fetch = [&](int64_t j) {
+    int img, cell, ci, cj;
+    pg.by_cells.divmod(static_cast<int>(j), img, cell);
+    pg.by_cw.divmod(cell, ci, cj);
+    plane = (int64_t(img) * C + c) * (int64_t(pg.h) * pg.w);
+    h0 = ci * win, w0 = cj * win, chosen = -1, d = 0.f;
+    if (ci < pg.p && cj < pg.q) {
+      const int64_t out = (int64_t(img) * C + c) * (int64_t(pg.p) * pg.q) + int64_t(ci) * pg.q + cj;
+      chosen = __ldg(argmax + out);
+      d = __ldg(b.dy + out);
+      if constexpr (kRelu) d = __ldg(b.y + out) > 0.f ? d : 0.f;
+    }
+    if constexpr (kPairs) {
+      x_top = load_pair<true>(b.x + plane + h0 * pg.w + w0);
+      if (h0 + 1 < pg.h) x_bottom = load_pair<true>(b.x + plane + (h0 + 1) * pg.w + w0);  // not past an odd plane
+    }
+  };
+  int64_t j = begin + threadIdx.x;
+  if (j < end) fetch(j);
+
+  const BwdParams f = block_backward_params(pg.parts, b, c, p);
+
+  for (; j < end; j += kThreads) {
+    if constexpr (kPairs) {
+      auto store_row = [&](int e, float2 x) {
+        store_pair<true>(b.dx + plane + e, make_float2(dx_of(e == chosen ? d : 0.f, x.x, f),
+                                                       dx_of(e + 1 == chosen ? d : 0.f, x.y, f)));
+      };
+      store_row(h0 * pg.w + w0, x_top);
+      if (h0 + 1 < pg.h) store_row((h0 + 1) * pg.w + w0, x_bottom);
+    } else {
+      for (int r = 0; r < win; ++r)
+        for (int t = 0; t < win; ++t) {
+          const int h = h0 + r, w = w0 + t;
+          if (h >= pg.h || w >= pg.w) continue;  // a partial cell at the plane's edge
+          const int e = h * pg.w + w;
+          __stcs(b.dx + plane + e, dx_of(e == chosen ? d : 0.f, __ldcs(b.x + plane + e), f));
+        }
+    }
+    if (j + kThreads < end) fetch(j + kThreads);
+  }
+}
+
+// ---- launchers ---------------------------------------------------------------------------------------
+
+// The pooled outputs and the cells are chunked as the full-resolution statistics pass (plan_chunks(s,
+// kMinElemsPerBlockPooled) chunks per channel, or fewer), so every block reads about the same share of x and the backward's partials fit the
+// workspace.
+PoolGeometry make_pool_geometry(const BatchNormShape& s, const BatchNormPool& pool) {
+  PoolGeometry pg;
+  pg.h = pool.h, pg.w = pool.w, pg.window = pool.window, pg.p = pool.p(), pg.q = pool.q();
+  pg.ch = static_cast<int>(div_up<int64_t>(pool.h, pool.window)), pg.cw = static_cast<int>(div_up<int64_t>(pool.w, pool.window));
+  pg.extent = s.n * pg.p * pg.q;
+  pg.cell_extent = s.n * pg.ch * pg.cw;
+  NT_CHECK(s.n * s.hw < (int64_t(1) << 31) && s.c < (int64_t(1) << 31), "batchnorm_pool: n·h·w = ", s.n * s.hw,
+           " exceeds the kernels' 32-bit index range");
+  const int64_t planned = plan_chunks(s, kMinElemsPerBlockPooled);
+  pg.chunk = div_up<int64_t>(pg.extent, planned);
+  pg.chunks = static_cast<int>(div_up<int64_t>(pg.extent, pg.chunk));
+  pg.cell_chunk = div_up<int64_t>(pg.cell_extent, planned);
+  pg.cell_chunks = static_cast<int>(div_up<int64_t>(pg.cell_extent, pg.cell_chunk));
+  pg.parts.C = s.c, pg.parts.chunks = pg.chunks;
+  pg.by_pq = FastDivmod(pg.p * pg.q), pg.by_q = FastDivmod(pg.q);
+  pg.by_cells = FastDivmod(pg.ch * pg.cw), pg.by_cw = FastDivmod(pg.cw);
+  return pg;
+}
+
+dim3 pool_grid(const PoolGeometry& pg) {
+  return dim3(static_cast<unsigned>(pg.parts.C), static_cast<unsigned>(pg.chunks));
+}
+dim3 cell_grid(const PoolGeometry& pg) {
+  return dim3(static_cast<unsigned>(pg.parts.C), static_cast<unsigned>(pg.cell_chunks));
+}
+
+// Calls f(std::bool_constant<relu>, std::integral_constant<int, 2 or 0 (any window)>, std::bool_constant<pairs>)
+// for the run-time choice; pairs only with window 2.
+template <class F>
+void with_relu_window(bool relu, int window, bool pairs, const F& f) {
+  auto go = [&](auto w, auto p) { relu ? f(std::true_type{}, w, p) : f(std::false_type{}, w, p); };
+  using W2 = std::integral_constant<int, 2>;
+  using W0 = std::integral_constant<int, 0>;
+  if (window == 2 && pairs) go(W2{}, std::true_type{});
+  else if (window == 2) go(W2{}, std::false_type{});
+  else go(W0{}, std::false_type{});
+}
+
+bool aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+
+// The pooled forward (kTrain) or evaluation launch, window rows as 8-byte pairs where w is even and x aligned.
+template <bool kTrain>
+void launch_pool_forward(const Exec& exec, const char* name, const profile::OpCost& cost, const Geometry& g,
+                         const PoolGeometry& pg, const ForwardArgs& a, bool relu, int32_t* argmax) {
+  with_relu_window(relu, pg.window, pg.w % 2 == 0 && aligned8(a.x), [&](auto r, auto window, auto pairs) {
+    launch(exec, name, cost,
+           nchw_pool_forward_kernel<kTrain, decltype(r)::value, decltype(window)::value, decltype(pairs)::value>,
+           pool_grid(pg), dim3(kThreads), 0, g, pg, a, argmax);
+  });
+}
+
+}  // namespace
+
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool) {
+  check_batchnorm_pool(s, pool);
+  if (s.c <= 0 || s.n * s.hw <= 0) return 0;
+  return static_cast<size_t>(3 * plan_chunks(s, kMinElemsPerBlockPooled) * s.c);  // the statistics' partials
+}
+
+void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<float>& args) {
+  const BatchNormShape& s = args.shape;
+  const ChannelPartials& given = args.given;
+  check_batchnorm_pool(s, args.pool);
+  const int64_t count = s.n * s.hw;
+  if (count == 1)
+    throw Error(cat("batchnorm_pool_forward_train: expected more than 1 value per channel when training, got n=", s.n,
+                    " hw=", s.hw));
+  if (s.c == 0 || count == 0) return;
+  NT_CHECK(args.workspace != nullptr,
+           "batchnorm_pool_forward_train needs batchnorm_pool_workspace_floats() of workspace");
+  const bool vec = s.hw % 4 == 0 && aligned16(args.x);
+  const Geometry g = make_geometry(s, Layout::nchw, vec ? 4 : 1, kMinElemsPerBlockPooled);
+  const PoolGeometry pg = make_pool_geometry(s, args.pool);
+  const ForwardArgs a = train_args(args, given.chunks > 0 ? given.data : args.workspace);
+  const double elems = double(count) * double(s.c), pooled = double(pg.extent) * double(s.c);
+  const profile::OpCost stats_cost{elems * 4, elems * 3};
+  const profile::OpCost apply_cost{elems * 4 + pooled * 8, elems * 4};
+  if (given.chunks == 0)
+    launch(exec, "batchnorm_stats_nchw", stats_cost, vec ? nchw_stats_kernel<4> : nchw_stats_kernel<1>,
+           grid_of(g, Layout::nchw), dim3(kThreads), 0, g, args.x, args.workspace);
+  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, given_parts(g, given), pg, a,
+                            args.hyper.relu, args.argmax);
+}
+
+void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<float>& args) {
+  const BatchNormShape& s = args.shape;
+  check_batchnorm_pool(s, args.pool);
+  if (s.c == 0 || s.n * s.hw == 0) return;
+  const PoolGeometry pg = make_pool_geometry(s, args.pool);
+  const ForwardArgs a = eval_args(args);
+  const double elems = double(s.n * s.hw) * double(s.c), pooled = double(pg.extent) * double(s.c);
+  const profile::OpCost cost{elems * 4 + pooled * 8, elems * 4};
+  // Only the channel count of the geometry is read: the parameters come from running_*.
+  launch_pool_forward<false>(exec, "batchnorm_pool_eval_nchw", cost, pg.parts, pg, a, args.hyper.relu, args.argmax);
+}
+
+void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& args) {
+  const BatchNormShape& s = args.shape;
+  const BatchNormPool& pool = args.pool;
+  const bool with_relu = args.hyper.relu;
+  const int32_t* argmax = args.argmax;  // read only here
+  check_batchnorm_pool(s, pool);
+  const int64_t count = s.n * s.hw;
+  if (s.c == 0 || count == 0 || (!args.dx && !args.dgamma && !args.dbeta)) return;
+  NT_CHECK(args.workspace != nullptr, "batchnorm_pool_backward needs batchnorm_pool_workspace_floats() of workspace");
+  NT_CHECK(!with_relu || args.y != nullptr, "batchnorm_pool_backward with relu needs the pooled forward output y");
+  NT_CHECK(argmax != nullptr, "batchnorm_pool_backward needs the forward's argmax");
+  const PoolGeometry pg = make_pool_geometry(s, pool);
+  const BackwardArgs b = backward_args(args);
+  const double elems = double(count) * double(s.c), pooled = double(pg.extent) * double(s.c);
+  const double pooled_reads = with_relu ? 3 : 2;  // dy, argmax (and y) per pooled output
+  const profile::OpCost reduce_cost{pooled * 4 * (pooled_reads + 1), pooled * 3};
+  const profile::OpCost apply_cost{elems * 8 + pooled * 4 * pooled_reads, elems * 5};
+  const profile::OpCost finalize_cost{double(pg.chunks) * double(s.c) * 8, double(pg.chunks) * double(s.c) * 2};
+  const bool pairs = pool.w % 2 == 0 && aligned8(args.x) && aligned8(args.dx);
+  with_relu_window(with_relu, pool.window, pairs, [&](auto relu, auto window, auto pairs_choice) {
+    constexpr bool kRelu = decltype(relu)::value;
+    launch(exec, "batchnorm_pool_backward_reduce_nchw", reduce_cost, nchw_pool_backward_reduce_kernel<kRelu>,
+           pool_grid(pg), dim3(kThreads), 0, pg, b, argmax);
+    if (args.dx)
+      launch(exec, "batchnorm_pool_backward_nchw", apply_cost,
+             nchw_pool_backward_apply_kernel<kRelu, decltype(window)::value, decltype(pairs_choice)::value>,
+             cell_grid(pg), dim3(kThreads), 0, pg, b, argmax);
+    else
+      launch_finalize_backward(exec, finalize_cost, pg.parts, b);
+  });
+}
+
+}  // namespace nt::kernels::cuda
