@@ -1,24 +1,27 @@
 // safetensors checkpoints and .npy arrays (see checkpoint.h for the formats and the guarantees).
 //
-// The header is parsed by a small recursive-descent JSON parser (RFC 8259: any member order, any
-// whitespace, string escapes including \u surrogate pairs) rather than a library: the header is a few
-// hundred bytes of one fixed shape, and a parser we own reports each fault with its byte offset.
+// The header is JSON, read and written with nlohmann/json (the distribution's nlohmann-json3-dev) rather than by a
+// parser of our own: a well-kept library, fuzzed by others, that follows RFC 8259 (any member order, any whitespace,
+// string escapes including \u surrogate pairs, UTF-8 validated) and escapes what it writes. The kernels are this
+// project's product; the plumbing around them is not. What the format asks beyond JSON (each entry's members, the
+// dtypes, shapes and offsets, offsets that tile the data block, string metadata) is checked here.
 #include "engine/checkpoint.h"
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <span>
 #include <string_view>
 #include <tuple>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
 #include "kernels/runtime.h"
@@ -33,266 +36,109 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // the reference implementation's limit
-constexpr int kMaxJsonDepth = 32;                  // a safetensors header nests 3 deep
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // ---- JSON ------------------------------------------------------------------------------------------
 
-struct JsonMember;
-struct Json {
-  enum class Kind { null, boolean, number, string, array, object };
-  Kind kind = Kind::null;
-  std::string text;  // a string's value, or a number's literal text
-  std::vector<Json> items;
-  std::vector<JsonMember> members;  // in document order, keys unique
-};
-// A struct, not a std::pair: a pair's traits need Json complete inside Json's own definition (clang says so).
-struct JsonMember {
-  std::string key;
-  Json value;
-};
+// Members in document order: tensors() lists the header's tensors as the file does.
+using Json = nlohmann::ordered_json;
 
-const char* kind_name(Json::Kind k) {
-  switch (k) {
-    case Json::Kind::null: return "null";
-    case Json::Kind::boolean: return "a boolean";
-    case Json::Kind::number: return "a number";
-    case Json::Kind::string: return "a string";
-    case Json::Kind::array: return "an array";
-    case Json::Kind::object: return "an object";
+// How a message names a value's kind ("the header is an array, expected a JSON object").
+const char* kind_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float: return "a number";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    default: return "?";
   }
-  return "?";
 }
 
-struct JsonError {
-  size_t offset;
-  std::string what;
-};
+// nlohmann's message without its prefixes and the token it quotes: "[json.exception.parse_error.101] parse error at
+// line 1, column 6: syntax error ... - unexpected '['; expected ':'; last read: '...'" becomes "syntax error ... -
+// unexpected '['; expected ':'". The caller names the byte of the file instead of the header's line and column, and
+// the token can be a string of megabytes, or bytes that are not UTF-8: the message stays one short line of text.
+std::string reason(const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  if (what.starts_with("[json.exception.")) what.erase(0, std::min(what.size(), what.find("] ") + 2));
+  if (what.starts_with("parse error")) what.erase(0, std::min(what.size(), what.find(": ") + 2));
+  if (const size_t at = what.find("; last read: "); at != std::string::npos) what.resize(at);
+  return what;
+}
 
-class JsonParser {
+// A first pass over the header with nlohmann's SAX parser, before any value is built. It stops at the first syntax
+// error (the lexer validates RFC 8259 and UTF-8), and at what a DOM would let pass:
+//  - a member name repeated within an object: a DOM keeps one of the two silently, and which tensor or metadata
+//    value a file holds must not depend on that;
+//  - nesting deeper than kMaxJsonDepth. nlohmann's parser and its destructor are iterative, so depth does not
+//    overflow the stack (10 million nested '[' parse and free with an 8 MB stack), but a DOM costs about 80 bytes a
+//    level: the 100 MB a header may hold would build gigabytes of empty arrays. A safetensors header nests 3 deep.
+class HeaderCheck : public nlohmann::json_sax<Json> {
  public:
-  explicit JsonParser(std::string_view text) : s_(text) {}
+  static constexpr int kMaxJsonDepth = 32;
 
-  // One value, then nothing but whitespace (safetensors pads the header with spaces).
-  Json document() {
-    skip_space();
-    Json v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("unexpected characters after the JSON object");
-    return v;
+  std::string error;          // what stopped the pass; empty while the header is fine
+  std::optional<size_t> at;   // the byte of the header where, for syntax errors
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    keys_.emplace_back();
+    return deeper();
+  }
+  bool key(string_t& name) override {
+    if (keys_.back().insert(name).second) return true;
+    error = cat("duplicate member '", name, "'");
+    return false;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override { return deeper(); }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::json::exception& e) override {
+    at = position > 0 ? position - 1 : 0;  // characters read, the offending one included
+    error = reason(e);
+    return false;
   }
 
  private:
-  [[noreturn]] void fail(std::string what) const { throw JsonError{pos_, std::move(what)}; }
-  bool at_end() const { return pos_ >= s_.size(); }
-  char peek() const { return at_end() ? '\0' : s_[pos_]; }
-  void skip_space() {
-    while (!at_end() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  bool deeper() {
+    if (++depth_ <= kMaxJsonDepth) return true;
+    error = cat("nested more than ", kMaxJsonDepth, " deep");
+    return false;
   }
-  void expect(char c) {
-    if (peek() != c) fail(at_end() ? cat("expected '", c, "' but the header ended") : cat("expected '", c, "'"));
-    ++pos_;
-  }
-
-  Json value(int depth) {
-    if (depth > kMaxJsonDepth) fail("nested too deeply");
-    switch (peek()) {
-      case '{': return object(depth);
-      case '[': return array(depth);
-      case '"': {
-        Json v;
-        v.kind = Json::Kind::string;
-        v.text = string();
-        return v;
-      }
-      case 't': return literal("true", Json::Kind::boolean);
-      case 'f': return literal("false", Json::Kind::boolean);
-      case 'n': return literal("null", Json::Kind::null);
-      default:
-        if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return number();
-        fail(at_end() ? "the header ended where a value was expected" : "expected a JSON value");
-    }
-  }
-
-  Json object(int depth) {
-    Json v;
-    v.kind = Json::Kind::object;
-    expect('{');
-    skip_space();
-    if (peek() == '}') return ++pos_, v;
-    std::set<std::string> seen;
-    for (;;) {
-      skip_space();
-      if (peek() != '"') fail("expected a member name in double quotes");
-      const size_t key_at = pos_;
-      std::string key = string();
-      if (!seen.insert(key).second) {
-        pos_ = key_at;
-        fail(cat("duplicate member '", key, "'"));
-      }
-      skip_space();
-      expect(':');
-      skip_space();
-      v.members.push_back({std::move(key), value(depth + 1)});
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return v;
-    }
-  }
-
-  Json array(int depth) {
-    Json v;
-    v.kind = Json::Kind::array;
-    expect('[');
-    skip_space();
-    if (peek() == ']') return ++pos_, v;
-    for (;;) {
-      skip_space();
-      v.items.push_back(value(depth + 1));
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return v;
-    }
-  }
-
-  Json literal(std::string_view word, Json::Kind kind) {
-    if (s_.substr(pos_, word.size()) != word) fail("expected a JSON value");
-    pos_ += word.size();
-    Json v;
-    v.kind = kind;
-    v.text = std::string(word);
-    return v;
-  }
-
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?   kept as text; the caller decides what it may be.
-  Json number() {
-    const size_t start = pos_;
-    auto digits = [&] {
-      const size_t from = pos_;
-      while (!at_end() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-      if (pos_ == from) fail("malformed number");
-    };
-    if (peek() == '-') ++pos_;
-    if (peek() == '0') ++pos_;
-    else digits();
-    if (peek() == '.') ++pos_, digits();
-    if (peek() == 'e' || peek() == 'E') {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      digits();
-    }
-    Json v;
-    v.kind = Json::Kind::number;
-    v.text = std::string(s_.substr(start, pos_ - start));
-    return v;
-  }
-
-  unsigned hex4() {
-    unsigned u = 0;
-    for (int i = 0; i < 4; ++i, ++pos_) {
-      const char c = peek();
-      u <<= 4;
-      if (c >= '0' && c <= '9') u |= unsigned(c - '0');
-      else if (c >= 'a' && c <= 'f') u |= unsigned(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') u |= unsigned(c - 'A' + 10);
-      else fail("malformed \\u escape");
-    }
-    return u;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
-    } else {
-      out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F));
-      out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (at_end()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) {
-        --pos_;
-        fail("control character inside a string");
-      }
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      const char e = peek();
-      ++pos_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: its low half must follow
-            if (s_.substr(pos_, 2) != "\\u") fail("unpaired UTF-16 surrogate in \\u escape");
-            pos_ += 2;
-            const unsigned low = hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail("unpaired UTF-16 surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            fail("unpaired UTF-16 surrogate in \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          --pos_;
-          fail("invalid escape in a string");
-      }
-    }
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
+  int depth_ = 0;
+  std::vector<std::set<std::string>> keys_;  // of each object open
 };
 
-std::string json_escaped(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+// The header as a JSON document, checked by HeaderCheck first; throws nt::Error naming the file.
+Json parse_header(const std::string& path, std::string_view header) {
+  auto bad = [&](std::optional<size_t> at, const std::string& what) {
+    return Error(cat("checkpoint ", quoted(path), ": bad JSON header", at ? cat(" at byte ", 8 + *at) : "", ": ", what));
+  };
+  // nlohmann skips a UTF-8 byte order mark, which RFC 8259 forbids writing: a header that starts with one is refused.
+  if (header.starts_with("\xEF\xBB\xBF")) throw bad(0, "a UTF-8 byte order mark");
+  HeaderCheck check;
+  if (!Json::sax_parse(header, &check) || !check.error.empty()) throw bad(check.at, check.error);
+  Json root = Json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) throw bad(std::nullopt, "not JSON");  // HeaderCheck has refused anything that is not
+  return root;
 }
 
 // ---- files -----------------------------------------------------------------------------------------
@@ -345,13 +191,12 @@ size_t dtype_bytes(const std::string& dtype) {
 
 std::string shape_str(const std::vector<int64_t>& shape) { return Shape(shape).str(); }
 
-// Whether `v` is a non-negative integer literal no larger than `limit` (stored in *out).
+// Whether `v` is a non-negative integer no larger than `limit` (stored in *out). nlohmann holds every such literal
+// up to 2^64 - 1 as number_unsigned; "-0", "1.0", "1e3" and larger integers are other kinds of number.
 bool to_uint(const Json& v, uint64_t limit, uint64_t* out) {
-  if (v.kind != Json::Kind::number) return false;
-  const char* first = v.text.data();
-  const char* last = first + v.text.size();
-  auto [end, ec] = std::from_chars(first, last, *out);
-  return ec == std::errc{} && end == last && *out <= limit;
+  if (!v.is_number_unsigned()) return false;
+  *out = v.get<uint64_t>();
+  return *out <= limit;
 }
 
 class TensorEntryReader {
@@ -359,42 +204,42 @@ class TensorEntryReader {
   TensorEntryReader(const std::string& path, const std::string& name) : path_(path), name_(name) {}
 
   SafetensorsTensor read(const Json& entry, uint64_t data_bytes) const {
-    if (entry.kind != Json::Kind::object) fail(cat("its entry is ", kind_name(entry.kind), ", expected an object"));
+    if (!entry.is_object()) fail(cat("its entry is ", kind_name(entry), ", expected an object"));
     const Json* dtype = nullptr;
     const Json* shape = nullptr;
     const Json* offsets = nullptr;
-    for (const auto& [key, v] : entry.members) {
-      if (key == "dtype") dtype = &v;
-      else if (key == "shape") shape = &v;
-      else if (key == "data_offsets") offsets = &v;
-      else fail(cat("unexpected member '", key, "' (expected dtype, shape, data_offsets)"));
+    for (auto it = entry.begin(); it != entry.end(); ++it) {
+      if (it.key() == "dtype") dtype = &it.value();
+      else if (it.key() == "shape") shape = &it.value();
+      else if (it.key() == "data_offsets") offsets = &it.value();
+      else fail(cat("unexpected member '", it.key(), "' (expected dtype, shape, data_offsets)"));
     }
     if (!dtype || !shape || !offsets)
       fail(cat("missing \"", !dtype ? "dtype" : !shape ? "shape" : "data_offsets", "\""));
 
     SafetensorsTensor t;
     t.name = name_;
-    if (dtype->kind != Json::Kind::string) fail("\"dtype\" is not a string");
-    t.dtype = dtype->text;
+    if (!dtype->is_string()) fail("\"dtype\" is not a string");
+    t.dtype = dtype->get<std::string>();
     const size_t element = dtype_bytes(t.dtype);
     if (element == 0) fail(cat("unknown dtype '", t.dtype, "'"));
 
-    if (shape->kind != Json::Kind::array) fail("\"shape\" is not an array");
+    if (!shape->is_array()) fail("\"shape\" is not an array");
     uint64_t numel = 1;
-    for (const auto& d : shape->items) {
+    for (const auto& d : *shape) {
       uint64_t dim = 0;
       if (!to_uint(d, uint64_t(std::numeric_limits<int64_t>::max()), &dim))
-        fail(cat("\"shape\" holds '", d.text, "', expected non-negative integers"));
+        fail(cat("\"shape\" holds ", d.is_number() ? "'" + d.dump() + "'" : kind_name(d),
+                 ", expected non-negative integers"));
       if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim / element)
         fail("\"shape\" is too large");
       numel *= dim;
       t.shape.push_back(static_cast<int64_t>(dim));
     }
 
-    if (offsets->kind != Json::Kind::array || offsets->items.size() != 2)
-      fail("\"data_offsets\" must be an array [begin, end]");
-    if (!to_uint(offsets->items[0], std::numeric_limits<uint64_t>::max(), &t.begin) ||
-        !to_uint(offsets->items[1], std::numeric_limits<uint64_t>::max(), &t.end))
+    if (!offsets->is_array() || offsets->size() != 2) fail("\"data_offsets\" must be an array [begin, end]");
+    if (!to_uint((*offsets)[0], std::numeric_limits<uint64_t>::max(), &t.begin) ||
+        !to_uint((*offsets)[1], std::numeric_limits<uint64_t>::max(), &t.end))
       fail("\"data_offsets\" must hold two non-negative integers");
     if (t.begin > t.end) fail(cat("data_offsets [", t.begin, ", ", t.end, "] run backwards"));
     if (t.end > data_bytes)
@@ -488,27 +333,24 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
 
   const std::vector<uint8_t> header_text = file.next(header_bytes);
   const std::string_view header(reinterpret_cast<const char*>(header_text.data()), header_bytes);
-  Json root;
-  try {
-    root = JsonParser(header).document();
-  } catch (const JsonError& e) {
-    throw Error(cat("checkpoint ", quoted(path), ": bad JSON header at byte ", 8 + e.offset, ": ", e.what));
-  }
-  if (root.kind != Json::Kind::object)
-    throw Error(cat("checkpoint ", quoted(path), ": the header is ", kind_name(root.kind), ", expected a JSON object"));
+  const Json root = parse_header(path, header);
+  if (!root.is_object())
+    throw Error(cat("checkpoint ", quoted(path), ": the header is ", kind_name(root), ", expected a JSON object"));
 
   SafetensorsFile f;
   f.path_ = path;
   const uint64_t data_bytes = size - 8 - header_bytes;
-  for (const auto& [name, entry] : root.members) {
+  for (auto member = root.begin(); member != root.end(); ++member) {
+    const std::string& name = member.key();
+    const Json& entry = member.value();
     if (name == "__metadata__") {
-      if (entry.kind != Json::Kind::object)
-        throw Error(cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", kind_name(entry.kind), ", expected an object"));
-      for (const auto& [key, v] : entry.members) {
-        if (v.kind != Json::Kind::string)
-          throw Error(cat("checkpoint ", quoted(path), ": metadata ", quoted(key), " is ", kind_name(v.kind),
+      if (!entry.is_object())
+        throw Error(cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", kind_name(entry), ", expected an object"));
+      for (auto it = entry.begin(); it != entry.end(); ++it) {
+        if (!it.value().is_string())
+          throw Error(cat("checkpoint ", quoted(path), ": metadata ", quoted(it.key()), " is ", kind_name(it.value()),
                           ", expected a string"));
-        f.metadata_[key] = v.text;
+        f.metadata_[it.key()] = it.value().get<std::string>();
       }
       continue;
     }
@@ -539,15 +381,12 @@ std::vector<float> SafetensorsFile::floats(const std::string& name) const {
 
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata) {
-  std::string header = "{";
+  // {"__metadata__":{...},"NAME":{"dtype":"F32","shape":[320,784],"data_offsets":[0,1003520]},...}: no whitespace,
+  // members in this order, metadata by key, tensors as given.
+  Json json = Json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [key, value] : metadata) {
-      header += cat(first ? "" : ",", json_escaped(key), ":", json_escaped(value));
-      first = false;
-    }
-    header += "}";
+    Json& members = json["__metadata__"] = Json::object();
+    for (const auto& [key, value] : metadata) members[key] = value;
   }
   std::set<std::string> names;
   uint64_t offset = 0;
@@ -557,12 +396,16 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     NT_CHECK(element != 0 && t.bytes.size() == static_cast<size_t>(Shape(t.shape).numel()) * element, "tensor '",
              t.name, "': ", t.bytes.size(), " bytes of ", t.dtype, " for shape ", shape_str(t.shape));
     const uint64_t bytes = t.bytes.size();
-    header += cat(header.size() > 1 ? "," : "", json_escaped(t.name), ":{\"dtype\":\"", t.dtype, "\",\"shape\":[");
-    for (size_t i = 0; i < t.shape.size(); ++i) header += cat(i ? "," : "", t.shape[i]);
-    header += cat("],\"data_offsets\":[", offset, ",", offset + bytes, "]}");
+    json[t.name] = Json{{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", Json::array({offset, offset + bytes})}};
     offset += bytes;
   }
-  header += "}";
+  std::string header;
+  try {
+    header = json.dump();
+  } catch (const nlohmann::json::exception& e) {  // type_error 316: a name or a metadata string that is not UTF-8
+    throw Error(cat("checkpoint ", quoted(path), ": cannot write the header: its names and metadata must be UTF-8 (",
+                    reason(e), ")"));
+  }
   header.append((8 - header.size() % 8) % 8, ' ');  // the data block starts 8-byte aligned
 
   char length[8];

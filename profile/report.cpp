@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/atomic_file.h"
 #include "core/error.h"
 
@@ -19,13 +21,31 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
-// A JSON number, or null where there is none (JSON has no NaN or infinity).
-std::string json_num(double v, const char* format = "%.6f") { return std::isfinite(v) ? fmt(format, v) : "null"; }
-std::string json_str(std::string_view s) {
-  std::string out(1, '"');
-  out += json_escape(s);
-  out += '"';
-  return out;
+// The JSON files are written by nlohmann/json, which escapes strings; members keep the order they are added in.
+using Json = nlohmann::ordered_json;
+
+// A name or a device that is not UTF-8 (JSON strings must be) is written with U+FFFD in place of the bad bytes
+// rather than failing the report.
+std::string dumped(const Json& j, int indent = -1) {
+  return j.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+// A JSON number rounded to `decimals` places, as the files have always printed it (no timer resolves finer), or
+// null where there is none (JSON has no NaN or infinity). nlohmann prints the shortest text that reads back as the
+// same double: the rounded value, without trailing zeros ("12.5" where printf's "%.4f" gave "12.5000").
+Json number(double v, int decimals) {
+  if (!std::isfinite(v)) return nullptr;
+  const double scale = std::pow(10.0, decimals);
+  const double rounded = std::round(v * scale) / scale;
+  return std::isfinite(rounded) ? rounded : v;
+}
+// A count held in a double (bytes, flops): an integer in JSON, as "%.0f" printed it.
+Json count(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  const double rounded = std::round(v);
+  if (rounded >= 0 && rounded < 0x1p64) return static_cast<uint64_t>(rounded);
+  if (rounded < 0 && rounded >= -0x1p63) return static_cast<int64_t>(rounded);
+  return rounded;
 }
 
 double pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
@@ -71,18 +91,17 @@ std::string table_line(const std::vector<std::string>& cells, const std::vector<
 enum Track { kStepTrack = 1, kPhaseTrack = 2, kLayerTrack = 3, kKernelTrack = 4 };
 
 std::string complete_event(std::string_view name, const char* cat, int track, double ts, double dur,
-                           const std::string& args = "") {
-  std::string e = "{\"name\": " + json_str(name) + ", \"cat\": \"" + cat + "\", \"ph\": \"X\", \"pid\": 1, \"tid\": " +
-                  std::to_string(track) + ", \"ts\": " + fmt("%.3f", ts) + ", \"dur\": " + fmt("%.3f", std::max(dur, 0.0));
-  if (!args.empty()) e += ", \"args\": {" + args + "}";
-  return e + "}";
+                           Json args = nullptr) {
+  Json e{{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", 1}, {"tid", track}, {"ts", number(ts, 3)},
+         {"dur", number(std::max(dur, 0.0), 3)}};
+  if (!args.is_null()) e["args"] = std::move(args);
+  return dumped(e);
 }
 
 std::string track_name(int track, const char* name) {
-  const std::string tid = std::to_string(track);
-  return "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": " + tid + ", \"args\": {\"name\": \"" + name +
-         "\"}},\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 1, \"tid\": " + tid +
-         ", \"args\": {\"sort_index\": " + tid + "}}";
+  return dumped({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", track}, {"args", {{"name", name}}}}) +
+         ",\n" +
+         dumped({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", track}, {"args", {{"sort_index", track}}}});
 }
 
 // Consecutive launches under the same opening of a scope form one range on that scope's track.
@@ -119,25 +138,6 @@ void write_atomically(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
-
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;  // UTF-8 passes through
-    }
-  }
-  return out;
-}
 
 std::string csv_field(std::string_view s) {
   if (s.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(s);
@@ -204,35 +204,43 @@ std::string to_csv(const ProfileData& d) {
 }
 
 std::string to_json(const ProfileData& d) {
-  std::string out = "{\n  \"device\": " + json_str(d.device) + ",\n  \"wall_ms\": " + json_num(d.wall_us / 1e3) +
-                    ",\n  \"kernel_ms\": " + json_num(d.kernel_us() / 1e3) +
-                    ",\n  \"launches\": " + std::to_string(d.launch_count()) +
-                    ",\n  \"synchronizations\": " + std::to_string(d.synchronizations) +
-                    ",\n  \"timer\": " + json_str(d.timer) +
-                    ",\n  \"launches_without_record\": " + std::to_string(d.launches_without_record) +
-                    ",\n  \"sample_every\": " + std::to_string(d.sample_every) +
-                    ",\n  \"steps\": " + std::to_string(d.steps) +
-                    ",\n  \"sampled_steps\": " + std::to_string(d.sampled_steps) +
-                    ",\n  \"kernels\": [";
-  const auto rows = d.rows();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    out += std::string(i ? "," : "") + "\n    {\"kernel\": " + json_str(r.kernel) + ", \"phase\": " + json_str(r.phase) +
-           ", \"layer\": " + json_str(r.layer) + ", \"time_pct\": " + json_num(pct(r.total_us, d.kernel_us()), "%.3f") +
-           ", \"total_ms\": " + json_num(r.total_us / 1e3) + ", \"calls\": " + std::to_string(r.calls) +
-           ", \"avg_us\": " + json_num(r.avg_us(), "%.4f") + ", \"min_us\": " + json_num(r.min_us, "%.4f") +
-           ", \"max_us\": " + json_num(r.max_us, "%.4f") + ", \"bytes\": " + json_num(r.bytes, "%.0f") +
-           ", \"flops\": " + json_num(r.flops, "%.0f") +
-           ", \"gb_per_s\": " + (r.bytes > 0 ? json_num(r.gb_per_s(), "%.3f") : "null") +
-           ", \"gflop_per_s\": " + (r.flops > 0 ? json_num(r.gflop_per_s(), "%.3f") : "null") + "}";
+  Json kernels = Json::array();
+  for (const Row& r : d.rows()) {
+    kernels.push_back({{"kernel", r.kernel},
+                       {"phase", r.phase},
+                       {"layer", r.layer},
+                       {"time_pct", number(pct(r.total_us, d.kernel_us()), 3)},
+                       {"total_ms", number(r.total_us / 1e3, 6)},
+                       {"calls", r.calls},
+                       {"avg_us", number(r.avg_us(), 4)},
+                       {"min_us", number(r.min_us, 4)},
+                       {"max_us", number(r.max_us, 4)},
+                       {"bytes", count(r.bytes)},
+                       {"flops", count(r.flops)},
+                       {"gb_per_s", r.bytes > 0 ? number(r.gb_per_s(), 3) : nullptr},
+                       {"gflop_per_s", r.flops > 0 ? number(r.gflop_per_s(), 3) : nullptr}});
   }
-  return out + "\n  ]\n}\n";
+  const Json report{{"device", d.device},
+                    {"wall_ms", number(d.wall_us / 1e3, 6)},
+                    {"kernel_ms", number(d.kernel_us() / 1e3, 6)},
+                    {"launches", d.launch_count()},
+                    {"synchronizations", d.synchronizations},
+                    {"timer", d.timer},
+                    {"launches_without_record", d.launches_without_record},
+                    {"sample_every", d.sample_every},
+                    {"steps", d.steps},
+                    {"sampled_steps", d.sampled_steps},
+                    {"kernels", std::move(kernels)}};
+  return dumped(report, 2) + "\n";
 }
 
+// The trace is written one event per line, each event dumped on its own, rather than as one document: a trace holds
+// up to max_trace_launches (2 million) events, and a document of them would take several times the memory of their
+// text.
 std::string to_trace_json(const ProfileData& d) {
   std::vector<std::string> events{
-      "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": " +
-          json_str("nanotrain" + (d.device.empty() ? "" : " " + d.device)) + "}}",
+      dumped({{"name", "process_name"}, {"ph", "M"}, {"pid", 1},
+              {"args", {{"name", "nanotrain" + (d.device.empty() ? "" : " " + d.device)}}}}),
       track_name(kStepTrack, "steps"), track_name(kPhaseTrack, "phases"), track_name(kLayerTrack, "layers"),
       track_name(kKernelTrack, "kernels")};
   RangeBuilder steps{"step", kStepTrack}, phases{"phase", kPhaseTrack}, layers{"layer", kLayerTrack};
@@ -246,17 +254,17 @@ std::string to_trace_json(const ProfileData& d) {
     steps.add(l.step_id, l.step, l.start_us, end, d, events);
     phases.add(l.phase_id, l.phase, l.start_us, end, d, events);
     layers.add(l.layer_id, l.layer, l.start_us, end, d, events);
-    const std::string args = "\"phase\": " + json_str(d.name(l.phase)) + ", \"layer\": " + json_str(d.name(l.layer)) +
-                             ", \"bytes\": " + json_num(l.cost.bytes, "%.0f") +
-                             ", \"flops\": " + json_num(l.cost.flops, "%.0f") +
-                             (l.early_us > 0 ? ", \"early_us\": " + json_num(l.early_us, "%.3f") : "");
-    events.push_back(complete_event(d.name(l.kernel), "kernel", kKernelTrack, l.start_us, end - l.start_us, args));
+    Json args{{"phase", d.name(l.phase)}, {"layer", d.name(l.layer)}, {"bytes", count(l.cost.bytes)},
+              {"flops", count(l.cost.flops)}};
+    if (l.early_us > 0) args["early_us"] = number(l.early_us, 3);
+    events.push_back(complete_event(d.name(l.kernel), "kernel", kKernelTrack, l.start_us, end - l.start_us,
+                                    std::move(args)));
   }
   steps.finish(d, events), phases.finish(d, events), layers.finish(d, events);
 
-  std::string out = "{\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"device\": " + json_str(d.device) +
-                    ", \"timer\": " + json_str(d.timer) + ", \"launches\": " + std::to_string(d.launch_count()) +
-                    ", \"launches_not_in_trace\": " + std::to_string(d.dropped()) + "},\n\"traceEvents\": [\n";
+  const Json other{{"device", d.device}, {"timer", d.timer}, {"launches", d.launch_count()},
+                   {"launches_not_in_trace", d.dropped()}};
+  std::string out = "{\"displayTimeUnit\":\"ms\",\n\"otherData\":" + dumped(other) + ",\n\"traceEvents\":[\n";
   for (size_t i = 0; i < events.size(); ++i) out += events[i] + (i + 1 < events.size() ? ",\n" : "\n");
   return out + "]}\n";
 }
