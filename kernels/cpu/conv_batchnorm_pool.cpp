@@ -30,8 +30,8 @@ StemScratch<T> convolved_scratch(const Exec& exec, const ConvBatchNormPoolArgs<T
   return ws;
 }
 
-// The pooled BatchNorm's arguments on the convolution's output in ws.conv: its shape, the stem's hyperparameters
-// and its per-channel tensors; each op sets the rest.
+// The pooled BatchNorm's arguments on the convolution's output in ws.conv, with the stem's own tensors (each op
+// reads and writes only those its contract names); its dx, when it has one, is ws.dconv.
 template <class T>
 BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratch<T>& ws) {
   return {.shape = a.shape.batchnorm(),
@@ -40,8 +40,17 @@ BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratc
           .x = ws.conv,
           .gamma = a.gamma,
           .beta = a.beta,
+          .y = a.y,
+          .argmax = a.argmax,
           .save_mean = a.save_mean,
           .save_invstd = a.save_invstd,
+          .running_mean = a.running_mean,
+          .running_var = a.running_var,
+          .num_batches_tracked = a.num_batches_tracked,
+          .dy = a.dy,
+          .dx = ws.dconv,
+          .dgamma = a.dgamma,
+          .dbeta = a.dbeta,
           .workspace = ws.batchnorm};
 }
 
@@ -53,38 +62,18 @@ size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
 
 template <class T>
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
-  const StemScratch<T> ws = convolved_scratch(exec, a);
-  BatchNormArgs<T> bn = pooled_args(a, ws);
-  bn.y = a.y;
-  bn.argmax = a.argmax;
-  bn.running_mean = a.running_mean;
-  bn.running_var = a.running_var;
-  bn.num_batches_tracked = a.num_batches_tracked;
-  cpu::batchnorm_pool_forward_train(exec, bn);
+  cpu::batchnorm_pool_forward_train(exec, pooled_args(a, convolved_scratch(exec, a)));
 }
 
 template <class T>
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
-  const StemScratch<T> ws = convolved_scratch(exec, a);
-  BatchNormArgs<T> bn = pooled_args(a, ws);
-  bn.y = a.y;
-  bn.argmax = a.argmax;
-  bn.running_mean = a.running_mean;
-  bn.running_var = a.running_var;
-  cpu::batchnorm_pool_forward_eval(exec, bn);
+  cpu::batchnorm_pool_forward_eval(exec, pooled_args(a, convolved_scratch(exec, a)));
 }
 
 template <class T>
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   const StemScratch<T> ws = convolved_scratch(exec, a);
-  BatchNormArgs<T> bn = pooled_args(a, ws);
-  bn.y = a.y;
-  bn.argmax = a.argmax;
-  bn.dy = a.dy;
-  bn.dx = ws.dconv;
-  bn.dgamma = a.dgamma;
-  bn.dbeta = a.dbeta;
-  cpu::batchnorm_pool_backward(exec, bn);
+  cpu::batchnorm_pool_backward(exec, pooled_args(a, ws));
   cpu::conv2d_backward_weight(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .dy = ws.dconv, .dw = a.dw});
 }
 
