@@ -103,14 +103,19 @@ class Layer {
 
   // True when the last kernel the latest backward launched reads only this layer's own workspace and writes
   // only its parameter gradients (Conv2d: the split-K reduction of dW), and is an ordinary kernel: the previous
-  // layer's backward may then start beside it (kernels::Exec::after_gradient_only_kernel).
+  // layer's backward may then start beside it.
   virtual bool backward_ends_on_own_gradients() const { return false; }
+  // Model::backward, the one planner of overlap across layers, tells each layer before its backward whether the
+  // later layer's backward ended so (above); a layer whose first backward kernel may overlap passes it on as its
+  // op's overlaps_previous.
+  void backward_overlaps_previous(bool overlaps) { backward_overlaps_previous_ = overlaps; }
 
   int sequential_index = -1;  // position of this layer's first module in the equivalent nn.Sequential
 
  protected:
   bool mask_input_grad_ = false;
   bool dy_is_preactivation_ = false;
+  bool backward_overlaps_previous_ = false;
 };
 
 }  // namespace nt

@@ -105,17 +105,17 @@ void Model::forward(const kernels::Exec& exec, int rows, Mode mode, size_t layer
 
 void Model::backward(const kernels::Exec& exec, int rows, size_t layers) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
-  kernels::Exec layer_exec = exec;  // after_gradient_only_kernel: what the later layer's backward ended with
-  layer_exec.after_gradient_only_kernel = false;
+  bool after_own_gradients = false;  // the later layer's backward ended on a kernel of its own gradients only
   for (size_t i = std::min(layers, layers_.size()); i-- > 0;) {
     if (layers_[i]->is_view()) continue;
     profile::LayerScope scope(layer_labels_[i]);
     // No input gradient for the first layer, nor behind a first-layer view (nobody needs them).
     const bool wants_dx = i > 0 && activation_grads_[i].defined();
     Tensor dx = wants_dx ? activation_grads_[i].rows(rows) : Tensor{};
-    layers_[i]->backward(layer_exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
+    layers_[i]->backward_overlaps_previous(after_own_gradients);
+    layers_[i]->backward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
                          activation_grads_[i + 1].rows(rows), wants_dx ? &dx : nullptr);
-    layer_exec.after_gradient_only_kernel = layers_[i]->backward_ends_on_own_gradients();
+    after_own_gradients = layers_[i]->backward_ends_on_own_gradients();
   }
 }
 

@@ -13,8 +13,8 @@
 // the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
 // right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
 // training step x comes from the batch gather and w from the last update, both earlier). With
-// Exec::after_gradient_only_kernel the backward's reduce runs beside the kernel before it, which must then read
-// and write none of what the backward reads or writes (its own layer's workspace and gradients only).
+// overlaps_previous the backward's reduce runs beside the kernel before it, which must then read and write none
+// of what the backward reads or writes (its own layer's workspace and gradients only).
 // The arguments travel in ConvBatchNormPoolArgs (its comment lists which fields each op reads and writes);
 // workspace: conv_batchnorm_pool_workspace_floats(backend, shape) elements, 8-byte aligned (the CPU runs the ops
 // through full-resolution scratch; the GPU keeps x's patch moments and the passes' partials). The backward
@@ -72,6 +72,10 @@ struct ConvBatchNormPoolArgs {
   T* dgamma = nullptr;                     // backward, nullable
   T* dbeta = nullptr;                      // backward, nullable
   T* workspace = nullptr;                  // conv_batchnorm_pool_workspace_floats elements, 8-byte aligned
+  // backward: the caller's promise that the kernel launched just before reads and writes only its own layer's
+  // workspace and gradients (Model::backward decides it, Layer::backward_overlaps_previous); the reduce then runs
+  // beside it on the GPU. Ignored on the CPU.
+  bool overlaps_previous = false;
 };
 
 namespace cpu {

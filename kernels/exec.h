@@ -28,10 +28,6 @@ struct Exec {
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA sm_90+: a kernel may launch while its predecessor runs (launch.cuh)
   bool tf32 = false;  // CUDA sm_80+: convolutions round their operands to TF32 for tensor cores (kernels/conv.h)
-  // The kernel launched last on the stream reads only its layer's own workspace and writes only that layer's
-  // parameter gradients (Model::backward sets it from Layer::backward_ends_on_own_gradients): an op's first
-  // kernel that touches neither may run beside it (kernels/cuda/launch.cuh, begin_kernel).
-  bool after_gradient_only_kernel = false;
   profile::LaunchObserver* observer = nullptr;  // profiler hook; nullptr = profiling off
 
   bool on_cuda() const { return backend == Backend::cuda; }

@@ -103,6 +103,7 @@ void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& 
   a.dw = conv_->weight_->grad.template data<T>();
   a.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;
   a.dbeta = bn_->affine_ ? bn_->beta_->grad.template data<T>() : nullptr;
+  a.overlaps_previous = backward_overlaps_previous_;
   kernels::conv_batchnorm_pool_backward(exec, a);
 }
 

@@ -114,7 +114,7 @@ __device__ __forceinline__ bool tap_in_use(int t, int taps) {
 
 // The block's channels' filters (TF32 with tf32; 0 past K) and each tap's offset in a staged image: loaded once
 // per block into shared memory (fill_filters), then copied into every thread's registers; each thread loading
-// and rounding its own copy took about 700 instructions, as many as its share of the work.
+// and rounding its own copy cost as much as its share of the work (docs/batchnorm.md, 'Before the moments').
 template <int Taps>
 struct StemFilters {
   static constexpr int kChannels = stem_channels(Taps);
@@ -329,8 +329,8 @@ __device__ void centre_moments(double* s, double count) {
 
 // Every thread of the block: s[e] = Σ_p moments[p·E + e] over the chunks (double), centred. The chunks split into
 // kParts runs, a thread per (run, entry) adding its run in order, then the runs in order: one round trip to L2
-// with 8 loads in flight per thread (a thread per entry holding all 32 chunks' doubles took 20 more registers,
-// which stem_pool's blocks cannot spare).
+// with 8 loads in flight per thread (a thread per entry holding all 32 chunks' doubles took more registers,
+// which stem_pool's blocks cannot spare: docs/batchnorm.md, 'Statistics and weight gradient from patch moments').
 template <int Taps>
 __device__ void total_moments(const double* moments, int chunks, double count, double* s) {
   constexpr int E = moment_entries(Taps), kParts = E >= kThreads ? 1 : kThreads / E;
@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemG
 
 // grid (K / Kb, chunks): nchw_pool_backward_reduce_kernel's sums with the value at each argmax recomputed, and
 // beside them P_t = Σ dy'·v_t over the same positions. Fields [0] S1, [1] S2, [2 + t] P_t of the partials
-// [field][k][p]. beside: it runs beside its predecessor (Exec::after_gradient_only_kernel: a kernel that reads
+// [field][k][p]. beside: it runs beside its predecessor (ConvBatchNormPoolArgs::overlaps_previous: a kernel that reads
 // only its own layer's workspace and writes only that layer's gradients), since everything it reads comes from
 // kernels before that one.
 template <bool kRelu, int Taps>
@@ -560,9 +560,9 @@ int64_t padded_image_floats(const Conv2dShape& cs) { return int64_t(cs.c) * (cs.
 
 // Images per block: about kStemTargetBlocks blocks in all, as many images as the staging area holds at most.
 // Fewer blocks than the other kernels' one full wave: each block stages its images and loads its filters
-// first, and more positions per thread amortize that. The cnn at batch 64 on the H100 (--tf32): 2 images per
-// block, 256 blocks, 39.4 us of stem kernels per step and 145.7 ms per epoch; at 192 target blocks 47.9 us and
-// 151.0 ms.
+// first, and more positions per thread amortize that. The cnn at batch 64: 2 images per block, 256 blocks; a
+// target of 192 blocks made the stem kernels and the epoch slower (docs/batchnorm.md, 'Fused convolution stem
+// (NCHW)').
 constexpr int64_t kStemTargetBlocks = 256;
 int stem_images_per_block(const Conv2dShape& cs) {
   const int64_t most = std::max<int64_t>(1, kStemStageFloats / padded_image_floats(cs));
@@ -743,8 +743,8 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
   const profile::OpCost weight_cost{double(chunks) * (entries * 8 + bn.c * (2 + taps) * 4) + double(bn.c) * taps * 4,
                                     double(chunks) * entries + double(bn.c) * taps * (2.0 * taps + 8)};
   // Beside the kernel before where that one is declared to touch only its own layer's workspace and gradients
-  // (Exec::after_gradient_only_kernel: the cnn's conv2 ends its backward with dW's split-K reduction).
-  const bool beside = exec.programmatic_launch && exec.after_gradient_only_kernel;
+  // (overlaps_previous: the cnn's conv2 ends its backward with dW's split-K reduction).
+  const bool beside = exec.programmatic_launch && t.overlaps_previous;
   with_relu_taps(h.relu, taps, [&](auto relu, auto compiled) {
     constexpr bool kRelu = decltype(relu)::value;
     constexpr int Taps = decltype(compiled)::value;

@@ -709,7 +709,7 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-on
   BatchNormHyper h;
   h.relu = true;
   // The layer after the stem in the cnn: its backward ends with dW's split-K reduction, which the stem's backward
-  // reduce may run beside (Exec::after_gradient_only_kernel).
+  // reduce may run beside (ConvBatchNormPoolArgs::overlaps_previous).
   const kernels::Conv2dShape next{16, 32, 14, 14, 64, 3, 3, 1, 1};
   DeviceBuffer<float> next_x(cuda.exec, random_floats(next.x_size())), next_dy(cuda.exec, random_floats(next.y_size()));
   DeviceBuffer<float> next_w(cuda.exec, random_floats(next.w_size())), next_dw(cuda.exec, poisoned(next.w_size()));
@@ -733,9 +733,9 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-on
                                                   .dw = dw.get(),
                                                   .dgamma = dgamma.get(),
                                                   .dbeta = dbeta.get(),
-                                                  .workspace = ws.get()};
+                                                  .workspace = ws.get(),
+                                                  .overlaps_previous = beside};
     kernels::conv_batchnorm_pool_forward_train(cuda.exec, t);
-    Exec backward = cuda.exec;
     if (beside) {
       REQUIRE(kernels::conv2d_backward(cuda.exec, kernels::Conv2dArgs<float>{.shape = next,
                                                                              .x = next_x.get(),
@@ -744,9 +744,8 @@ TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-on
                                                                              .dx = next_dx.get(),
                                                                              .dw = next_dw.get(),
                                                                              .workspace = next_ws.get()}));
-      backward.after_gradient_only_kernel = true;
     }
-    kernels::conv_batchnorm_pool_backward(backward, t);
+    kernels::conv_batchnorm_pool_backward(cuda.exec, t);
     std::vector<float> out = y.download();
     for (const auto& part : {dw.download(), dgamma.download(), dbeta.download(), mean.download()})
       out.insert(out.end(), part.begin(), part.end());
