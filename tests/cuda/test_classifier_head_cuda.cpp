@@ -136,7 +136,7 @@ void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& wa
   const double delta = logit_tol.abs_tol + logit_tol.rel_tol * max_abs(want.logits) + 4 * kEps;  // per logit
 
   // Row loss = logsumexp(z) - z_label moves by at most 2·delta when every logit moves by delta (both terms are
-  // 1-Lipschitz in the max norm); plus softmax_xent's own rounding (see test_small_ops_cuda.cpp).
+  // 1-Lipschitz in the max norm); plus softmax_xent's own rounding (see test_softmax_xent_cuda.cpp).
   const double loss_allowed = c.B * (2 * delta + 8 * std::sqrt(double(c.C)) * kEps) + 4 * kEps * std::abs(want.loss);
   INFO("loss: cuda " << got.loss << ", cpu " << want.loss);
   REQUIRE(std::abs(got.loss - want.loss) <= loss_allowed);

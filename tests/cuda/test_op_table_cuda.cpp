@@ -97,9 +97,9 @@ std::vector<float> at_least_one(std::vector<float> v) {  // device buffers are n
   return v;
 }
 
-const char* kBitsSmallOps = "bit for bit: same fp32 operations (test_small_ops_cuda.cpp)";
-const char* kBitsCnnSmallOps = "bit for bit: integer hash, selects, fixed-order sums (test_cnn_small_ops_cuda.cpp)";
-const char* kIntegerCount = "an integer count: exact whatever the order (test_small_ops_cuda.cpp)";
+const char* kBitsSmallOps = "bit for bit: same fp32 operations (test_activation_cuda.cpp, test_optim_cuda.cpp)";
+const char* kBitsCnnSmallOps = "bit for bit: integer hash, selects, fixed-order sums (test_dropout_cuda.cpp, test_pool_cuda.cpp)";
+const char* kIntegerCount = "an integer count: exact whatever the order (test_nonfinite_cuda.cpp)";
 
 // ---- elementwise, dropout, pooling -----------------------------------------------------------------------
 
@@ -232,11 +232,11 @@ std::vector<Row> elementwise_rows() {
 
 // ---- optimizer updates ------------------------------------------------------------------------------------
 
-// test_cnn_small_ops_cuda.cpp, kAdamTolerance: the backends run the same correctly rounded operations and are
+// test_optim_cuda.cpp, kAdamTolerance: the backends run the same correctly rounded operations and are
 // expected to agree bit for bit; one ulp of a sqrt or division, should the device's differ, stays within 4 eps
 // of the scale.
 const Tolerance kAdamTolerance{0, 4 * kEps, "sqrt/div rounding may differ by an ulp: 4 eps of the scale "
-                                            "(test_cnn_small_ops_cuda.cpp, kAdamTolerance)"};
+                                            "(test_optim_cuda.cpp, kAdamTolerance)"};
 
 std::vector<Row> optimizer_rows() {
   std::vector<Row> rows;
@@ -344,7 +344,7 @@ Row gather_row(std::string op, std::string shape, int N, int C, int H, int W, in
                            },
                            [](const Outputs&) {
                              const char* why = "bit for bit: ToTensor/Normalize in fp32, integer hashes shared by "
-                                               "host and device (test_small_ops_cuda.cpp, test_batch_augment_cuda.cpp)";
+                                               "host and device (test_batch_cuda.cpp)";
                              return std::vector<Expect>{exact("x", why), exact("y", why)};
                            }};
           }};
@@ -371,15 +371,7 @@ Row nonfinite_row() {
 
 // ---- softmax cross-entropy ------------------------------------------------------------------------------------
 
-// test_small_ops_cuda.cpp, xent_loss_allowed and xent_grad_tolerance.
-double xent_loss_allowed(int B, int C, double total) {
-  return B * 8 * std::sqrt(double(C)) * kEps + 4 * kEps * std::abs(total);
-}
-Tolerance xent_grad_tolerance(int B, int C) {
-  return {2 * kEps / B, 8 * std::sqrt(double(C)) * kEps,
-          "softmax gradient: sqrt(C)*eps relative from the exp sum, eps/B absolute where p rounds near 1 "
-          "(test_small_ops_cuda.cpp)"};
-}
+// The tolerances are test_softmax_xent_cuda.cpp's: test::xent_loss_allowed and test::xent_grad_tolerance.
 
 constexpr double kLossBefore = 0.5;  // the accumulators already hold an earlier batch
 constexpr int64_t kCorrectBefore = 2;
@@ -417,14 +409,14 @@ Row xent_row(bool with_gradient) {
                              if (with_gradient) x.push_back(close("dlogits", xent_grad_tolerance(B, C)));
                              x.push_back(custom("loss_sum",
                                                 "B*8*sqrt(C)*eps + 4*eps of the total: expf/logf differ "
-                                                "(test_small_ops_cuda.cpp, xent_loss_allowed)",
+                                                "(test_softmax_xent_cuda.cpp, xent_loss_allowed)",
                                                 [](const OutputArray& got, const OutputArray& want) {
                                                   const double g = got.f64.at(0), w = want.f64.at(0);
                                                   INFO("loss: cuda " << g << ", cpu " << w);
                                                   REQUIRE(std::abs(g - w) <= xent_loss_allowed(B, C, w - kLossBefore));
                                                 }));
                              x.push_back(exact("correct", "argmax with the lowest index on ties: exact "
-                                                          "(test_small_ops_cuda.cpp)"));
+                                                          "(test_softmax_xent_cuda.cpp)"));
                              return x;
                            }};
           }};

@@ -20,6 +20,15 @@ Tolerance fp32_dot(int K) {
   return {1e-30, 8.0 * std::sqrt(std::max(1, K)) * eps, "fp32 dot products: 8*sqrt(K)*eps of the result's scale"};
 }
 
+double xent_loss_allowed(int B, int C, double total) {
+  return B * 8 * std::sqrt(double(C)) * kEps + 4 * kEps * std::abs(total);
+}
+
+Tolerance xent_grad_tolerance(int B, int C) {
+  return {2 * kEps / B, 8 * std::sqrt(double(C)) * kEps,
+          "softmax gradient: sqrt(C)*eps relative from the exp sum, eps/B absolute where p rounds near 1"};
+}
+
 std::string Mismatch::describe() const {
   if (ok) return "all elements within tolerance";
   std::ostringstream s;
@@ -74,6 +83,15 @@ std::vector<int32_t> random_labels(size_t n, int classes) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = dist(rng());
   return v;
+}
+
+std::vector<float> pool_input(size_t n, PoolInput kind) {
+  std::vector<float> x = random_floats(n, -2.f, 2.f);
+  if (kind == PoolInput::ties)
+    for (auto& v : x) v = std::floor(v);  // four values: ties in most windows
+  if (kind == PoolInput::nan)
+    for (size_t i = 0; i < n; i += 11) x[i] = kNaN;  // a NaN in many windows, sometimes two
+  return x;
 }
 
 CudaExec::CudaExec() {

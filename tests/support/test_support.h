@@ -3,6 +3,7 @@
 
 #include "catch2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -68,6 +69,19 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
 }
 
+// softmax_xent's loss and gradient, on the CPU against a double-precision reference and on CUDA against the CPU twin
+// (tests/cpu/test_softmax_xent.cpp, tests/cuda/test_softmax_xent_cuda.cpp).
+// Loss: each row loss is log(s) + (m - x_label) in fp32: s sums C terms, so its relative error (which becomes the
+// absolute error of log s) grows like sqrt(C)·eps on random data, and the final additions add a few eps of the row
+// loss's own size. Summed over B rows (losses are >= 0, so Σ|loss_b| = |total|). Between the backends, which share
+// the row arithmetic and the summation order, the same bound holds: they differ by expf (CUDA: 2 ulp, glibc: 1 ulp)
+// and logf, which perturb s by a few eps relative before the rounding of its sum of C terms.
+double xent_loss_allowed(int B, int C, double total);
+// Gradient: dlogits = (p - onehot)/B: p carries ~sqrt(C)·eps relative error from s (and, between the backends, that
+// of expf), and where p is near 1 it is rounded on a 2^-24 grid, so p - 1 has an absolute error of ~eps/2 however
+// small the result: hence an absolute term of 2·eps/B besides the relative one.
+Tolerance xent_grad_tolerance(int B, int C);
+
 // Both ways to run a CPU op: on the calling thread, and on a pool (the chunked parallel paths).
 struct CpuExecs {
   kernels::ThreadPool pool{3};
@@ -86,6 +100,13 @@ std::vector<int32_t> random_labels(size_t n, int classes);
 // Poison used to prove every output element was written: a quiet NaN.
 inline constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kPoison); }
+// The same quiet NaN, as an input value.
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Max-pooling inputs in [-2, 2): uniform; ties (four values: ties in most windows); nan (a NaN in many windows,
+// sometimes two).
+enum class PoolInput { uniform, ties, nan };
+std::vector<float> pool_input(size_t n, PoolInput kind);
 
 // ---- batch shifts ----------------------------------------------------------------------------------
 // Brute force: every (dy, dx) in [-k, k]^2, in row-major order, for which `image` (C,H,W) translated by it,
@@ -128,6 +149,18 @@ class DeviceBuffer {
   size_t n_;
   T* ptr_ = nullptr;
 };
+
+// A host vector placed at `offset` elements into a device buffer whose other elements hold `pad`, so that
+// misaligned pointers can be tested and writes outside [offset, offset+n) detected.
+template <class T>
+std::vector<T> padded(const std::vector<T>& v, size_t offset, T pad) {
+  std::vector<T> out(v.size() + offset + 1, pad);
+  std::copy(v.begin(), v.end(), out.begin() + offset);
+  return out;
+}
+
+// A device op's step or draw counter as the host writes it: {value, 0} (kernels/cuda/grid_counter.cuh).
+inline std::vector<uint64_t> counter_at(uint64_t value) { return {value, 0}; }
 
 // The CUDA execution handle for tests: its own stream, debug-sync on so faults name their kernel.
 struct CudaExec {

@@ -1,11 +1,14 @@
-// gather_batch with several channels (per-channel normalization) and the random left-right flip, on the CPU
-// backend: every value checked bit for bit against the contract of kernels/batch.h written out here (flip first,
-// then shift; black outside), the draws reproducible per key and independent of each other, and DeviceBatcher's
-// flip option: off is the plain gather, on is reproducible per (seed, epoch) whatever the batch size, and adding
-// it leaves the shifts as they were.
-#include "test_support.h"
-
+// CPU tests of the batch gather (kernels/batch.h), every value checked bit for bit against the exact fp32 formula
+// (the op is specified to the bit), on one thread and on a pool:
+//   - gather_batch is ToTensor then Normalize of the permuted rows; with random shifts each image is translated by
+//     its drawn (dy, dx), zero-filled, the draws reproducible per (seed, epoch) and uniform over [-k, k];
+//   - several channels (per-channel normalization) and the random left-right flip, against the contract of
+//     kernels/batch.h written out here (flip first, then shift; black outside), the draws reproducible per key and
+//     independent of each other; DeviceBatcher's flip option: off is the plain gather, on is reproducible per
+//     (seed, epoch) whatever the batch size, and adding it leaves the shifts as they were.
+// The statistical checks of the draws allow 4 to 6 standard deviations (each says which).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -16,11 +19,216 @@
 #include "data/dataset.h"
 #include "engine/context.h"
 #include "kernels/batch.h"
+#include "kernels/cpu/thread_pool.h"
+#include "support/test_support.h"
 
 namespace nt::test {
 namespace {
 
 using kernels::Exec;
+
+// ---- batch gather --------------------------------------------------------------------------------------
+
+struct SyntheticData {
+  int N, D;
+  std::vector<uint8_t> images, labels;
+  std::vector<int32_t> perm;
+  SyntheticData(int n, int d) : N(n), D(d), images(size_t(n) * d), labels(n), perm(n) {
+    std::uniform_int_distribution<int> byte(0, 255), digit(0, 9);
+    for (auto& px : images) px = static_cast<uint8_t>(byte(rng()));
+    for (auto& l : labels) l = static_cast<uint8_t>(digit(rng()));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+  }
+  kernels::BatchSource source() const {
+    return {.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D, .mean = 0.1307f,
+            .std = 0.3081f};
+  }
+};
+
+TEST_CASE("gather_batch is exactly ToTensor then Normalize of the permuted rows", "[cpu][batch]") {
+  CpuExecs execs;
+  struct Case {
+    int N, D, B;
+    int64_t first;
+  };
+  const Case cases[] = {{50, 784, 17, 10}, {50, 13, 7, 43}, {200, 784, 64, 128}, {3, 1, 3, 0}};
+  for (const Case& k : cases)
+    for (const Exec* exec : {&execs.serial, &execs.pooled}) {
+      INFO("N=" << k.N << " D=" << k.D << " B=" << k.B << " first=" << k.first);
+      SyntheticData data(k.N, k.D);
+      std::vector<float> x = poisoned(size_t(k.B) * k.D);
+      std::vector<int32_t> y(k.B, -1);
+      kernels::gather_batch(*exec, {.src = data.source(), .first = k.first, .B = k.B, .x = x.data(), .y = y.data()});
+
+      const float mean = 0.1307f, std_dev = 0.3081f;
+      for (int b = 0; b < k.B; ++b) {
+        int32_t r = data.perm[k.first + b];
+        REQUIRE(y[b] == data.labels[r]);
+        for (int d = 0; d < k.D; ++d) {
+          float want = (float(data.images[size_t(r) * k.D + d]) / 255.0f - mean) / std_dev;
+          REQUIRE(x[size_t(b) * k.D + d] == want);  // bit-exact: the same three fp32 operations
+        }
+      }
+    }
+}
+
+// ---- batch gather with random shifts ---------------------------------------------------------------------
+
+constexpr float kShiftMean = 0.1307f, kShiftStd = 0.3081f;  // the normalization of the shift tests (MNIST's)
+
+// Synthetic (C,H,W) images with pixels in [1, 255], so that no source pixel equals the zero fill and a
+// translation is recognisable from its output alone.
+struct ShiftData {
+  int N, C, H, W, D;
+  std::vector<uint8_t> images, labels;
+  std::vector<int32_t> perm;
+  ShiftData(int n, int c, int h, int w)
+      : N(n), C(c), H(h), W(w), D(c * h * w), images(size_t(n) * D), labels(n), perm(n) {
+    std::uniform_int_distribution<int> byte(1, 255), digit(0, 9);
+    for (auto& px : images) px = static_cast<uint8_t>(byte(rng()));
+    for (auto& l : labels) l = static_cast<uint8_t>(digit(rng()));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng());
+  }
+  kernels::BatchSource source(int k, const uint64_t* key) const {
+    kernels::BatchSource s{.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D,
+                           .mean = kShiftMean, .std = kShiftStd};
+    s.height = H, s.width = W, s.shift = k, s.shift_key = key;
+    return s;
+  }
+};
+
+bool same_shift(kernels::PixelShift a, kernels::PixelShift b) { return a.dy == b.dy && a.dx == b.dx; }
+
+TEST_CASE("gather_batch with shift 0 is the plain gather, bit for bit", "[cpu][batch][shift]") {
+  CpuExecs execs;
+  for (const Exec* exec : {&execs.serial, &execs.pooled}) {
+    ShiftData data(100, 1, 28, 28);
+    const int B = 37;
+    const int64_t first = 50;
+    const uint64_t key = kernels::counter_key(7, 3);
+    std::vector<float> plain = poisoned(size_t(B) * data.D), unshifted = poisoned(size_t(B) * data.D);
+    std::vector<int32_t> y_plain(B, -1), y_unshifted(B, -1);
+    kernels::BatchSource src{.images = data.images.data(), .labels = data.labels.data(), .perm = data.perm.data(),
+                             .D = data.D, .mean = kShiftMean, .std = kShiftStd};
+    kernels::gather_batch(*exec, {.src = src, .first = first, .B = B, .x = plain.data(), .y = y_plain.data()});
+    kernels::gather_batch(*exec, {.src = data.source(0, &key), .first = first, .B = B, .x = unshifted.data(),
+                                  .y = y_unshifted.data()});
+    REQUIRE(same_bits(plain, unshifted));
+    REQUIRE(y_plain == y_unshifted);
+    kernels::gather_batch(*exec, {.src = data.source(0, nullptr), .first = first, .B = B, .x = unshifted.data(),
+                                  .y = y_unshifted.data()});
+    REQUIRE(same_bits(plain, unshifted));  // the key is not even read
+  }
+}
+
+TEST_CASE("gather_batch with shift k translates each image by its drawn (dy, dx), zero-filled", "[cpu][batch][shift]") {
+  CpuExecs execs;
+  struct Case {
+    int N, C, H, W, k, B;
+    int64_t first;
+  };
+  // MNIST's shape; odd and non-square planes; several channels; a shift beyond the image (k > H, W);
+  // a one-column image; a batch spanning several CPU tasks.
+  const Case cases[] = {{120, 1, 28, 28, 2, 64, 30}, {60, 1, 7, 5, 3, 33, 17}, {40, 3, 9, 11, 1, 40, 0},
+                        {30, 1, 4, 3, 8, 25, 5},     {20, 2, 13, 1, 2, 20, 0}, {300, 1, 6, 6, 4, 250, 50}};
+  for (const Case& k : cases)
+    for (const Exec* exec : {&execs.serial, &execs.pooled}) {
+      INFO("N=" << k.N << " C=" << k.C << " H=" << k.H << " W=" << k.W << " k=" << k.k << " B=" << k.B
+                << " first=" << k.first);
+      ShiftData data(k.N, k.C, k.H, k.W);
+      const uint64_t key = kernels::counter_key(rng()(), 1);
+      std::vector<float> x = poisoned(size_t(k.B) * data.D);
+      std::vector<int32_t> y(k.B, -1);
+      kernels::gather_batch(*exec, {.src = data.source(k.k, &key), .first = k.first, .B = k.B, .x = x.data(),
+                                    .y = y.data()});
+
+      for (int b = 0; b < k.B; ++b) {
+        const int32_t r = data.perm[k.first + b];
+        REQUIRE(y[b] == data.labels[r]);
+        const kernels::PixelShift drawn = kernels::batch_shift(key, uint64_t(k.first + b), k.k);
+        REQUIRE(std::abs(drawn.dy) <= k.k);
+        REQUIRE(std::abs(drawn.dx) <= k.k);
+        const auto found = matching_shifts(&data.images[size_t(r) * data.D], k.C, k.H, k.W, k.k, kShiftMean, kShiftStd,
+                                           &x[size_t(b) * data.D]);
+        INFO("b=" << b << " drawn (" << drawn.dy << ", " << drawn.dx << ")");
+        REQUIRE(!found.empty());  // some translation in range explains the output exactly
+        REQUIRE(std::any_of(found.begin(), found.end(), [&](kernels::PixelShift s) { return same_shift(s, drawn); }));
+      }
+    }
+}
+
+TEST_CASE("the shifts differ across examples and epochs and repeat for the same (seed, epoch)", "[cpu][batch][shift]") {
+  CpuExecs execs;
+  ShiftData data(500, 1, 12, 10);
+  const int k = 2, B = 500;
+  const uint64_t seed = 1234;
+  auto gather = [&](const Exec& exec, uint64_t epoch) {
+    const uint64_t key = kernels::counter_key(seed, epoch);
+    std::vector<float> x = poisoned(size_t(B) * data.D);
+    std::vector<int32_t> y(B, -1);
+    kernels::gather_batch(exec, {.src = data.source(k, &key), .first = 0, .B = B, .x = x.data(), .y = y.data()});
+    return x;
+  };
+  // The shift of each example, recovered from the output alone (pixels >= 1 make it unique here).
+  auto shifts_of = [&](const std::vector<float>& x) {
+    std::vector<kernels::PixelShift> s;
+    for (int b = 0; b < B; ++b) {
+      auto found = matching_shifts(&data.images[size_t(data.perm[b]) * data.D], data.C, data.H, data.W, k,
+                                   kShiftMean, kShiftStd, &x[size_t(b) * data.D]);
+      REQUIRE(found.size() == 1);
+      s.push_back(found[0]);
+    }
+    return s;
+  };
+  const auto epoch1 = gather(execs.serial, 1);
+  REQUIRE(same_bits(epoch1, gather(execs.serial, 1)));  // reproducible
+  REQUIRE(same_bits(epoch1, gather(execs.pooled, 1)));  // whatever the thread count
+  const auto s1 = shifts_of(epoch1), s2 = shifts_of(gather(execs.serial, 2));
+
+  // Across examples: 500 draws cover every value of dy and of dx and most of the 25 pairs.
+  int dy_seen[2 * k + 1] = {}, dx_seen[2 * k + 1] = {};
+  std::vector<int> pairs;
+  for (const auto& s : s1) {
+    ++dy_seen[s.dy + k], ++dx_seen[s.dx + k];
+    pairs.push_back((s.dy + k) * (2 * k + 1) + s.dx + k);
+  }
+  for (int v = 0; v <= 2 * k; ++v) CHECK((dy_seen[v] > 0 && dx_seen[v] > 0));
+  std::sort(pairs.begin(), pairs.end());
+  CHECK(std::unique(pairs.begin(), pairs.end()) - pairs.begin() >= 20);
+
+  // Across epochs: the same positions get other shifts (equal by chance with probability 1/25 each).
+  int same = 0;
+  for (int b = 0; b < B; ++b) same += same_shift(s1[b], s2[b]) ? 1 : 0;
+  CHECK(same < B / 5);
+}
+
+TEST_CASE("batch_shift draws each offset uniformly from [-k, k]", "[cpu][batch][shift]") {
+  for (int k : {1, 2, 8}) {
+    const int n = 2 * k + 1, draws = 200000;
+    std::vector<int> dy(n), dx(n);
+    const uint64_t key = kernels::counter_key(99, uint64_t(k));
+    for (int p = 0; p < draws; ++p) {
+      const auto s = kernels::batch_shift(key, uint64_t(p), k);
+      REQUIRE((s.dy >= -k && s.dy <= k && s.dx >= -k && s.dx <= k));
+      ++dy[s.dy + k], ++dx[s.dx + k];
+    }
+    // Each count is binomial with mean draws/n and sd below sqrt(draws/n); 6 sd never fails by chance.
+    const double mean = double(draws) / n, bound = 6 * std::sqrt(mean);
+    for (int v = 0; v < n; ++v) {
+      INFO("k=" << k << " offset " << v - k);
+      CHECK(std::abs(dy[v] - mean) < bound);
+      CHECK(std::abs(dx[v] - mean) < bound);
+    }
+  }
+}
+
+}  // namespace
+
+// ---- several channels and the random flip -----------------------------------------------------------------
+
+namespace {
 
 // Distinct per channel, none of them MNIST's, so that a channel read with another's values shows.
 const float kMean[4] = {0.4914f, 0.4822f, 0.4465f, 0.1307f};
