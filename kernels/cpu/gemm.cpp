@@ -208,7 +208,7 @@ NT_INLINE void micro_kernel(int kc, const U& u, const float* v, float* tile, boo
 
 // C[m, n0..n0+cols) = epilogue(vals[0..cols)), W values at a time (cols % W == 0; W = 1 takes any cols).
 // Whole tile rows use explicit vectors: an auto-vectorized loop would peel to align C, then read the
-// just-written tile misaligned, defeating store forwarding (which cost ~40% of the time at K = 64).
+// just-written tile misaligned, defeating store forwarding (costly at K = 64: docs/design.md, 'The CPU GEMM's stores').
 template <int W = 1>
 NT_INLINE void store_row(const GemmDesc& d, int m, int n0, int cols, const float* vals) {
   using T = typename Vec<W>::type;

@@ -112,8 +112,8 @@ __device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) { re
 __device__ __forceinline__ int64_t partial_at(const Geometry& g, int p, int64_t c) { return c * g.chunks + p; }
 
 // Partials a finalizing lane loads before combining any: they come from L2, and a chain that waited for
-// each load in turn took tens of microseconds for the 32 per lane of the NHWC plan. The combination order
-// (p = lane, lane + lanes, ...) is the same as one at a time.
+// each load in turn was slow for the 32 per lane of the NHWC plan (docs/batchnorm.md, 'Floors and
+// predictions'). The combination order (p = lane, lane + lanes, ...) is the same as one at a time.
 constexpr int kPartialsInFlight = 8;
 
 // Lane `lane` of `lanes` visits channel c's partials p = lane, lane + lanes, ... in that order, issuing kInFlight

@@ -22,9 +22,9 @@ constexpr int kMaxVec = 4;                   // float4
 constexpr int64_t kTargetBlocks = 1024;      // ~8 blocks per SM of an H100 (132 SMs): one wave, all resident
 constexpr int64_t kMinElemsPerBlock = 4096;  // 16 KB: below this a block is mostly launch and reduction
 // With a fused max-pool (the cnn's 64x32x28x28 and 64x64x14x14): 4 KB, so these latency-bound launches get
-// 32 and 12 chunks per channel instead of 12 and 3 (measured in the cnn's step on the H100: the statistics
-// pass 7.1 -> 6.5 and 7.7 -> 6.1 us). The unfused kernels keep 16 KB: at 4 KB the NHWC plans of those
-// shapes reach 1024 chunks, which the finalize kernel then combines per channel (2x slower in bench_batchnorm).
+// 32 and 12 chunks per channel instead of 12 and 3 (a shorter statistics pass in the cnn's step). The
+// unfused kernels keep 16 KB: at 4 KB the NHWC plans of those shapes reach 1024 chunks, which the finalize
+// kernel then combines per channel, slower (docs/batchnorm.md, 'Fused max-pool (NCHW)').
 constexpr int64_t kMinElemsPerBlockPooled = 1024;
 constexpr int64_t kMaxChunksNchw = 128;      // partials a fused finalizing warp combines (4 per lane at most)
 constexpr int64_t kMaxChunksNhwc = 1024;     // partials the finalize kernel's warp combines (32 per lane)
@@ -117,8 +117,8 @@ __device__ Stat block_combine(Stat s) {
 // as sums shifted by K = partial 0's mean, n = Σ n_p, s1 = Σ n_p·(mean_p − K), s2 = Σ M2_p + n_p·(mean_p − K)²,
 // and the warp's totals (warp_sum, lane 0) give mean = K + s1/n and M2 = max(s2 − s1²/n, 0): the exact split of
 // M2 into within- and between-partial parts, and K, a mean of the data, keeps s2 from swamping M2 when |mean| ≫
-// std. Chan's combination (chain_forward_partials) spends a division and a dependent chain on each partial: with
-// every block of the pooled forward finalizing its channel, that took 2.4 µs more than 12 partials did.
+// std. Chan's combination (chain_forward_partials) spends a division and a dependent chain on each partial, which
+// slowed the pooled forward (docs/batchnorm.md, 'Statistics given by the convolution before').
 constexpr int kShiftedInFlight = 16;  // partials a lane loads before it adds any: the cnn's 392 in one round
 
 __device__ Stat shifted_sum_partials(const Geometry& g, const float* ws, int64_t c, int lane) {
@@ -276,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) nchw_stats_kernel(const Geometry g, 
 // its 32 lanes by a shuffle-down tree, and thread j < kFinalizeChannels adds channel j's 4 warps in order.
 // Why so many lanes: a combination is a few dozen dependent instructions, and with a warp per channel
 // chaining 1024 partials (32 per lane, the partials then stored [p][c], 32 sectors per warp load) the kernel
-// took 11.0 us at 64x128x56x56 on the H100; with 128 lanes per channel, 8.0 us, the same with the lanes
-// folded in shared memory or with a 2-ulp division in the combination (Nsight Compute).
+// was slower than with 128 lanes per channel, which ran the same with the lanes folded in shared memory or
+// with a 2-ulp division in the combination (docs/batchnorm.md, 'Floors and predictions').
 constexpr int kFinalizeThreads = 1024;
 constexpr int kFinalizeChannels = 8;
 constexpr int kFinalizeLanes = kFinalizeThreads / kFinalizeChannels;

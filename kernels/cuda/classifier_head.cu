@@ -5,7 +5,7 @@
 //
 // Shape of the launch: ONE thread-block cluster of 8 blocks (sm_90) of 256 threads. Block r of the cluster
 // owns the rows [r·R, (r+1)·R), R = ceil(B/8): at the mlp's batch 64, a row per warp. A single block of
-// 1024 threads (the first version) took 32 µs at batch 64 on an H100, all rows' work on one SM; eight SMs
+// 1024 threads (the first version) was slow, all rows' work on one SM (docs/design.md); eight SMs
 // share the row work here, and the cluster's distributed shared memory reduces the weight gradient in a
 // fixed order, with no atomics, no workspace and no second launch (the technique of the split-K GEMM,
 // kernels/cuda/gemm.cu).
@@ -13,9 +13,9 @@
 // Staging: every block first copies W and its own rows of x into shared memory, all loads in flight at
 // once, so the kernel pays one global-memory round trip; everything after reads shared memory, as float4
 // along k. (Version 2 read W from global memory inside the per-class loop, behind a class guard, so each
-// load waited for the one before: 14.9 µs at batch 64 in Nsight Compute. Staged, with a lane per class,
-// it took 12.4 µs: 10 of 32 lanes busy, 2800 instructions per warp at 2 warps per scheduler. Lanes along
-// k with float4 operands cut the instructions per warp about five-fold.)
+// load waited for the one before. Staged, with a lane per class, only 10 of 32 lanes were busy. Lanes along
+// k with float4 operands cut the instructions per warp several-fold. Nsight Compute's numbers: docs/design.md,
+// 'The classifier head's kernel'.)
 //   shared memory (floats), ldw = K rounded up to 4, pads zero:
 //     sW (C, ldw); in training, once W is no longer needed, the block's partial dW (C, ldw) over it
 //     sx (R, ldw) the block's rows of x;   sdl (R, C) their dlogits and the partial db (C) (training)

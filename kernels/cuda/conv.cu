@@ -106,7 +106,7 @@ constexpr int kMinSplitDepth = 64;     // >= 64 products per output per split bl
 // ---- the epilogue through shared memory, and BatchNorm statistics there ------------------------------------
 // A forward without a split stages its finished tile (bias added: the values stored) in shared memory, row
 // stride kStagedLd, and writes y from there a row of pixels per store instruction
-// (store_staged: the cnn's conv2 forward without statistics 18.6 -> 16.6 us in its step on the H100). With
+// (store_staged, faster in the cnn's step: docs/conv.md, 'The forward's epilogue: y through shared memory'). With
 // a.stats a block also writes, for each of its output channels (tile rows), (mean, M2, count) of y over its
 // tile's pixels (valid columns) as the partial of chunk blockIdx.x (kernels/conv.h, ChannelPartials): the
 // BatchNorm after the convolution then combines gridDim.x partials per channel instead of reading y once more.
@@ -487,14 +487,14 @@ std::pair<int, int> tile_extent(Tile tile) {
 // of the warp grid over the k-rows of each slab instead (same FMAs and loads per thread, 4x fewer slab round
 // trips; the copies' tiles are added in group order). The narrow tile gets a grouped twin (2 k-groups) only
 // where its tiles fall short of one wave of three 256-thread blocks per SM: conv2's forward at batch 64 (392
-// tiles) ran 42.7 us inside the cnn's step as Narrow and 27.2 us as NarrowGrouped (H100), while with 784 tiles
-// (backward_data at batch 256) Narrow was faster (87.9 against 102.9 us).
+// tiles) ran faster inside the cnn's step as NarrowGrouped than as Narrow, while with 784 tiles (backward_data
+// at batch 256) Narrow was faster (docs/conv.md, 'Tiles, split-K, workspace': 'Why grouped').
 //
 // Below the medium tile's two blocks per SM, more than 32 rows (output channels) take the tall tile: 64×32
 // with 8×4 per thread, two float4 of A and one of B per 32 FMAs where the 4×4 tiles load two per 16, in 3
-// k-groups. bench_conv's variant table (H100, graph µs, conv2 at batch 64): forward 23.0 as Tall against
-// 26.5 as NarrowGrouped; backward_weight split 44 ways 27.0 against 30.5 as SmallGrouped split 22 (batch
-// 256: 86.2 against 105.1). backward_data (32 rows) stays SmallGrouped: 31.1 against 38.5 for the 4×8 tile.
+// k-groups. bench_conv's variant table (conv2): the forward is faster as Tall than as NarrowGrouped at batch
+// 64, backward_weight split 44 ways than as SmallGrouped split 22 (batch 64 and 256); backward_data (32 rows)
+// stays SmallGrouped, faster than the 4×8 tile (docs/conv.md, 'Tiles, split-K, workspace': 'The tall tile').
 // Kg split over S blocks per tile so that tiles·S reaches `target` blocks, each block keeping at least
 // kMinSplitDepth of Kg: the blocks fill the GPU once, where a second, partial wave would leave most SMs idle
 // while it runs (288 blocks of the grouped tile, three per SM, ran as 2.2 waves on 132 SMs).
@@ -599,10 +599,10 @@ void launch_tile(const Exec& exec, const char* name, const profile::OpCost& cost
 }
 
 // Launched without the programmatic attribute: its blocks are placed only once the kernel before has finished.
-// Placed early (the default), the same kernels ran 40-50% longer inside the cnn's step (CUPTI, batch 64: forward
-// 26.8 against 18.2 us, backward_data 41.3 against 29.4) and the epoch took 183.3 against 155.2 ms; in
-// bench_conv, back to back, they ran as fast either way. The FFMA tiles, tried the same way, gain nothing at
-// batch 64 (docs/conv.md).
+// Placed early (the default), the same kernels ran much longer inside the cnn's step, and the epoch was slower;
+// in bench_conv, back to back, they ran as fast either way. The FFMA tiles, tried the same way, gain nothing at
+// batch 64 (docs/conv.md, 'TF32 tensor cores': 'Launched after its predecessor', has the CUPTI times and
+// epochs).
 // Launched after its predecessor has completed (not placed early by programmatic dependent launch: docs/conv.md),
 // unless it overlaps its predecessor by design.
 template <class Cfg, class Pass>
@@ -808,14 +808,14 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   }
   // backward_weight's GEMM, then backward_data beside it (it reads dy and w, writes dx and its own part of the
   // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
-  // TF32 GEMMs of the cnn's conv2 hold about 18% of the SMs' warps each, gather-bound (docs/conv.md).
+  // TF32 GEMMs of the cnn's conv2 hold a small share of the SMs' warps each, gather-bound (docs/conv.md).
   const int rows = dbias ? gw.M : 0;
   ConvArgs wa = make_args(exec, s, gw);
   wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
   wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s), workspace);
   // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
-  // other's blocks (cnn --tf32, H100, one call: batch 64 138.6 -> 133.0 ms per epoch overlapped; batch 256, whose
-  // backward_data has 1568 blocks, 85.1 -> 87.2).
+  // other's blocks (the cnn at batch 256, whose backward_data has 1568 blocks, was slower side by side; batch 64
+  // gained: docs/conv.md, 'The two backward passes side by side').
   const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.tf32);
   const auto [bm, bn] = tile_extent(data_plan.tile);
   const bool beside = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;

@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
 
 // The same first layer's weight gradient as a GEMM is M = K channels by N = C·R·S taps (9) over Kg = N·P·Q
 // pixels: the 32×32 tile wastes 23 of its 32 columns and every slab decodes pixels it then splits 256 ways
-// (13.1 us + 2.4 us of reduction at batch 64 on the H100). Here a thread owns kDirectPixelsPerThread pixels,
+// (docs/conv.md, 'Direct backward_weight for few taps'). Here a thread owns kDirectPixelsPerThread pixels,
 // loads each one's taps as the direct forward does and the dy of Channels output channels, and accumulates
 // the products (and dy itself: dbias) in registers; the block adds its threads' sums (through shared memory,
 // in a fixed order) into one partial per block column, which conv_split_reduce_kernel adds as split-K
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_ke
 
   // The block's sums: every thread parks its sums in its column of shared memory, then thread v adds row
   // v's entries in a fixed order (four interleaved chains, joined in order). A warp butterfly per sum cost
-  // 10 instructions per thread for each of the 80, more than the products themselves (Nsight Compute: 167
-  // registers, 6.2 cycles per instruction).
+  // 10 instructions per thread for each of the 80, more than the products themselves (Nsight Compute;
+  // docs/conv.md, 'Direct backward_weight for few taps').
 #pragma unroll
   for (int c = 0; c < Channels; ++c)
 #pragma unroll

@@ -1,8 +1,8 @@
 // A stride-1 convolution pass on TF32 tensor cores from a halo tile in shared memory: the forward and
 // backward_data where the padded image row fits the tile (halo_plan). A kernel-lab variant (kernels/conv_lab.h:
 // halo_64, halo_32), not chosen by the engine's plan: at the cnn's shapes it is slower than the implicit GEMM
-// (bench_conv, H100, conv2 batch 64: forward 24.2 against 17.7 us, backward_data 35.5 against 28.1; docs/conv.md
-// says where the time goes and what would change that).
+// (docs/conv.md, 'Tried: a halo tile (kernel lab only)', has bench_conv's numbers, where the time goes and what
+// would change that).
 //
 // Both passes are one stride-1 convolution of a source with a filter bank A:
 //

@@ -37,7 +37,7 @@
 //          64-deep slab is shared by 4 copies of the small tile's warps, 16 k-rows each, and their tiles are
 //          added at the end. Same FMAs per thread per slab as the small tile, a quarter of the slabs: the
 //          small tile's time on the MLP's shapes is a chain of slab round trips run by 2 warps per SM
-//          (Nsight Compute: 4% occupancy, stalled on shared-memory and fixed-latency dependencies).
+//          (Nsight Compute: low occupancy, shared-memory and fixed-latency stalls; docs/gemm-lab.md).
 //   The first whose tile count reaches the SM count wins; below that the small grouped tile, or the small
 //   one where K fits one of its slabs or fits one grouped slab over two tiles or more per SM; when that gives
 //   fewer blocks than SMs, K is split over S ∈ {2, 4, 8}
@@ -404,24 +404,24 @@ bool clusters_available() {
 Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspace) {
   if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
-  // Measured on the H100 (bench_gemm's variant table, graph replays of the mlp's GEMMs at batch 64): the
-  // grouped tile wins every shape with more than one small slab of K (dW2 160x320x64: 2.49 us against
-  // 3.37; fwd1 64x320x784 split 8: 7.27 against 8.14), the small tile where K fits one slab (dX3
-  // 64x160x10: 2.42 against 2.76).
+  // The grouped tile wins every shape with more than one small slab of K, the small tile where K fits one
+  // slab: bench_gemm's variant table, graph replays of the mlp's GEMMs at batch 64 (the numbers behind this
+  // rule and the two below are in docs/gemm-lab.md, 'Why the plan picks the grouped tile, the small tile
+  // or a split').
   if (K <= SmallTile::BK) return {TileKind::small, 1};
   Plan plan{TileKind::small_grouped, 1};
   const int tiles = tiles_for(M, N, SmallGroupedTile::BM, SmallGroupedTile::BN);
   // One grouped slab of K over at least two tiles per SM (the cnn's 3136->128 weight gradient at batch 64:
-  // 392 tiles, K = 64): the small tile's four pipelined slabs win (4.16 us against 5.14), while with fewer
-  // tiles the grouped one still does (mlp dW1 320x784x64, 250 tiles: 3.20 against 3.40).
+  // 392 tiles, K = 64): the small tile's four pipelined slabs win, while with fewer tiles the grouped one
+  // still does (mlp dW1 320x784x64, 250 tiles).
   if (K <= SmallGroupedTile::BK && tiles >= 2 * sms) return {TileKind::small, 1};
   // Splitting K pays from K >= 128 on while each split block keeps two k-group steps (dX2 64x320x160:
-  // split 4 4.04 us, split 8 4.60), while at K = 64 (the weight gradients at batch 64) the cluster
-  // reduction costs more than it saves (dW2: 2.49 us unsplit, 3.67 split in two).
+  // split 4 beats split 8), while at K = 64 (the weight gradients at batch 64) the cluster reduction costs
+  // more than it saves (dW2 runs faster unsplit than split in two).
   if (!can_split || K < kMinSplitK) return plan;
   // A long K over few tiles (the cnn's 3136->128 layer at batch 64: 8 tiles, 64 blocks as an 8-way cluster
-  // split, 23 us inside the step): split over one wave of three blocks per SM through the workspace, each
-  // block keeping at least one 64-deep slab.
+  // split, slow inside the step): split over one wave of three blocks per SM through the workspace, each
+  // block keeping at least one 64-deep slab (docs/gemm-lab.md, 'Split through a workspace').
   if (has_workspace && tiles * kMaxSplitK < sms && K >= kMinWorkspaceSplitK) {
     plan.split_k = std::clamp(div_up(3 * sms, tiles), 2, std::min(kMaxWorkspaceSplit, K / SmallGroupedTile::BK));
     plan.through_workspace = true;
