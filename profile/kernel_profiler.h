@@ -21,9 +21,9 @@
 // CUDA graphs (CUPTI, with ProfilerOptions::graphs). Launches observed while a graph is captured
 // (capture_begin() ... capture_end()) are kept as a sequence; each replay of the graph appends that sequence
 // to the pending launches, with fresh step, phase and layer ids, and CUPTI's records of the replayed kernels
-// are matched like eager ones. So a profiled run can keep its graphs. It is an option, not the default: on the
-// H200 CUPTI's records of graph kernels cost 17.5% of an mlp epoch and lengthen some kernels, while eager
-// launches, which are bound by the host, absorb the records at no measurable cost (docs/profiler.md). Without
+// are matched like eager ones. So a profiled run can keep its graphs. It is an option, not the default: CUPTI's
+// records of graph kernels lengthen a graph epoch and some of its kernels, while eager launches, which are bound
+// by the host, absorb the records at no measurable cost (docs/profiler.md, "CUDA graphs"). Without
 // it (and always with the events timer, which cannot bracket replayed kernels) the engine runs eagerly while it
 // is observed (times_graph_replays()); a replay the profiler is told of then counts as launches without a time.
 //
@@ -41,8 +41,8 @@
 //
 // Sampling (ProfilerOptions::sample_every = N > 1): only every N-th step is timed (the steps the engine opens:
 // training steps and evaluation batches; launches outside a step are not timed). What it is for: with CUPTI
-// every launch costs the host about 1.6 us more, +40% on an eager mlp epoch, and a timer that is off between
-// samples costs nothing. With CUPTI the step before a sampled one is recorded too but not counted: its last
+// every launch costs the host time, which an eager epoch of short kernels feels in full (docs/profiler.md), and a
+// timer that is off between samples costs nothing. With CUPTI the step before a sampled one is recorded too but not counted: its last
 // kernel's end is where the sampled step's first kernel, launched early under programmatic dependent launch,
 // starts running for itself (see match_in_stream_order). The report names the sampling; counts and totals are
 // those of the sampled steps.
