@@ -30,7 +30,8 @@ int run_cli(int argc, char** argv) {
     bool known = false;
     for (const auto& command : commands) known |= command.app->get_name() == argv[1];
     if (!known) {
-      std::fprintf(stderr, "nanotrain: unknown command '%s' (commands: train, eval, predict, profile, devices)\n", argv[1]);
+      std::fprintf(stderr, "nanotrain: unknown command '%s' (commands: train, eval, predict, profile, devices)\n",
+                   argv[1]);
       return 2;
     }
   }

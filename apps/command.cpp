@@ -73,8 +73,8 @@ void probe_folder(const char* flag, const std::string& shown, const fs::path& fo
   std::string probe = (folder / ".nanotrain-probe.XXXXXX").string();
   const int fd = ::mkstemp(probe.data());
   if (fd < 0)
-    throw UsageError(cat(flag, ": cannot write '", shown, "': folder '", folder.string(), "' takes no new file: ",
-                         std::strerror(errno)));
+    throw UsageError(cat(flag, ": cannot write '", shown, "': folder '", folder.string(),
+                         "' takes no new file: ", std::strerror(errno)));
   ::close(fd);
   ::unlink(probe.c_str());
 }

@@ -42,7 +42,7 @@ void add_common_options(CLI::App& cmd, CommonOptions& o);
 CLI::Validator unsigned_64_validator();
 // A path flag given with an empty value ("--save ''") would otherwise mean "not given" without a word.
 CLI::Validator non_empty_path();
-void validate_common(const CommonOptions& o);   // throws UsageError naming the flag
+void validate_common(const CommonOptions& o);  // throws UsageError naming the flag
 void setup_logging(const CommonOptions& o);
 // A file the command will write, named by its flag: checked before any work by check_outputs.
 struct OutputPath {

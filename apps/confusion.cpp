@@ -39,7 +39,8 @@ int64_t Confusion::correct() const {
 
 double Confusion::recall(int label) const {
   const int64_t n = examples_[static_cast<size_t>(label)];
-  return n ? static_cast<double>(count(label, label)) / static_cast<double>(n) : std::numeric_limits<double>::quiet_NaN();
+  return n ? static_cast<double>(count(label, label)) / static_cast<double>(n)
+           : std::numeric_limits<double>::quiet_NaN();
 }
 
 double Confusion::precision(int predicted) const {
@@ -64,7 +65,8 @@ std::string Confusion::table(const ModelCard& card) const {
 
   std::string out = cat("rows: label, columns: prediction (", classes_, " classes)\n");
   out += std::string(name_width, ' ');
-  for (int c = 0; c < classes_; ++c) out += cat(std::string(static_cast<size_t>(cell) - std::to_string(c).size(), ' '), c);
+  for (int c = 0; c < classes_; ++c)
+    out += cat(std::string(static_cast<size_t>(cell) - std::to_string(c).size(), ' '), c);
   out += "  | examples  recall precision\n";
   for (int label = 0; label < classes_; ++label) {
     const std::string name = card.class_name(label);
@@ -74,8 +76,9 @@ std::string Confusion::table(const ModelCard& card) const {
       out += std::string(static_cast<size_t>(cell) - n.size(), ' ') + n;
     }
     char tail[64];
-    std::snprintf(tail, sizeof tail, "  | %8lld %s  %s\n", static_cast<long long>(examples_[static_cast<size_t>(label)]),
-                  percent(recall(label)).c_str(), percent(precision(label)).c_str());
+    std::snprintf(tail, sizeof tail, "  | %8lld %s  %s\n",
+                  static_cast<long long>(examples_[static_cast<size_t>(label)]), percent(recall(label)).c_str(),
+                  percent(precision(label)).c_str());
     out += tail;
   }
   return out;

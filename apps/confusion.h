@@ -28,8 +28,8 @@ class Confusion {
   int64_t count(int label, int predicted) const { return counts_[static_cast<size_t>(label * classes_ + predicted)]; }
   const std::vector<int>& predictions() const { return predictions_; }  // per example
   int64_t correct() const;
-  double recall(int label) const;        // per-class accuracy: correct / examples of the class (NaN when none)
-  double precision(int predicted) const; // correct / examples predicted as the class (NaN when none)
+  double recall(int label) const;         // per-class accuracy: correct / examples of the class (NaN when none)
+  double precision(int predicted) const;  // correct / examples predicted as the class (NaN when none)
 
   // Rows are labels, columns predictions, then each class's examples, recall and precision; class names from
   // the card head the rows.

@@ -75,8 +75,14 @@ class CardReader {
 
 ModelCard ModelCard::of(const std::string& model, const data::Dataset& train) {
   const std::string spec = layers::model_spec(model, train.classes);
-  return {spec,       spec != model ? model : "", Shape{train.channels, train.rows, train.cols}, train.classes,
-          train.class_names, train.mean,          train.std,                                     train.name};
+  return {spec,
+          spec != model ? model : "",
+          Shape{train.channels, train.rows, train.cols},
+          train.classes,
+          train.class_names,
+          train.mean,
+          train.std,
+          train.name};
 }
 
 std::optional<ModelCard> ModelCard::from(const CheckpointMetadata& metadata, const std::string& path) {

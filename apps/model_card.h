@@ -26,7 +26,7 @@ namespace nt::app {
 struct ModelCard {
   std::string model_spec;
   std::string preset;  // the preset's name (mlp, cnn, cnn-cifar) when the spec is one's, from the "model" key
-  Shape input_shape;  // (C, H, W)
+  Shape input_shape;   // (C, H, W)
   int classes = 0;
   std::vector<std::string> class_names;
   std::vector<float> mean, std;  // per channel

@@ -84,8 +84,7 @@ std::vector<Example> read_examples(const std::vector<std::string>& paths) {
     const data::IdxImages idx = data::read_idx_images(path);
     const auto size = static_cast<size_t>(idx.channels) * idx.rows * idx.cols;
     for (int64_t i = 0; i < idx.count; ++i) {
-      data::Image image{idx.channels, idx.rows, idx.cols,
-                        std::vector<uint8_t>(static_cast<size_t>(size))};
+      data::Image image{idx.channels, idx.rows, idx.cols, std::vector<uint8_t>(static_cast<size_t>(size))};
       // IDX stores channels last (rank 4); the model takes planes.
       const uint8_t* src = idx.pixels.data() + static_cast<size_t>(i) * size;
       const auto plane = static_cast<size_t>(idx.rows) * idx.cols;
@@ -118,8 +117,8 @@ data::Dataset model_input(std::vector<Example>& examples, const ModelCard& card,
     data::Image image = data::to_channels(e.image, channels);
     if (image.rows != rows || image.cols != cols) {
       if (!p.resize)
-        throw Error(cat("image '", e.name, "' is ", image.cols, "x", image.rows, " (width x height) but the model takes ",
-                        cols, "x", rows, "; --resize scales it (bilinear)"));
+        throw Error(cat("image '", e.name, "' is ", image.cols, "x", image.rows,
+                        " (width x height) but the model takes ", cols, "x", rows, "; --resize scales it (bilinear)"));
       image = data::resize_bilinear(image, rows, cols);
     }
     if (p.invert) data::invert(image);

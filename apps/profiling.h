@@ -44,9 +44,9 @@ class ProfileSession {
   ProfileSession& operator=(const ProfileSession&) = delete;
 
   bool enabled() const { return profiler_ != nullptr; }
-  void resume();   // the first call attaches the profiler and starts it
-  void pause();    // closes the window and reads the events so far (one synchronization)
-  void finish();   // stops, detaches, prints the table and totals, writes --profile-out files
+  void resume();  // the first call attaches the profiler and starts it
+  void pause();   // closes the window and reads the events so far (one synchronization)
+  void finish();  // stops, detaches, prints the table and totals, writes --profile-out files
 
  private:
   Context& ctx_;

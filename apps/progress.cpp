@@ -74,8 +74,8 @@ void ProgressLine::update(const EpochProgress& p, Clock::time_point now) {
 
 void ProgressLine::draw(const std::string& line) {
   // The padding erases what a longer line before left; no escape codes, so a log file (always) stays plain.
-  std::fprintf(out_, "\r%s%*s", line.c_str(), static_cast<int>(drawn_width_ > line.size() ? drawn_width_ - line.size() : 0),
-               "");
+  std::fprintf(out_, "\r%s%*s", line.c_str(),
+               static_cast<int>(drawn_width_ > line.size() ? drawn_width_ - line.size() : 0), "");
   std::fflush(out_);
   drawn_width_ = std::max(drawn_width_, line.size());
 }

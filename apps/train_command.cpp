@@ -1,27 +1,27 @@
 // nanotrain train: train a model, evaluate it after every epoch, print and record the metrics.
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
-#include <utility>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <string_view>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <optional>
+#include <string_view>
+#include <utility>
 
 #include "apps/command.h"
 #include "apps/model_card.h"
-#include "core/atomic_file.h"
 #include "apps/profiling.h"
 #include "apps/progress.h"
 #include "apps/workload.h"
+#include "core/atomic_file.h"
 #include "data/batcher.h"
 #include "data/dataset.h"
 #include "engine/checkpoint.h"
@@ -46,21 +46,21 @@ struct TrainCommand {
   uint64_t seed = 1;
   std::string metrics_path;
   int64_t train_limit = 0;
-  int shift = 0;  // training augmentation: random translations of up to this many pixels
+  int shift = 0;      // training augmentation: random translations of up to this many pixels
   bool flip = false;  // training augmentation: random left-right mirroring
   bool no_graphs = false;
-  bool allow_nonfinite = false;  // go on through NaN or infinite losses (for studying divergence)
+  bool allow_nonfinite = false;     // go on through NaN or infinite losses (for studying divergence)
   bool save_on_divergence = false;  // a diverged run writes its last good weights to PATH.diverged-at-epoch-N
-  std::string resume_from;  // a resumable checkpoint (--checkpoint-dir) to go on from
-  int checkpoint_every = 0;  // write a resumable checkpoint after every N epochs (0: none)
+  std::string resume_from;          // a resumable checkpoint (--checkpoint-dir) to go on from
+  int checkpoint_every = 0;         // write a resumable checkpoint after every N epochs (0: none)
   std::string checkpoint_dir;
-  int keep = 0;              // resumable checkpoints kept, the newest (0: all)
-  std::string init_from;   // load the initial weights instead of initializing
-  std::string init_out;    // save the initial weights (before training)
-  std::string save_path;   // save the weights after the last epoch
-  std::string order_out;   // the data order of every epoch, (epochs, examples) int32 .npy
-  bool profile = false;     // time every kernel; print the table after the last epoch
-  std::string profile_out;  // also write PREFIX.csv, .json, .trace.json (implies profile)
+  int keep = 0;                        // resumable checkpoints kept, the newest (0: all)
+  std::string init_from;               // load the initial weights instead of initializing
+  std::string init_out;                // save the initial weights (before training)
+  std::string save_path;               // save the weights after the last epoch
+  std::string order_out;               // the data order of every epoch, (epochs, examples) int32 .npy
+  bool profile = false;                // time every kernel; print the table after the last epoch
+  std::string profile_out;             // also write PREFIX.csv, .json, .trace.json (implies profile)
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
   bool profile_graphs = false;         // CUPTI: profile the replayed graphs instead of eager launches
   int profile_every = 1;               // time one step in N (implies profile)
@@ -73,7 +73,8 @@ void validate_train(const TrainCommand& t) {
   if (t.batch < 1 || t.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", t.batch));
   const OptimizerConfig& o = t.optimizer;
   // The optimizer computes in fp32: a value beyond float's range would become infinite there, after set-up.
-  const std::pair<const char*, double> in_float[] = {{"--lr", o.lr}, {"--weight-decay", o.weight_decay}, {"--eps", o.eps}};
+  const std::pair<const char*, double> in_float[] = {
+      {"--lr", o.lr}, {"--weight-decay", o.weight_decay}, {"--eps", o.eps}};
   for (const auto& [flag, v] : in_float)
     if (std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max())
       throw UsageError(cat(flag, ": ", v, " is beyond the range of float (", std::numeric_limits<float>::max(), ")"));
@@ -183,7 +184,8 @@ struct RunRecord {
   const TrainCommand& t;
   ModelCard card;
   CheckpointMetadata at_epoch(int epochs_trained) const {
-    CheckpointMetadata m{{"seed", std::to_string(t.seed)}, {"epochs_trained", std::to_string(epochs_trained)},
+    CheckpointMetadata m{{"seed", std::to_string(t.seed)},
+                         {"epochs_trained", std::to_string(epochs_trained)},
                          {"batch", std::to_string(t.batch)}};
     for (const RunFlag& f : run_flags()) m[run_key(f)] = f.get(t);
     card.write_to(m);
@@ -256,7 +258,6 @@ class CheckpointDir {
 
 // ---- data ------------------------------------------------------------------------------------------
 
-
 // ---- output ----------------------------------------------------------------------------------------
 
 // Metrics as JSON lines, rewritten whole after each epoch through a temporary file and a rename, so
@@ -281,10 +282,10 @@ class MetricsFile {
     if (path_.empty()) return;
     // JSON has no NaN or infinity: such a loss is written as null, and the line says why.
     const bool nonfinite = !std::isfinite(m.train_loss) || !std::isfinite(m.test_loss);
-    lines_ += cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6), ", \"train_acc\": ",
-                  number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6), ", \"test_acc\": ",
-                  number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3), ", \"eval_ms\": ",
-                  number(m.eval_ms, 3), ", \"samples_per_s\": ", number(m.samples_per_s, 1),
+    lines_ += cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6),
+                  ", \"train_acc\": ", number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6),
+                  ", \"test_acc\": ", number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3),
+                  ", \"eval_ms\": ", number(m.eval_ms, 3), ", \"samples_per_s\": ", number(m.samples_per_s, 1),
                   nonfinite ? ", \"nonfinite\": true" : "", "}\n");
     write_file_atomically(path_, lines_, "--metrics");
   }
@@ -343,14 +344,16 @@ void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_pe
     // without a NaN. Such a run goes on, as it may recover, but not without a word.
     const double guessing = std::log(static_cast<double>(model.output_shape().numel()));
     if (m.train_loss > kDivergingLossFactor * guessing)
-      spdlog::warn("epoch {}: train loss {:.4g} is over {:.0f} times that of guessing ({:.2f}): the run is diverging; "
-                   "try a lower --lr", m.epoch, m.train_loss, kDivergingLossFactor, guessing);
+      spdlog::warn(
+          "epoch {}: train loss {:.4g} is over {:.0f} times that of guessing ({:.2f}): the run is diverging; "
+          "try a lower --lr",
+          m.epoch, m.train_loss, kDivergingLossFactor, guessing);
     return last_good.keep(m.epoch);
   }
   const auto bad = first_nonfinite_tensor(ctx, model);
-  throw DivergedError(cat("training diverged in epoch ", m.epoch, " (steps ", (m.epoch - 1) * steps_per_epoch + 1,
-                          "..", m.epoch * steps_per_epoch, "): train loss ", m.train_loss, ", test loss ", m.test_loss,
-                          "; ", bad ? "first non-finite tensor " + bad->describe() : "every tensor is finite",
+  throw DivergedError(cat("training diverged in epoch ", m.epoch, " (steps ", (m.epoch - 1) * steps_per_epoch + 1, "..",
+                          m.epoch * steps_per_epoch, "): train loss ", m.train_loss, ", test loss ", m.test_loss, "; ",
+                          bad ? "first non-finite tensor " + bad->describe() : "every tensor is finite",
                           t.save_path.empty() ? "" : "; --save " + t.save_path + " left as it was",
                           last_good.write(m.epoch), "; try a lower --lr, or --allow-nonfinite to go on"));
 }
@@ -423,8 +426,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
-  if (progress.wanted())
-    options.on_progress = [&](const EpochProgress& p) { progress.update(p); };
+  if (progress.wanted()) options.on_progress = [&](const EpochProgress& p) { progress.update(p); };
   if (t.lr_schedule == "cosine") {
     // Cosine annealing per epoch, PyTorch's CosineAnnealingLR(T_max=epochs) stepped once per epoch:
     // epoch e (from 1) trains at lr * (1 + cos(pi * (e - 1) / epochs)) / 2.
@@ -452,8 +454,9 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     profiling.resume();
     if (epoch == trained + 1 && profiling.enabled() && ctx.on_cuda() && options.use_graphs &&
         !ctx.exec().observer->times_graph_replays())
-      spdlog::info("profiling: CUDA graphs off, eager launches{}",
-                   t.profile_graphs ? " (the events timer cannot time replayed graphs)" : " (--profile-graphs keeps them)");
+      spdlog::info(
+          "profiling: CUDA graphs off, eager launches{}",
+          t.profile_graphs ? " (the events timer cannot time replayed graphs)" : " (--profile-graphs keeps them)");
     EpochMetrics m = trainer.run_epoch(epoch, &test_data);
     profiling.pause();  // reads this epoch's events after its time was taken
     progress.clear();
@@ -479,7 +482,8 @@ Command register_train(CLI::App& app) {
   add_workload_options(*train_cmd, train->workload,
                        "mlp, cnn, or a layer spec such as conv:16:3,bn,relu,maxpool:2,flatten,linear:10");
   train_cmd->add_option("--epochs", train->epochs, "Training epochs")->capture_default_str();
-  train_cmd->add_option("--batch", train->batch, "Mini-batch size (the last partial batch is dropped)")->capture_default_str();
+  train_cmd->add_option("--batch", train->batch, "Mini-batch size (the last partial batch is dropped)")
+      ->capture_default_str();
   OptimizerConfig& o = train->optimizer;
   train_cmd->add_option("--optimizer", o.name, "sgd, adam or adamw (PyTorch's semantics)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
@@ -488,7 +492,8 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   train_cmd->add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd and adam, decoupled for adamw)")
       ->capture_default_str();
-  train_cmd->add_option("--lr-schedule", train->lr_schedule, "constant, or cosine (annealed per epoch to ~0 at the end)")
+  train_cmd
+      ->add_option("--lr-schedule", train->lr_schedule, "constant, or cosine (annealed per epoch to ~0 at the end)")
       ->check(CLI::IsMember({"constant", "cosine"}))
       ->capture_default_str();
   train_cmd->add_option("--beta1", o.beta1, "Adam's first-moment decay")->capture_default_str();
@@ -500,31 +505,39 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--metrics", train->metrics_path, "Write one JSON object per epoch to this file")
       ->check(non_empty_path());
   train_cmd->add_option("--train-limit", train->train_limit, "Train on the first N examples only (0 = all)");
-  train_cmd->add_option("--shift", train->shift,
-                        "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
+  train_cmd
+      ->add_option("--shift", train->shift,
+                   "Training augmentation: shift each image by up to K pixels in each direction, 0 = off")
       ->capture_default_str();
   train_cmd->add_flag("--flip", train->flip,
                       "Training augmentation: mirror each image left-right with probability 1/2 (as --shift: the same "
                       "draws on CPU and GPU)");
-  train_cmd->add_option("--progress", train->progress,
-                        "auto: a line with the epoch's progress and the time left, on a terminal, for epochs longer "
-                        "than 2 s; always: for every epoch, wherever the output goes; never")
+  train_cmd
+      ->add_option("--progress", train->progress,
+                   "auto: a line with the epoch's progress and the time left, on a terminal, for epochs longer "
+                   "than 2 s; always: for every epoch, wherever the output goes; never")
       ->capture_default_str();
-  train_cmd->add_flag("--no-graphs", train->no_graphs, "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
-  train_cmd->add_flag("--allow-nonfinite", train->allow_nonfinite,
-                      "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
-  train_cmd->add_flag("--save-on-divergence", train->save_on_divergence,
-                      "When the run diverges, write the last good weights (those of the epoch before) to "
-                      "PATH.diverged-at-epoch-N beside --save PATH; --save itself is never overwritten by a diverged run");
-  train_cmd->add_option("--checkpoint-every", train->checkpoint_every,
-                        "Write a resumable checkpoint (weights, optimizer state, position) after every N epochs")
+  train_cmd->add_flag("--no-graphs", train->no_graphs,
+                      "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
+  train_cmd->add_flag(
+      "--allow-nonfinite", train->allow_nonfinite,
+      "Go on when a loss is NaN or infinite (by default the run stops with exit code 3, saving nothing)");
+  train_cmd->add_flag(
+      "--save-on-divergence", train->save_on_divergence,
+      "When the run diverges, write the last good weights (those of the epoch before) to "
+      "PATH.diverged-at-epoch-N beside --save PATH; --save itself is never overwritten by a diverged run");
+  train_cmd
+      ->add_option("--checkpoint-every", train->checkpoint_every,
+                   "Write a resumable checkpoint (weights, optimizer state, position) after every N epochs")
       ->capture_default_str();
   train_cmd->add_option("--checkpoint-dir", train->checkpoint_dir, "Where: DIR/epoch-NNNNNN.safetensors")
       ->check(non_empty_path());
-  train_cmd->add_option("--keep", train->keep, "Keep the newest K resumable checkpoints (0: all)")->capture_default_str();
-  train_cmd->add_option("--resume", train->resume_from,
-                        "Go on from a resumable checkpoint: the same run, bit for bit, from the epoch after it; flags "
-                        "left out are the checkpoint's, flags given must match")
+  train_cmd->add_option("--keep", train->keep, "Keep the newest K resumable checkpoints (0: all)")
+      ->capture_default_str();
+  train_cmd
+      ->add_option("--resume", train->resume_from,
+                   "Go on from a resumable checkpoint: the same run, bit for bit, from the epoch after it; flags "
+                   "left out are the checkpoint's, flags given must match")
       ->check(non_empty_path());
   train_cmd->add_option("--init-from", train->init_from, "Start from these weights (safetensors) instead of --seed's")
       ->check(non_empty_path());
@@ -532,15 +545,18 @@ Command register_train(CLI::App& app) {
       ->check(non_empty_path());
   train_cmd->add_option("--save", train->save_path, "Save the trained weights after the last epoch (safetensors)")
       ->check(non_empty_path());
-  train_cmd->add_option("--order-out", train->order_out, "Write every epoch's data order as an (epochs, examples) int32 .npy")
+  train_cmd
+      ->add_option("--order-out", train->order_out,
+                   "Write every epoch's data order as an (epochs, examples) int32 .npy")
       ->check(non_empty_path());
   train_cmd->add_flag("--profile", train->profile, "Time every kernel and print the table at the end");
   train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json")
       ->check(non_empty_path());
   train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
-  train_cmd->add_option("--profile-every", train->profile_every,
-                        "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
-                        "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
+  train_cmd
+      ->add_option("--profile-every", train->profile_every,
+                   "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
+                   "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
       ->capture_default_str();
   train_cmd->add_flag("--profile-graphs", train->profile_graphs,
                       "Profile the replayed CUDA graphs (CUPTI) instead of eager launches (implies --profile)");

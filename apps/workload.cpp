@@ -17,12 +17,13 @@ void add_workload_options(CLI::App& cmd, WorkloadOptions& o, const std::string& 
   cmd.add_option("--model", o.model, model_help)->capture_default_str()->each([&o](const std::string&) {
     o.model_given = true;
   });
-  cmd.add_option("--dataset", o.dataset, "mnist, fashion-mnist, cifar10, or any name for a --data folder of IDX files")->capture_default_str()->each([&o](const std::string&) {
-    o.dataset_given = true;
-  });
+  cmd.add_option("--dataset", o.dataset, "mnist, fashion-mnist, cifar10, or any name for a --data folder of IDX files")
+      ->capture_default_str()
+      ->each([&o](const std::string&) { o.dataset_given = true; });
   cmd.add_option("--data", o.data_dir, "Folder of IDX files, raw or .gz (default: $NT_DATA_DIR, ./.data/<dataset>)")
       ->check(non_empty_path());
-  cmd.add_option("--classes", o.classes, "Number of classes (0: the largest training label + 1)")->capture_default_str();
+  cmd.add_option("--classes", o.classes, "Number of classes (0: the largest training label + 1)")
+      ->capture_default_str();
 }
 
 WorkloadOptions WorkloadOptions::with_card(const ModelCard* card) const {
@@ -36,10 +37,12 @@ WorkloadOptions WorkloadOptions::with_card(const ModelCard* card) const {
 void validate_workload(const WorkloadOptions& o) {
   // Any name: mnist, fashion-mnist and cifar10 have folders of their own (scripts/fetch-data), any other names a
   // folder of IDX files given with --data. It becomes a folder name, so a path is refused.
-  const bool plain = !o.dataset.empty() && o.dataset.size() <= 64 &&
-                     std::all_of(o.dataset.begin(), o.dataset.end(), [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-                     }) && o.dataset.find("..") == std::string::npos;
+  const bool plain =
+      !o.dataset.empty() && o.dataset.size() <= 64 &&
+      std::all_of(
+          o.dataset.begin(), o.dataset.end(),
+          [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; }) &&
+      o.dataset.find("..") == std::string::npos;
   if (!plain)
     throw UsageError(cat("--dataset: '", o.dataset, "' is no data set name (letters, digits, '-', '_', '.'; ",
                          "e.g. mnist, fashion-mnist, cifar10, or any name with --data DIR)"));

@@ -18,7 +18,7 @@ struct WorkloadOptions {
   std::string model = "mlp";
   std::string dataset = "mnist";
   std::string data_dir;
-  int classes = 0;  // 0: the largest training label + 1
+  int classes = 0;                                  // 0: the largest training label + 1
   bool model_given = false, dataset_given = false;  // on the command line (else a checkpoint's card may choose)
 
   // The options with a checkpoint's card filling in what the command line left out (--model, --dataset, --classes).

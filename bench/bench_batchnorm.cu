@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/batchnorm.h"
-#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
 
 namespace {
@@ -82,9 +82,8 @@ double copy_bytes_per_second(cudaStream_t stream, size_t bytes) {
   NT_CUDA_CHECK(cudaMalloc(&src, bytes));
   NT_CUDA_CHECK(cudaMalloc(&dst, bytes));
   NT_CUDA_CHECK(cudaMemset(src, 0, bytes));
-  const double us = nt::bench::time_loop_us(stream, 10, kReps, [&] {
-    NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
-  });
+  const double us = nt::bench::time_loop_us(
+      stream, 10, kReps, [&] { NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream)); });
   NT_CUDA_CHECK(cudaFree(src));
   NT_CUDA_CHECK(cudaFree(dst));
   return 2.0 * double(bytes) / (us * 1e-6);
@@ -132,8 +131,8 @@ int main(int argc, char** argv) {
     std::snprintf(floor_how, sizeof floor_how, "fixed by --floor-tbps");
   else
     std::snprintf(floor_how, sizeof floor_how, "measured by a D2D copy of %.1f MB", copy_bytes / 1e6);
-  std::printf("device: %s, %d SMs, sm_%d%d; floor at %.2f TB/s (%s)\n", prop.name, prop.multiProcessorCount,
-              prop.major, prop.minor, floor_bytes_per_second / 1e12, floor_how);
+  std::printf("device: %s, %d SMs, sm_%d%d; floor at %.2f TB/s (%s)\n", prop.name, prop.multiProcessorCount, prop.major,
+              prop.minor, floor_bytes_per_second / 1e12, floor_how);
   std::string csv = "layout,n,c,h,w,pass,ms,graph_ms,gbps,floor_ms,of_floor\n";
   std::printf("\n%-6s %-16s %-14s %10s %10s %9s %10s %9s\n", "layout", "shape", "pass", "ms", "graph ms", "GB/s",
               "floor ms", "of floor");
@@ -186,9 +185,7 @@ int main(int argc, char** argv) {
                                     .dbeta = dbeta,
                                     .workspace = ws};
       };
-      auto train = [&](bool relu) {
-        return [&, relu] { nt::kernels::batchnorm_forward_train(exec, args(relu)); };
-      };
+      auto train = [&](bool relu) { return [&, relu] { nt::kernels::batchnorm_forward_train(exec, args(relu)); }; };
       auto backward = [&](bool relu) {
         return [&, relu] {
           BatchNormArgs<float> a = args(relu);
@@ -214,8 +211,8 @@ int main(int argc, char** argv) {
         const double gbps = bytes / (ms * 1e-3) / 1e9;
         const std::string shape = nt::cat(sh.n, "x", sh.c, "x", sh.h, "x", sh.w);
         const char* lname = layout == Layout::nchw ? "nchw" : "nhwc";
-        std::printf("%-6s %-16s %-14s %10.4f %10.4f %9.0f %10.4f %8.0f%%\n", lname, shape.c_str(), p.name, ms,
-                    graph_ms, gbps, floor_ms, 100 * floor_ms / ms);
+        std::printf("%-6s %-16s %-14s %10.4f %10.4f %9.0f %10.4f %8.0f%%\n", lname, shape.c_str(), p.name, ms, graph_ms,
+                    gbps, floor_ms, 100 * floor_ms / ms);
         csv += nt::cat(lname, ",", sh.n, ",", sh.c, ",", sh.h, ",", sh.w, ",", p.name, ",", ms, ",", graph_ms, ",",
                        gbps, ",", floor_ms, ",", floor_ms / ms, "\n");
       }

@@ -9,10 +9,11 @@
 // Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
 // passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
 // convs feed BatchNorm). Method: random inputs in [-1, 1]; each pass is first checked against the CPU twin
-// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32). Timing: the median of 50 repetitions of an event-timed loop of 100 back-to-back
-// calls after warm-up, divided by 100 ("us", what conv_torch.py measures for cuDNN the same way), and the
-// same from a CUDA graph of 100 calls ("us graph", no host launch cost: the engine's training step).
-// GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between calls, as in training.
+// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32). Timing: the median of
+// 50 repetitions of an event-timed loop of 100 back-to-back calls after warm-up, divided by 100 ("us", what
+// conv_torch.py measures for cuDNN the same way), and the same from a CUDA graph of 100 calls ("us graph", no host
+// launch cost: the engine's training step). GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between
+// calls, as in training.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
 #include "kernels/cpu/thread_pool.h"
-#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
 #include "kernels/tf32.h"
 
@@ -153,12 +154,11 @@ int main(int argc, char** argv) {
       int ref;  // the lab's pass
     };
     const Pass passes[] = {
-        {"forward", s.k, s.n * P * Q, s.c * s.r * s.s,
-         [&] { nt::kernels::conv2d_forward(exec, args); }, y, 0},
-        {"backward_data", s.c, s.n * s.h * s.w, s.k * s.r * s.s,
-         [&] { nt::kernels::conv2d_backward_data(exec, args); }, dx, 1},
-        {"backward_weight", s.k, s.c * s.r * s.s, s.n * P * Q,
-         [&] { nt::kernels::conv2d_backward_weight(exec, args); }, dw, 2},
+        {"forward", s.k, s.n * P * Q, s.c * s.r * s.s, [&] { nt::kernels::conv2d_forward(exec, args); }, y, 0},
+        {"backward_data", s.c, s.n * s.h * s.w, s.k * s.r * s.s, [&] { nt::kernels::conv2d_backward_data(exec, args); },
+         dx, 1},
+        {"backward_weight", s.k, s.c * s.r * s.s, s.n * P * Q, [&] { nt::kernels::conv2d_backward_weight(exec, args); },
+         dw, 2},
     };
     const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
     for (const auto& p : passes) {
@@ -174,8 +174,8 @@ int main(int argc, char** argv) {
         std::printf("%-11s %-16s %-5s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, math, p.M, p.N, p.K, us,
                     us_graph, gflops, diff);
         char line[256];
-        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, math, p.M, p.N,
-                      p.K, us, us_graph, gflops, diff);
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, math, p.M, p.N, p.K,
+                      us, us_graph, gflops, diff);
         csv += line;
       }
     }
@@ -189,29 +189,47 @@ int main(int argc, char** argv) {
     int pass, tile, split;
   };
   const Variant variants[] = {
-      {lab::forward, lab::narrow, 1},           {lab::forward, lab::narrow_grouped, 1},
-      {lab::forward, lab::medium, 1},           {lab::forward, lab::tall_grouped, 1},
-      {lab::forward, lab::wide_grouped, 1},     {lab::backward_data, lab::narrow, 1},
-      {lab::backward_data, lab::small_grouped, 1}, {lab::backward_data, lab::narrow_grouped, 1},
-      {lab::backward_data, lab::wide_grouped, 1}, {lab::backward_data, lab::wide_grouped, 2},
-      {lab::backward_data, lab::tall_grouped, 1}, {lab::backward_weight, lab::small_grouped, 22},
-      {lab::backward_weight, lab::tall_grouped, 22}, {lab::backward_weight, lab::tall_grouped, 33},
-      {lab::backward_weight, lab::tall_grouped, 44}, {lab::backward_weight, lab::wide_grouped, 44},
+      {lab::forward, lab::narrow, 1},
+      {lab::forward, lab::narrow_grouped, 1},
+      {lab::forward, lab::medium, 1},
+      {lab::forward, lab::tall_grouped, 1},
+      {lab::forward, lab::wide_grouped, 1},
+      {lab::backward_data, lab::narrow, 1},
+      {lab::backward_data, lab::small_grouped, 1},
+      {lab::backward_data, lab::narrow_grouped, 1},
+      {lab::backward_data, lab::wide_grouped, 1},
+      {lab::backward_data, lab::wide_grouped, 2},
+      {lab::backward_data, lab::tall_grouped, 1},
+      {lab::backward_weight, lab::small_grouped, 22},
+      {lab::backward_weight, lab::tall_grouped, 22},
+      {lab::backward_weight, lab::tall_grouped, 33},
+      {lab::backward_weight, lab::tall_grouped, 44},
+      {lab::backward_weight, lab::wide_grouped, 44},
       {lab::backward_weight, lab::wide_grouped, 80},
-      {lab::forward, lab::mma_64x64, 1},        {lab::forward, lab::mma_64x32, 1},
-      {lab::forward, lab::mma_32x64, 1},        {lab::forward, lab::mma_32x32, 1},
-      {lab::forward, lab::mma_64x32, 2},        {lab::forward, lab::mma_64x64, 2},
-      {lab::backward_data, lab::mma_32x64, 1},  {lab::backward_data, lab::mma_32x32, 1},
-      {lab::backward_data, lab::mma_32x64, 2},  {lab::backward_data, lab::mma_32x32, 2},
-      {lab::backward_weight, lab::mma_64x32, 11}, {lab::backward_weight, lab::mma_64x32, 22},
-      {lab::backward_weight, lab::mma_64x32, 44}, {lab::backward_weight, lab::mma_64x64, 44},
-      {lab::backward_weight, lab::mma_32x32, 22}, {lab::backward_weight, lab::mma_32x32, 44},
-      {lab::forward, lab::halo_64, 1},          {lab::forward, lab::halo_32, 1},
-      {lab::backward_data, lab::halo_32, 1},    {lab::backward_data, lab::halo_64, 1},
+      {lab::forward, lab::mma_64x64, 1},
+      {lab::forward, lab::mma_64x32, 1},
+      {lab::forward, lab::mma_32x64, 1},
+      {lab::forward, lab::mma_32x32, 1},
+      {lab::forward, lab::mma_64x32, 2},
+      {lab::forward, lab::mma_64x64, 2},
+      {lab::backward_data, lab::mma_32x64, 1},
+      {lab::backward_data, lab::mma_32x32, 1},
+      {lab::backward_data, lab::mma_32x64, 2},
+      {lab::backward_data, lab::mma_32x32, 2},
+      {lab::backward_weight, lab::mma_64x32, 11},
+      {lab::backward_weight, lab::mma_64x32, 22},
+      {lab::backward_weight, lab::mma_64x32, 44},
+      {lab::backward_weight, lab::mma_64x64, 44},
+      {lab::backward_weight, lab::mma_32x32, 22},
+      {lab::backward_weight, lab::mma_32x32, 44},
+      {lab::forward, lab::halo_64, 1},
+      {lab::forward, lab::halo_32, 1},
+      {lab::backward_data, lab::halo_32, 1},
+      {lab::backward_data, lab::halo_64, 1},
   };
-  const char* tile_names[] = {"medium", "narrow", "narrow_grouped", "small", "small_grouped", "tall_grouped",
-                              "wide_grouped", "mma_64x64", "mma_64x32", "mma_32x64", "mma_32x32",
-                              "halo_64",   "halo_32"};
+  const char* tile_names[] = {"medium",       "narrow",       "narrow_grouped", "small",     "small_grouped",
+                              "tall_grouped", "wide_grouped", "mma_64x64",      "mma_64x32", "mma_32x64",
+                              "mma_32x32",    "halo_64",      "halo_32"};
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",
@@ -222,7 +240,8 @@ int main(int argc, char** argv) {
     float *x = to_device(hx), *w = to_device(hw), *dy = to_device(hdy);
     float* out = to_device(std::vector<float>(std::max({s.x_size(), s.y_size(), s.w_size()})));
     size_t ws_floats = 1;
-    for (const auto& v : variants) ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
+    for (const auto& v : variants)
+      ws_floats = std::max(ws_floats, lab::conv2d_variant_workspace_floats(v.pass, s, v.split));
     float* ws = to_device(std::vector<float>(ws_floats));
     const References refs = cpu_passes(cpu, s, hx, hw, hdy);
     // Each pass writes its own output, all into `out`.
@@ -246,7 +265,7 @@ int main(int argc, char** argv) {
   nt::kernels::destroy_stream(exec.stream);
 
   if (!out_dir.empty() && !(nt::bench::write_result(out_dir, "conv.csv", csv) &&
-                             nt::bench::write_result(out_dir, "conv_variants.csv", vcsv)))
+                            nt::bench::write_result(out_dir, "conv_variants.csv", vcsv)))
     return 1;
   return 0;
 }

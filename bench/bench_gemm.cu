@@ -29,12 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_lab.h"
-#include "bench/bench_timing.h"
 #include "kernels/runtime.h"
-
 
 namespace {
 
@@ -42,13 +41,13 @@ using nt::kernels::Epilogue;
 using nt::kernels::Exec;
 using nt::kernels::GemmDesc;
 
-#define CUBLAS_CHECK(call)                                                                      \
-  do {                                                                                          \
-    cublasStatus_t st_ = (call);                                                                \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+#define CUBLAS_CHECK(call)                                                                          \
+  do {                                                                                              \
+    cublasStatus_t st_ = (call);                                                                    \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                             \
       std::fprintf(stderr, "%s failed at %s:%d: status %d\n", #call, __FILE__, __LINE__, (int)st_); \
-      std::exit(1);                                                                             \
-    }                                                                                           \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 struct Shape {
@@ -81,8 +80,8 @@ struct Variant {
   int tile, split_k;
   const char* name;
 };
-const Variant kVariants[] = {{0, 1, "large 128x128"}, {1, 1, "medium 64x64"}, {2, 1, "small 32x32"},
-                             {2, 2, "small split2"},  {2, 4, "small split4"}, {2, 8, "small split8"},
+const Variant kVariants[] = {{0, 1, "large 128x128"}, {1, 1, "medium 64x64"},   {2, 1, "small 32x32"},
+                             {2, 2, "small split2"},  {2, 4, "small split4"},   {2, 8, "small split8"},
                              {3, 1, "grouped 32x32"}, {3, 2, "grouped split2"}, {3, 4, "grouped split4"},
                              {3, 8, "grouped split8"}};
 
@@ -209,14 +208,12 @@ int main(int argc, char** argv) {
     const GemmDesc fused = desc_of(s, o, s.fused, s.row_sums);
     const int calls = calls_per_loop(flops);
     const double ours_us = nt::bench::time_loop_us(stream, calls, kReps, [&] { nt::kernels::gemm(exec, plain); });
-    const double cublas_us =
-        nt::bench::time_loop_us(stream, calls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
+    const double cublas_us = nt::bench::time_loop_us(stream, calls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
     const bool small = flops < 2e10;
     double ours_gr = NAN, cublas_gr = NAN, fused_gr = NAN;
     if (small) {
       ours_gr = nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { nt::kernels::gemm(exec, plain); });
-      cublas_gr =
-          nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
+      cublas_gr = nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { cublas_gemm(handle, s, o, o.C_ref); });
       fused_gr = nt::bench::time_graph_us(exec, kGraphCalls, kReps, [&] { nt::kernels::gemm(exec, fused); });
     }
     // Throughput from the launch-free numbers where we have them.
@@ -227,9 +224,9 @@ int main(int argc, char** argv) {
                 cublas_tf, cublas_t / ours_t, ok ? "ok" : "FAIL", rel);
     std::fflush(stdout);
     char line[512];
-    std::snprintf(line, sizeof line, "%s,%d,%d,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.3e\n", s.name, s.M,
-                  s.N, s.K, trans_name(s).c_str(), ours_us, cublas_us, ours_gr, cublas_gr, fused_gr, ours_tf,
-                  cublas_tf, cublas_t / ours_t, rel);
+    std::snprintf(line, sizeof line, "%s,%d,%d,%d,%s,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.3e\n", s.name, s.M, s.N,
+                  s.K, trans_name(s).c_str(), ours_us, cublas_us, ours_gr, cublas_gr, fused_gr, ours_tf, cublas_tf,
+                  cublas_t / ours_t, rel);
     csv += line;
     free_operands(o);
   }
@@ -266,7 +263,7 @@ int main(int argc, char** argv) {
   }
 
   if (!out_dir.empty() && !(nt::bench::write_result(out_dir, "gemm.csv", csv) &&
-                             nt::bench::write_result(out_dir, "gemm_variants.csv", csv_variants)))
+                            nt::bench::write_result(out_dir, "gemm_variants.csv", csv_variants)))
     return 1;
 
   CUBLAS_CHECK(cublasDestroy(handle));

@@ -101,10 +101,14 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts{1, 2}, batches{64, 256};
   bool pin = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--pin")) pin = true;
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) thread_counts = {std::atoi(argv[++i])};
-    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batches = {std::atoi(argv[++i])};
-    else return std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--pin]\n", argv[0]), 2;
+    if (!std::strcmp(argv[i], "--pin"))
+      pin = true;
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      thread_counts = {std::atoi(argv[++i])};
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc)
+      batches = {std::atoi(argv[++i])};
+    else
+      return std::fprintf(stderr, "usage: %s [--threads N] [--batch B] [--pin]\n", argv[0]), 2;
   }
   const int train_images = 60000;
 
@@ -137,10 +141,11 @@ int main(int argc, char** argv) {
     }
     const int steps = (train_images + B - 1) / B;
     for (size_t i = 0; i < thread_counts.size(); ++i)
-      std::printf("%d thread(s): GEMMs per step %.3f ms (%.1f GFLOP/s) -> per epoch (%d steps, batch %d)"
-                  " %.3f s\n",
-                  thread_counts[i], step_seconds[i] * 1e3, step_flops / step_seconds[i] * 1e-9, steps, B,
-                  step_seconds[i] * steps);
+      std::printf(
+          "%d thread(s): GEMMs per step %.3f ms (%.1f GFLOP/s) -> per epoch (%d steps, batch %d)"
+          " %.3f s\n",
+          thread_counts[i], step_seconds[i] * 1e3, step_flops / step_seconds[i] * 1e-9, steps, B,
+          step_seconds[i] * steps);
   }
   return 0;
 }

@@ -44,18 +44,26 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw Error(cat(k, ": missing value"));
       return argv[++i];
     };
-    if (k == "--device") a.device = next();
-    else if (k == "--epochs") a.epochs = std::stoi(next());
-    else if (k == "--threads") a.threads = std::stoi(next());
-    else if (k == "--no-graphs") a.graphs = false;
-    else if (k == "--no-fused-head") a.fuse_head = false;
-    else if (k == "--data") a.data = next();
-    else if (k == "--csv") a.csv = next();
+    if (k == "--device")
+      a.device = next();
+    else if (k == "--epochs")
+      a.epochs = std::stoi(next());
+    else if (k == "--threads")
+      a.threads = std::stoi(next());
+    else if (k == "--no-graphs")
+      a.graphs = false;
+    else if (k == "--no-fused-head")
+      a.fuse_head = false;
+    else if (k == "--data")
+      a.data = next();
+    else if (k == "--csv")
+      a.csv = next();
     else if (k == "--batch") {
       a.batches.clear();
       std::stringstream s(next());
       for (std::string b; std::getline(s, b, ',');) a.batches.push_back(std::stoi(b));
-    } else throw Error(cat("unknown argument ", k));
+    } else
+      throw Error(cat("unknown argument ", k));
   }
   if (a.data.empty()) a.data = ".data/mnist";
   if (a.epochs < 2) throw Error("--epochs: need at least 2 (the median skips epoch 1)");
@@ -88,9 +96,11 @@ int main(int argc, char** argv) try {
   Args args = parse(argc, argv);
   auto split = data::load_dataset_dir(args.data, "mnist");
   Context ctx({args.device, args.threads, false});
-  std::printf("device: %s%s, %s\n", ctx.describe().c_str(), ctx.on_cuda() ? (args.graphs ? ", CUDA graphs" : ", eager") : "",
+  std::printf("device: %s%s, %s\n", ctx.describe().c_str(),
+              ctx.on_cuda() ? (args.graphs ? ", CUDA graphs" : ", eager") : "",
               args.fuse_head ? "fused classifier head" : "separate head ops");
-  std::printf("%-6s %-10s %-12s %-12s %-10s %-9s\n", "batch", "epoch1 ms", "median ms", "GFLOP/s", "test acc", "epochs");
+  std::printf("%-6s %-10s %-12s %-12s %-10s %-9s\n", "batch", "epoch1 ms", "median ms", "GFLOP/s", "test acc",
+              "epochs");
   std::ofstream csv;
   if (!args.csv.empty()) {
     csv.open(args.csv);
@@ -113,8 +123,9 @@ int main(int argc, char** argv) try {
     for (int e = 1; e <= args.epochs; ++e) {
       m = trainer.train_epoch(e);
       ms.push_back(m.epoch_ms);
-      if (csv) csv << (ctx.on_cuda() ? "cuda" : "cpu") << "," << batch << "," << e << "," << m.epoch_ms << ","
-                   << m.train_loss << ",\n";
+      if (csv)
+        csv << (ctx.on_cuda() ? "cuda" : "cpu") << "," << batch << "," << e << "," << m.epoch_ms << "," << m.train_loss
+            << ",\n";
     }
     const double acc = trainer.evaluate(test).accuracy;
     const double med = median(std::vector<double>(ms.begin() + 1, ms.end()));

@@ -116,8 +116,12 @@ int main(int argc, char** argv) {
     std::memcpy(loss_tensor.bytes.data(), losses.data(), loss_tensor.bytes.size());
     tensors.push_back(std::move(loss_tensor));
     write_safetensors(out, tensors,
-                      {{"model", model_name}, {"device", ctx.describe()}, {"steps", std::to_string(steps)},
-                       {"batch", std::to_string(batch)}, {"lr", cat(lr)}, {"seed", std::to_string(seed)}});
+                      {{"model", model_name},
+                       {"device", ctx.describe()},
+                       {"steps", std::to_string(steps)},
+                       {"batch", std::to_string(batch)},
+                       {"lr", cat(lr)},
+                       {"seed", std::to_string(seed)}});
     std::printf("%s: %d losses (%.6f ... %.6f), %zu steps traced, on %s\n", out.c_str(), steps, losses.front(),
                 losses.back(), traced.size(), ctx.describe().c_str());
   } catch (const std::exception& e) {

@@ -54,13 +54,14 @@ void write_file_atomically(const std::string& path, std::span<const std::string_
     if (ec) throw Error(cat(prefix, "cannot write '", path, "': cannot follow the link: ", ec.message()));
   }
 
-  std::string tmp = (target.parent_path() / temporary_prefix(target, static_cast<long>(::getpid()))).string() + "XXXXXX";
+  std::string tmp =
+      (target.parent_path() / temporary_prefix(target, static_cast<long>(::getpid()))).string() + "XXXXXX";
   std::vector<char> name(tmp.begin(), tmp.end());
   name.push_back('\0');
   const int fd = ::mkstemp(name.data());  // unique: concurrent writers never share a temporary
   if (fd < 0)
-    throw Error(cat(prefix, "cannot write '", path, "': cannot create a temporary file in its folder: ",
-                    std::strerror(errno)));
+    throw Error(
+        cat(prefix, "cannot write '", path, "': cannot create a temporary file in its folder: ", std::strerror(errno)));
   tmp = name.data();
   auto fail = [&](const char* step, int err, bool close_fd) {
     if (close_fd) ::close(fd);
@@ -78,7 +79,7 @@ void write_file_atomically(const std::string& path, std::span<const std::string_
       done += static_cast<size_t>(n);
     }
   }
-  struct stat written{};
+  struct stat written {};
   if (::fsync(fd) != 0) fail("flushing", errno, true);
   if (::fstat(fd, &written) != 0) fail("reading back", errno, true);
   if (::close(fd) != 0) fail("closing", errno, false);
@@ -93,7 +94,7 @@ void write_file_atomically(const std::string& path, std::span<const std::string_
   }
   // Another process saving to the same path at the same moment may have renamed its own file over this one:
   // each writer says whether the file that stands is its own.
-  struct stat standing{};
+  struct stat standing {};
   if (::stat(target.c_str(), &standing) != 0 || standing.st_ino != written.st_ino || standing.st_dev != written.st_dev)
     throw Error(cat(prefix, "'", path, "' was written, then replaced by another writer saving to it at the same time"));
   remove_stale_temporaries(target);

@@ -41,7 +41,7 @@ std::string cat(Parts&&... parts) {
 }  // namespace nt
 
 // Internal invariant; use nt::Error (with a message naming the culprit) for anything a user can cause.
-#define NT_CHECK(cond, ...)                                                        \
-  do {                                                                             \
+#define NT_CHECK(cond, ...)                                                               \
+  do {                                                                                    \
     if (!(cond)) ::nt::throw_internal(#cond, __FILE__, __LINE__, ::nt::cat(__VA_ARGS__)); \
   } while (0)

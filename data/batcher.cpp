@@ -10,10 +10,9 @@ namespace {
 constexpr uint64_t kShufflePurpose = 1;
 constexpr uint64_t kShiftPurpose = 2;
 constexpr uint64_t kFlipPurpose = 3;
-}
+}  // namespace
 
-DeviceBatcher::DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed, int shift,
-                             bool flip)
+DeviceBatcher::DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed, int shift, bool flip)
     : count_(data.count),
       shuffle_(shuffle),
       seed_(seed),
@@ -88,12 +87,9 @@ void DeviceBatcher::gather(const kernels::Exec& exec, int64_t first, int rows, c
                            bool beside_previous) {
   NT_CHECK(first >= 0 && first + rows <= count_, "batch [", first, ", ", first + rows, ") of ", count_);
   NT_CHECK(x.numel() >= int64_t(rows) * source_.D, "batch input too small");
-  kernels::gather_batch(exec, {.src = source_,
-                               .first = first,
-                               .B = rows,
-                               .x = x.f32(),
-                               .y = y.i32(),
-                               .overlaps_previous = beside_previous});
+  kernels::gather_batch(
+      exec,
+      {.src = source_, .first = first, .B = rows, .x = x.f32(), .y = y.i32(), .overlaps_previous = beside_previous});
 }
 
 }  // namespace nt::data

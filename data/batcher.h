@@ -28,8 +28,7 @@ class DeviceBatcher final : public BatchSource {
  public:
   // shuffle: a new order each epoch, derived from (seed, epoch); otherwise the stored order.
   // shift: the largest random translation in pixels (0 = none). flip: random left-right mirroring.
-  DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed, int shift = 0,
-                bool flip = false);
+  DeviceBatcher(const Context& ctx, const Dataset& data, bool shuffle, uint64_t seed, int shift = 0, bool flip = false);
 
   int64_t examples() const override { return count_; }
   void begin_epoch(const kernels::Exec& exec, int epoch) override;

@@ -20,11 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kMaxBatchBytes = uint64_t(1) << 32;   // 4 GiB: a real batch is 30 MB
-constexpr int64_t kRecordsPerRead = 1024;                 // ~3 MB of records per fread
+constexpr uint64_t kMaxBatchBytes = uint64_t(1) << 32;  // 4 GiB: a real batch is 30 MB
+constexpr int64_t kRecordsPerRead = 1024;               // ~3 MB of records per fread
 
-constexpr const char* kTrainFiles[5] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-                                        "data_batch_4.bin", "data_batch_5.bin"};
+constexpr const char* kTrainFiles[5] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                                        "data_batch_5.bin"};
 constexpr const char* kTestFile = "test_batch.bin";
 constexpr const char* kMetaFile = "batches.meta.txt";
 
@@ -53,10 +53,10 @@ void check_labels(const CifarBatch& b, int classes, const std::string& path, boo
     const int label = b.labels[size_t(i)];
     if (label < classes) continue;
     if (test)
-      fail(path, cat("test label ", label, " at record ", i, " is outside the trained range 0..",
-                     classes - 1, " (", classes, " classes)"));
-    fail(path, cat("label out of range at record ", i, ": value ", label, ", expected 0..", classes - 1,
-                   " (", classes, " classes)"));
+      fail(path, cat("test label ", label, " at record ", i, " is outside the trained range 0..", classes - 1, " (",
+                     classes, " classes)"));
+    fail(path, cat("label out of range at record ", i, ": value ", label, ", expected 0..", classes - 1, " (", classes,
+                   " classes)"));
   }
 }
 
@@ -93,14 +93,14 @@ CifarBatch read_cifar10_batch(const std::string& path) {
     const size_t got = std::fread(records.data(), 1, want, file.get());
     if (std::ferror(file.get())) fail(path, cat("read error: ", std::strerror(errno)));
     if (got < want)
-      fail(path, cat("truncated while reading: ", uint64_t(first * kCifarRecordBytes) + got, " of its ", size,
-                     " bytes"));
+      fail(path,
+           cat("truncated while reading: ", uint64_t(first * kCifarRecordBytes) + got, " of its ", size, " bytes"));
     for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* record = records.data() + i * kCifarRecordBytes;   // label, then R, G, B planes
+      const uint8_t* record = records.data() + i * kCifarRecordBytes;  // label, then R, G, B planes
       const int64_t r = first + i;
       if (record[0] >= kCifarClasses)
-        fail(path, cat("label out of range at record ", r, ": value ", int(record[0]), ", expected 0..",
-                       kCifarClasses - 1));
+        fail(path,
+             cat("label out of range at record ", r, ": value ", int(record[0]), ", expected 0..", kCifarClasses - 1));
       batch.labels[size_t(r)] = record[0];
       std::memcpy(batch.images.data() + r * kCifarImageBytes, record + 1, size_t(kCifarImageBytes));
     }
@@ -117,7 +117,7 @@ std::vector<std::string> read_cifar10_class_names(const std::string& path) {
   if (!in) meta_fail(cat("cannot open: ", std::strerror(errno)));
   std::vector<std::string> names;
   std::string line;
-  constexpr size_t kMaxLine = 256;   // a class name, not a blob: anything longer is the wrong file
+  constexpr size_t kMaxLine = 256;  // a class name, not a blob: anything longer is the wrong file
   while (names.size() <= size_t(kCifarClasses) && std::getline(in, line)) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
     if (line.empty()) continue;

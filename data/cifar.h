@@ -17,13 +17,13 @@
 namespace nt::data {
 
 inline constexpr int kCifarSide = 32, kCifarChannels = 3, kCifarClasses = 10;
-inline constexpr int64_t kCifarImageBytes = int64_t(kCifarChannels) * kCifarSide * kCifarSide;   // 3072
-inline constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;                               // 3073
+inline constexpr int64_t kCifarImageBytes = int64_t(kCifarChannels) * kCifarSide * kCifarSide;  // 3072
+inline constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;                              // 3073
 
 struct CifarBatch {
   int64_t count = 0;
-  std::vector<uint8_t> images;   // (count, 3, 32, 32) row-major
-  std::vector<uint8_t> labels;   // (count), each <= 9
+  std::vector<uint8_t> images;  // (count, 3, 32, 32) row-major
+  std::vector<uint8_t> labels;  // (count), each <= 9
 };
 
 // One batch file, read whole; its size is checked before anything is allocated.

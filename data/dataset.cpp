@@ -35,12 +35,15 @@ std::array<std::string, 4> find_standard_files(const fs::path& dir, const std::s
   for (size_t i = 0; i < paths.size(); ++i) {
     std::error_code ec;
     fs::path raw = dir / kStandardFiles[i], gz = dir / (std::string(kStandardFiles[i]) + ".gz");
-    if (fs::is_regular_file(raw, ec)) paths[i] = raw.string();
-    else if (fs::is_regular_file(gz, ec)) paths[i] = gz.string();
+    if (fs::is_regular_file(raw, ec))
+      paths[i] = raw.string();
+    else if (fs::is_regular_file(gz, ec))
+      paths[i] = gz.string();
     else if (fs::is_directory(raw, ec) || fs::is_directory(gz, ec))  // there, but not a file: "missing" would mislead
       throw Error(cat("dataset '", name, "': ", fs::is_directory(raw, ec) ? raw.string() : gz.string(),
                       " is a folder, not an IDX file"));
-    else missing += cat(missing.empty() ? "" : ", ", kStandardFiles[i]);
+    else
+      missing += cat(missing.empty() ? "" : ", ", kStandardFiles[i]);
   }
   if (!missing.empty())
     throw Error(cat("dataset '", name, "': missing ", missing, " (raw or .gz) in ", dir.string(),
@@ -53,8 +56,8 @@ std::vector<uint8_t> to_planar(const std::vector<uint8_t>& interleaved, int64_t 
   std::vector<uint8_t> planar(interleaved.size());
   const int64_t D = P * C;
   for (int64_t n = 0; n < count; ++n) {
-    const uint8_t* in = interleaved.data() + n * D;   // (P, C)
-    uint8_t* out = planar.data() + n * D;             // (C, P)
+    const uint8_t* in = interleaved.data() + n * D;  // (P, C)
+    uint8_t* out = planar.data() + n * D;            // (C, P)
     for (int64_t p = 0; p < P; ++p)
       for (int c = 0; c < C; ++c) out[c * P + p] = in[p * C + c];
   }
@@ -74,8 +77,8 @@ Dataset read_pair(const std::string& images_path, const std::string& labels_path
                     kernels::kMaxBatchChannels));
   IdxLabels labels = read_idx_labels(labels_path);
   if (images.count != labels.count)
-    throw Error(cat("dataset '", name, "': count mismatch: '", images_path, "' has ", images.count,
-                    " images but '", labels_path, "' has ", labels.count, " labels"));
+    throw Error(cat("dataset '", name, "': count mismatch: '", images_path, "' has ", images.count, " images but '",
+                    labels_path, "' has ", labels.count, " labels"));
   Dataset d;
   d.name = std::move(name);
   d.count = images.count;
@@ -90,8 +93,8 @@ Dataset read_pair(const std::string& images_path, const std::string& labels_path
     try {
       d.images = to_planar(images.pixels, d.count, int64_t(d.rows) * d.cols, d.channels);
     } catch (const std::bad_alloc&) {
-      throw OutOfMemory(cat("IDX images file '", images_path, "': out of memory making its ", images.pixels.size(),
-                            " bytes planar"));
+      throw OutOfMemory(
+          cat("IDX images file '", images_path, "': out of memory making its ", images.pixels.size(), " bytes planar"));
     }
   }
   d.labels = std::move(labels.labels);
@@ -141,12 +144,12 @@ class Histogram {
     double n = static_cast<double>(n_);
     for (int v = 0; v < 256; ++v) s.mean += static_cast<double>(histogram[v]) * (v / 255.0);
     s.mean /= n;
-    double var = 0;   // two-pass: deviations from the mean, no cancellation
+    double var = 0;  // two-pass: deviations from the mean, no cancellation
     for (int v = 0; v < 256; ++v) {
       double dev = v / 255.0 - s.mean;
       var += static_cast<double>(histogram[v]) * dev * dev;
     }
-    s.std = std::sqrt(var / n);   // population std, as the MNIST constants are
+    s.std = std::sqrt(var / n);  // population std, as the MNIST constants are
     return s;
   }
 
@@ -157,8 +160,7 @@ class Histogram {
 
 }  // namespace
 
-Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes,
-                      std::string name) {
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes, std::string name) {
   check_class_count(classes, name);
   Dataset d = read_pair(images_path, labels_path, std::move(name));
   d.classes = settle_classes(d.labels, classes, labels_path);
@@ -229,8 +231,8 @@ std::vector<PixelStats> channel_stats(const Dataset& d) {
 
 Dataset subset(const Dataset& d, int64_t first, int64_t count) {
   if (first < 0 || count < 0 || first + count > d.count)
-    throw Error(cat("dataset '", d.name, "': subset [", first, ", ", first + count, ") is outside its ",
-                    d.count, " examples"));
+    throw Error(
+        cat("dataset '", d.name, "': subset [", first, ", ", first + count, ") is outside its ", d.count, " examples"));
   Dataset s;
   s.name = d.name;
   s.count = count;

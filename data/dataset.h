@@ -19,10 +19,10 @@ struct Dataset {
   int64_t count = 0;
   int channels = 1, rows = 0, cols = 0;
   int classes = 10;
-  std::vector<uint8_t> images;   // (count, channels, rows, cols) row-major
-  std::vector<uint8_t> labels;   // (count), each < classes
-  std::vector<float> mean{0.f}, std{1.f};   // (channels)
-  std::vector<std::string> class_names;     // (classes) when the data names its classes; empty when unknown
+  std::vector<uint8_t> images;             // (count, channels, rows, cols) row-major
+  std::vector<uint8_t> labels;             // (count), each < classes
+  std::vector<float> mean{0.f}, std{1.f};  // (channels)
+  std::vector<std::string> class_names;    // (classes) when the data names its classes; empty when unknown
 
   int64_t image_size() const { return int64_t(channels) * rows * cols; }
 };
@@ -35,8 +35,7 @@ struct DatasetSplit {
 // same length. classes: 0 takes the largest label + 1; N (1 to 256) requires every label < N (an error names
 // the labels file, the index and N). Normalization fields are left at 0/1 per channel: load_dataset_dir sets
 // them from the train split.
-Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes,
-                      std::string name);
+Dataset load_idx_pair(const std::string& images_path, const std::string& labels_path, int classes, std::string name);
 
 // A data set from folder `dir`:
 //   name "cifar10": the CIFAR-10 binary batches (data/cifar.h, load_cifar10_dir);

@@ -26,12 +26,18 @@ constexpr uint64_t kMaxPayload = uint64_t(1) << 32;  // 4 GiB: far beyond any ID
 
 const char* zlib_error_name(int code) {
   switch (code) {
-    case Z_ERRNO: return "Z_ERRNO";
-    case Z_STREAM_ERROR: return "Z_STREAM_ERROR";
-    case Z_DATA_ERROR: return "Z_DATA_ERROR";
-    case Z_MEM_ERROR: return "Z_MEM_ERROR";
-    case Z_BUF_ERROR: return "Z_BUF_ERROR";
-    default: return "zlib error";
+    case Z_ERRNO:
+      return "Z_ERRNO";
+    case Z_STREAM_ERROR:
+      return "Z_STREAM_ERROR";
+    case Z_DATA_ERROR:
+      return "Z_DATA_ERROR";
+    case Z_MEM_ERROR:
+      return "Z_MEM_ERROR";
+    case Z_BUF_ERROR:
+      return "Z_BUF_ERROR";
+    default:
+      return "zlib error";
   }
 }
 
@@ -79,7 +85,7 @@ class ByteSource {
   size_t read(uint8_t* dst, size_t n) {
     size_t got = 0;
     while (got < n) {
-      size_t want = std::min<size_t>(n - got, size_t(1) << 30);   // gzread takes an unsigned int
+      size_t want = std::min<size_t>(n - got, size_t(1) << 30);  // gzread takes an unsigned int
       size_t step = gz_ ? gz_step(dst + got, want) : std::fread(dst + got, 1, want, raw_);
       if (!gz_ && std::ferror(raw_)) fail(cat("read error: ", std::strerror(errno)));
       if (step == 0) break;
@@ -88,9 +94,7 @@ class ByteSource {
     return got;
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error(cat(kind_, " file '", path_, "': ", what));
-  }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(cat(kind_, " file '", path_, "': ", what)); }
 
  private:
   size_t gz_step(uint8_t* dst, size_t n) {
@@ -100,7 +104,7 @@ class ByteSource {
     // A cut-off stream reads as a short read with Z_BUF_ERROR set, so check the error state every time.
     if (step < 0 || code != Z_OK) {
       std::string text = msg ? msg : "";
-      if (text.starts_with(path_ + ": ")) text.erase(0, path_.size() + 2);   // zlib prefixes the path
+      if (text.starts_with(path_ + ": ")) text.erase(0, path_.size() + 2);  // zlib prefixes the path
       fail(cat("corrupt gzip data (", zlib_error_name(code), ": ", text, ")"));
     }
     return static_cast<size_t>(step);
@@ -143,8 +147,8 @@ std::vector<uint32_t> read_header(ByteSource& src, uint32_t expected_magic, uint
   std::vector<uint8_t> raw(4 * rank);
   got = src.read(raw.data(), raw.size());
   if (got < raw.size())
-    src.fail(cat("truncated header: ", 4 + got, " bytes, expected ", 4 + raw.size(), " for a rank-", rank,
-                 " IDX header"));
+    src.fail(
+        cat("truncated header: ", 4 + got, " bytes, expected ", 4 + raw.size(), " for a rank-", rank, " IDX header"));
   std::vector<uint32_t> dims(rank);
   for (size_t i = 0; i < rank; ++i) {
     dims[i] = big_endian_u32(raw.data() + 4 * i);
@@ -157,8 +161,8 @@ std::vector<uint32_t> read_header(ByteSource& src, uint32_t expected_magic, uint
 std::vector<uint8_t> read_payload(ByteSource& src, uint64_t bytes, size_t header_bytes, const char* what) {
   if (bytes > kMaxPayload) src.fail(cat("header promises ", bytes, " bytes of ", what, ", an absurd size"));
   auto truncated = [&](uint64_t found) {
-    src.fail(cat("truncated payload: the header promises ", bytes, " bytes of ", what, " after its ",
-                 header_bytes, " bytes, found ", found, src.gzip() ? " (after decompression)" : ""));
+    src.fail(cat("truncated payload: the header promises ", bytes, " bytes of ", what, " after its ", header_bytes,
+                 " bytes, found ", found, src.gzip() ? " (after decompression)" : ""));
   };
   // A raw file's size is known: a damaged header claiming gigabytes fails here, before allocating them. A gzip's
   // is known only by decompressing it, so the payload grows by chunks as the bytes arrive: a 34-byte file that
@@ -182,8 +186,8 @@ std::vector<uint8_t> read_payload(ByteSource& src, uint64_t bytes, size_t header
   uint64_t extra = 0;
   while (size_t n = src.read(scratch.data(), scratch.size())) extra += n;
   if (extra > 0)
-    src.fail(cat("trailing bytes: ", extra, " extra bytes after the ", bytes, " bytes of ", what,
-                 " the header promises"));
+    src.fail(
+        cat("trailing bytes: ", extra, " extra bytes after the ", bytes, " bytes of ", what, " the header promises"));
   return payload;
 }
 
@@ -194,7 +198,7 @@ IdxImages read_idx_images(const std::string& path) {
   std::vector<uint32_t> dims = read_header(src, kImagesMagic, kImages4Magic);
   if (dims[1] > kMaxImageSide || dims[2] > kMaxImageSide)
     src.fail(cat("absurd image size ", dims[1], "x", dims[2], " (limit ", kMaxImageSide, " per side)"));
-  const uint32_t channels = dims.size() == 4 ? dims[3] : 1;   // zero was refused with the other dimensions
+  const uint32_t channels = dims.size() == 4 ? dims[3] : 1;  // zero was refused with the other dimensions
   if (channels > kMaxChannels) src.fail(cat("absurd channel count ", channels, " (limit ", kMaxChannels, ")"));
   IdxImages images;
   images.count = dims[0];
@@ -202,7 +206,7 @@ IdxImages read_idx_images(const std::string& path) {
   images.cols = static_cast<int>(dims[2]);
   images.channels = static_cast<int>(channels);
   // At most 2^32 * 2^12 * 2^12 * 2^12 = 2^68 would overflow: the product saturates, and read_payload refuses it.
-  const uint64_t per_image = uint64_t(dims[1]) * dims[2] * channels;   // <= 2^36
+  const uint64_t per_image = uint64_t(dims[1]) * dims[2] * channels;  // <= 2^36
   const uint64_t bytes = dims[0] > UINT64_MAX / per_image ? UINT64_MAX : dims[0] * per_image;
   images.pixels = read_payload(src, bytes, 4 + 4 * dims.size(), "pixels");
   return images;

@@ -21,13 +21,13 @@ namespace nt::data {
 struct IdxImages {
   int64_t count = 0;
   int rows = 0, cols = 0;
-  int channels = 1;              // 1 for a rank-3 file; the fourth dimension of a rank-4 one
-  std::vector<uint8_t> pixels;   // (count, rows, cols, channels) row-major, as stored: channels last
+  int channels = 1;             // 1 for a rank-3 file; the fourth dimension of a rank-4 one
+  std::vector<uint8_t> pixels;  // (count, rows, cols, channels) row-major, as stored: channels last
 };
 
 struct IdxLabels {
   int64_t count = 0;
-  std::vector<uint8_t> labels;   // (count)
+  std::vector<uint8_t> labels;  // (count)
 };
 
 IdxImages read_idx_images(const std::string& path);

@@ -30,7 +30,7 @@
 namespace nt::data {
 namespace {
 
-constexpr uint64_t kMaxFileBytes = uint64_t(4) << 30;   // more than the largest image this reader accepts needs
+constexpr uint64_t kMaxFileBytes = uint64_t(4) << 30;  // more than the largest image this reader accepts needs
 // Deflate's densest code is a 258-byte match in 2 bits, so n bytes of zlib data inflate to at most 1032 n bytes. A PNG
 // whose rows need more than that cannot be whole: refusing it before allocating keeps a few-byte file from claiming
 // gigabytes (the fuzz target's memory limit holds).
@@ -51,8 +51,8 @@ std::string one_line(std::string_view text) {
 
 void check_image_size(const std::string& path, uint64_t rows, uint64_t cols) {
   if (rows > uint64_t(kMaxImageSide) || cols > uint64_t(kMaxImageSide) || rows * cols > uint64_t(kMaxImagePixels))
-    fail(path, cat("too large: ", rows, " rows x ", cols, " columns (the limit is ", kMaxImageSide,
-                   " per side and ", kMaxImagePixels, " pixels in all)"));
+    fail(path, cat("too large: ", rows, " rows x ", cols, " columns (the limit is ", kMaxImageSide, " per side and ",
+                   kMaxImagePixels, " pixels in all)"));
 }
 
 std::vector<uint8_t> read_whole_file(const std::string& path) {
@@ -91,7 +91,8 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
   return bytes;
 }
 
-// ---- PNG -------------------------------------------------------------------------------------------------------------
+// ---- PNG
+// -------------------------------------------------------------------------------------------------------------
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 // libpng's error callback: keep the message (the error pointer is a char[kMessageSize]) and return to the phase's
@@ -101,7 +102,7 @@ void png_on_error(png_structp png, png_const_charp message) {
   std::snprintf(text, kMessageSize, "%s", message ? message : "unknown libpng error");
   png_longjmp(png, 1);
 }
-void png_on_warning(png_structp, png_const_charp) {}   // ancillary faults: the image is still read
+void png_on_warning(png_structp, png_const_charp) {}  // ancillary faults: the image is still read
 
 // Reading: libpng pulls bytes from the file held in memory. Trivially destructible, as a longjmp crosses it.
 struct PngRead {
@@ -145,9 +146,9 @@ bool png_read_header(PngRead& s, PngHeader& h) {
 // Transforms to 8-bit gray or RGB; gives the channel count and bytes per row after them.
 bool png_prepare_rows(PngRead& s, int& channels, size_t& row_bytes) {
   if (setjmp(png_jmpbuf(s.png))) return false;
-  png_set_expand(s.png);       // palette -> RGB, gray of 1, 2, 4 bits -> 8 bits, tRNS -> alpha (dropped below)
+  png_set_expand(s.png);  // palette -> RGB, gray of 1, 2, 4 bits -> 8 bits, tRNS -> alpha (dropped below)
 #ifdef PNG_READ_SCALE_16_TO_8_SUPPORTED
-  png_set_scale_16(s.png);     // 16 -> 8 bits rounded to nearest: (v * 255 + 32895) >> 16
+  png_set_scale_16(s.png);  // 16 -> 8 bits rounded to nearest: (v * 255 + 32895) >> 16
 #else
   png_set_strip_16(s.png);
 #endif
@@ -184,8 +185,9 @@ Image read_png(const std::string& path, const std::vector<uint8_t>& bytes) {
   png_set_read_fn(s.png, &s, png_read_from_memory);
 #ifdef PNG_HANDLE_AS_UNKNOWN_SUPPORTED
   // Ancillary chunks change nothing we keep (no gamma, no profile, no alpha): skip them rather than parse them.
-  static constexpr png_byte kIgnored[] = "bKGD\0cHRM\0eXIf\0gAMA\0hIST\0iCCP\0iTXt\0oFFs\0pCAL\0pHYs\0sBIT\0"
-                                         "sCAL\0sPLT\0sRGB\0sTER\0tEXt\0tIME\0zTXt";
+  static constexpr png_byte kIgnored[] =
+      "bKGD\0cHRM\0eXIf\0gAMA\0hIST\0iCCP\0iTXt\0oFFs\0pCAL\0pHYs\0sBIT\0"
+      "sCAL\0sPLT\0sRGB\0sTER\0tEXt\0tIME\0zTXt";
   png_set_keep_unknown_chunks(s.png, PNG_HANDLE_CHUNK_NEVER, nullptr, 0);
   png_set_keep_unknown_chunks(s.png, PNG_HANDLE_CHUNK_NEVER, kIgnored, static_cast<int>(sizeof kIgnored / 5));
 #endif
@@ -249,7 +251,7 @@ void png_write_to_memory(png_structp png, png_bytep data, size_t length) {
   } catch (...) {
     out_of_memory = true;
   }
-  if (out_of_memory) png_error(png, "out of memory");   // outside the handler: no exception is in flight
+  if (out_of_memory) png_error(png, "out of memory");  // outside the handler: no exception is in flight
 }
 void png_flush_nothing(png_structp) {}
 
@@ -268,14 +270,18 @@ struct PngWriteGuard {
   ~PngWriteGuard() { png_destroy_write_struct(&s.png, s.info ? &s.info : nullptr); }
 };
 
-// ---- Netpbm ----------------------------------------------------------------------------------------------------------
+// ---- Netpbm
+// ----------------------------------------------------------------------------------------------------------
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 class PnmReader {
  public:
   PnmReader(const std::string& path, const std::vector<uint8_t>& bytes)
-      : path_(path), d_(bytes), magic_(bytes[1]), channels_(magic_ == '3' || magic_ == '6' ? 3 : 1),
+      : path_(path),
+        d_(bytes),
+        magic_(bytes[1]),
+        channels_(magic_ == '3' || magic_ == '6' ? 3 : 1),
         binary_(magic_ == '5' || magic_ == '6') {
     kind_ = cat(channels_ == 3 ? "PPM" : "PGM", " (P", static_cast<char>(magic_), ")");
   }
@@ -298,8 +304,8 @@ class PnmReader {
     image.cols = static_cast<int>(cols);
     if (binary_) {
       // Exactly one whitespace byte ends the header; the samples follow it.
-      if (pos_ >= d_.size()) truncated(cat("the header ends without the byte after maxval; expected ", samples,
-                                           " samples"));
+      if (pos_ >= d_.size())
+        truncated(cat("the header ends without the byte after maxval; expected ", samples, " samples"));
       if (!is_space(d_[pos_])) header_fault(cat("expected one whitespace byte after maxval, found ", found()));
       ++pos_;
       const uint64_t bytes_per_sample = maxval_ < 256 ? 1 : 2;
@@ -322,8 +328,7 @@ class PnmReader {
       for (uint64_t i = 0; i < samples; ++i) {
         skip_space_and_comments();
         if (pos_ >= d_.size()) truncated(cat("found ", i, " of the ", samples, " samples the header promises"));
-        if (!is_digit(d_[pos_]))
-          fail(path_, cat("bad ", kind_, " sample ", i, ": expected a number, found ", found()));
+        if (!is_digit(d_[pos_])) fail(path_, cat("bad ", kind_, " sample ", i, ": expected a number, found ", found()));
         store(image, i, static_cast<uint32_t>(number(65535, cat("sample ", i))));
       }
     }
@@ -428,10 +433,12 @@ Image read_image(const std::string& path) {
   if (bytes.empty()) fail(path, "empty file");
   const size_t sig = std::min(bytes.size(), sizeof kPngSignature);
   if (std::memcmp(bytes.data(), kPngSignature, sig) == 0) {
-    if (sig < sizeof kPngSignature) fail(path, cat("truncated PNG (", bytes.size(), " bytes: the signature alone is 8)"));
+    if (sig < sizeof kPngSignature)
+      fail(path, cat("truncated PNG (", bytes.size(), " bytes: the signature alone is 8)"));
     return read_png(path, bytes);
   }
-  if (bytes.size() >= 2 && bytes[0] == 'P' && (bytes[1] == '2' || bytes[1] == '3' || bytes[1] == '5' || bytes[1] == '6'))
+  if (bytes.size() >= 2 && bytes[0] == 'P' &&
+      (bytes[1] == '2' || bytes[1] == '3' || bytes[1] == '5' || bytes[1] == '6'))
     return PnmReader(path, bytes).read();
   fail(path, cat("not a PNG, PGM (P2, P5) or PPM (P3, P6) file: it starts with bytes ", describe_start(bytes)));
 }
@@ -447,7 +454,7 @@ void write_png(const std::string& path, const Image& image) {
 
   const size_t rows = size_t(image.rows), cols = size_t(image.cols), channels = size_t(image.channels);
   const size_t plane = rows * cols;
-  std::vector<uint8_t> interleaved(plane * channels);   // (rows, cols, channels) for libpng
+  std::vector<uint8_t> interleaved(plane * channels);  // (rows, cols, channels) for libpng
   for (size_t i = 0; i < plane; ++i)
     for (size_t c = 0; c < channels; ++c) interleaved[i * channels + c] = image.pixels[c * plane + i];
   std::vector<png_bytep> row_pointers(rows);
@@ -464,8 +471,7 @@ void write_png(const std::string& path, const Image& image) {
     if (!s.info) throw OutOfMemory(cat("image '", path, "': libpng could not start (out of memory)"));
     png_set_write_fn(s.png, &s, png_write_to_memory, png_flush_nothing);
     const int color_type = channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY;
-    if (!png_encode(s, static_cast<png_uint_32>(cols), static_cast<png_uint_32>(rows), color_type,
-                    row_pointers.data()))
+    if (!png_encode(s, static_cast<png_uint_32>(cols), static_cast<png_uint_32>(rows), color_type, row_pointers.data()))
       fail(path, cat("cannot encode PNG (", one_line(s.message), ")"));
   }
   write_file_atomically(path, encoded);
@@ -509,7 +515,7 @@ Image resize_bilinear(const Image& image, int rows, int cols) {
   std::vector<double> fx(w);
   for (size_t x = 0; x < w; ++x) {
     const double sx = std::max(0.0, (double(x) + 0.5) * scale_x - 0.5);
-    x0[x] = std::min(size_t(sx), W - 1);   // sx >= 0: truncation is floor
+    x0[x] = std::min(size_t(sx), W - 1);  // sx >= 0: truncation is floor
     x1[x] = std::min(x0[x] + 1, W - 1);
     fx[x] = sx - double(x0[x]);
   }
@@ -519,8 +525,8 @@ Image resize_bilinear(const Image& image, int rows, int cols) {
   out.cols = cols;
   out.pixels.resize(size_t(image.channels) * h * w);
   for (size_t c = 0; c < size_t(image.channels); ++c) {
-    const uint8_t* in = image.pixels.data() + c * H * W;   // (H, W)
-    uint8_t* o = out.pixels.data() + c * h * w;            // (h, w)
+    const uint8_t* in = image.pixels.data() + c * H * W;  // (H, W)
+    uint8_t* o = out.pixels.data() + c * h * w;           // (h, w)
     for (size_t y = 0; y < h; ++y) {
       const double sy = std::max(0.0, (double(y) + 0.5) * scale_y - 0.5);
       const size_t y0 = std::min(size_t(sy), H - 1), y1 = std::min(y0 + 1, H - 1);

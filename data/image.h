@@ -30,8 +30,8 @@
 
 namespace nt::data {
 
-inline constexpr int kMaxImageSide = 16384;                     // pixels per side
-inline constexpr int64_t kMaxImagePixels = int64_t(1) << 28;   // rows * cols
+inline constexpr int kMaxImageSide = 16384;                   // pixels per side
+inline constexpr int64_t kMaxImagePixels = int64_t(1) << 28;  // rows * cols
 
 // An 8-bit image, planar: pixels (channels, rows, cols) row-major, as the engine's model input is laid out.
 struct Image {

@@ -26,7 +26,7 @@ class Arena {
 
  private:
   friend class ArenaPlan;
-  Tensor block_;   // the one owning allocation (u8)
+  Tensor block_;  // the one owning allocation (u8)
   size_t bytes_ = 0;
 };
 

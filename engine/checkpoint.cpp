@@ -47,15 +47,22 @@ using Json = nlohmann::ordered_json;
 // How a message names a value's kind ("the header is an array, expected a JSON object").
 const char* kind_name(const Json& v) {
   switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
     case Json::value_t::number_integer:
     case Json::value_t::number_unsigned:
-    case Json::value_t::number_float: return "a number";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "?";
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "?";
   }
 }
 
@@ -82,8 +89,8 @@ class HeaderCheck : public nlohmann::json_sax<Json> {
  public:
   static constexpr int kMaxJsonDepth = 32;
 
-  std::string error;          // what stopped the pass; empty while the header is fine
-  std::optional<size_t> at;   // the byte of the header where, for syntax errors
+  std::string error;         // what stopped the pass; empty while the header is fine
+  std::optional<size_t> at;  // the byte of the header where, for syntax errors
 
   bool null() override { return true; }
   bool boolean(bool) override { return true; }
@@ -130,7 +137,8 @@ class HeaderCheck : public nlohmann::json_sax<Json> {
 // The header as a JSON document, checked by HeaderCheck first; throws nt::Error naming the file.
 Json parse_header(const std::string& path, std::string_view header) {
   auto bad = [&](std::optional<size_t> at, const std::string& what) {
-    return Error(cat("checkpoint ", quoted(path), ": bad JSON header", at ? cat(" at byte ", 8 + *at) : "", ": ", what));
+    return Error(
+        cat("checkpoint ", quoted(path), ": bad JSON header", at ? cat(" at byte ", 8 + *at) : "", ": ", what));
   };
   // nlohmann skips a UTF-8 byte order mark, which RFC 8259 forbids writing: a header that starts with one is refused.
   if (header.starts_with("\xEF\xBB\xBF")) throw bad(0, "a UTF-8 byte order mark");
@@ -182,9 +190,9 @@ class CheckpointReader {
 
 // Bytes per element of the safetensors dtypes; 0 for an unknown name.
 size_t dtype_bytes(const std::string& dtype) {
-  static const std::map<std::string, size_t> sizes{
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-      {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+  static const std::map<std::string, size_t> sizes{{"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+                                                   {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+                                                   {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -209,10 +217,14 @@ class TensorEntryReader {
     const Json* shape = nullptr;
     const Json* offsets = nullptr;
     for (auto it = entry.begin(); it != entry.end(); ++it) {
-      if (it.key() == "dtype") dtype = &it.value();
-      else if (it.key() == "shape") shape = &it.value();
-      else if (it.key() == "data_offsets") offsets = &it.value();
-      else fail(cat("unexpected member '", it.key(), "' (expected dtype, shape, data_offsets)"));
+      if (it.key() == "dtype")
+        dtype = &it.value();
+      else if (it.key() == "shape")
+        shape = &it.value();
+      else if (it.key() == "data_offsets")
+        offsets = &it.value();
+      else
+        fail(cat("unexpected member '", it.key(), "' (expected dtype, shape, data_offsets)"));
     }
     if (!dtype || !shape || !offsets)
       fail(cat("missing \"", !dtype ? "dtype" : !shape ? "shape" : "data_offsets", "\""));
@@ -231,8 +243,7 @@ class TensorEntryReader {
       if (!to_uint(d, uint64_t(std::numeric_limits<int64_t>::max()), &dim))
         fail(cat("\"shape\" holds ", d.is_number() ? "'" + d.dump() + "'" : kind_name(d),
                  ", expected non-negative integers"));
-      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim / element)
-        fail("\"shape\" is too large");
+      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim / element) fail("\"shape\" is too large");
       numel *= dim;
       t.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -325,11 +336,11 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
                     " bytes, fewer than the 8-byte header length"));
   const uint64_t header_bytes = read_u64_le(file.next(8).data());
   if (header_bytes > size - 8)
-    throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " is larger than the ",
-                    size - 8, " bytes that follow it (truncated or not a safetensors file)"));
+    throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " is larger than the ", size - 8,
+                    " bytes that follow it (truncated or not a safetensors file)"));
   if (header_bytes > kMaxHeaderBytes)
-    throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " exceeds the ",
-                    kMaxHeaderBytes, "-byte limit of the format"));
+    throw Error(cat("checkpoint ", quoted(path), ": header length ", header_bytes, " exceeds the ", kMaxHeaderBytes,
+                    "-byte limit of the format"));
 
   const std::vector<uint8_t> header_text = file.next(header_bytes);
   const std::string_view header(reinterpret_cast<const char*>(header_text.data()), header_bytes);
@@ -345,7 +356,8 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     const Json& entry = member.value();
     if (name == "__metadata__") {
       if (!entry.is_object())
-        throw Error(cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", kind_name(entry), ", expected an object"));
+        throw Error(
+            cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", kind_name(entry), ", expected an object"));
       for (auto it = entry.begin(); it != entry.end(); ++it) {
         if (!it.value().is_string())
           throw Error(cat("checkpoint ", quoted(path), ": metadata ", quoted(it.key()), " is ", kind_name(it.value()),
@@ -371,7 +383,8 @@ std::vector<float> SafetensorsFile::floats(const std::string& name) const {
   const SafetensorsTensor* t = find(name);
   if (!t) throw Error(cat("checkpoint ", quoted(path_), ": no tensor ", quoted(name)));
   if (t->dtype != "F32")
-    throw Error(cat("checkpoint ", quoted(path_), ": tensor ", quoted(name), " has dtype ", t->dtype, ", expected F32"));
+    throw Error(
+        cat("checkpoint ", quoted(path_), ": tensor ", quoted(name), " has dtype ", t->dtype, ", expected F32"));
   std::vector<float> out((t->end - t->begin) / sizeof(float));
   std::memcpy(out.data(), bytes(*t), t->end - t->begin);
   return out;
@@ -391,12 +404,14 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   std::set<std::string> names;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    NT_CHECK(t.name != "__metadata__" && names.insert(t.name).second, "tensor name '", t.name, "' is reserved or repeated");
+    NT_CHECK(t.name != "__metadata__" && names.insert(t.name).second, "tensor name '", t.name,
+             "' is reserved or repeated");
     const size_t element = dtype_bytes(t.dtype);
     NT_CHECK(element != 0 && t.bytes.size() == static_cast<size_t>(Shape(t.shape).numel()) * element, "tensor '",
              t.name, "': ", t.bytes.size(), " bytes of ", t.dtype, " for shape ", shape_str(t.shape));
     const uint64_t bytes = t.bytes.size();
-    json[t.name] = Json{{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", Json::array({offset, offset + bytes})}};
+    json[t.name] =
+        Json{{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", Json::array({offset, offset + bytes})}};
     offset += bytes;
   }
   std::string header;
@@ -411,8 +426,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xFF);
   std::vector<std::string_view> parts{std::string_view(length, 8), header};
-  for (const auto& t : tensors)
-    parts.emplace_back(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+  for (const auto& t : tensors) parts.emplace_back(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
   write_file_atomically(path, parts);
 }
 
@@ -495,8 +509,8 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
                     unexpected.empty() ? "" : cat("; the file has ", join_names(unexpected), " instead")));
   if (!unexpected.empty())
     throw Error(cat("checkpoint ", quoted(path), ": unexpected tensor", unexpected.size() > 1 ? "s " : " ",
-                    join_names(unexpected), " (model ", quoted(model.name()), " has ", join_names(std::vector<std::string>(
-                        expected.begin(), expected.end())), ")"));
+                    join_names(unexpected), " (model ", quoted(model.name()), " has ",
+                    join_names(std::vector<std::string>(expected.begin(), expected.end())), ")"));
 
   for (const auto& [name, value] : targets)
     kernels::copy_host_to_device(exec, value.raw(), file.bytes(*file.find(name)), value.bytes());
@@ -517,11 +531,19 @@ void write_npy_i32(const std::string& path, const std::vector<int32_t>& values, 
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
-  char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header.size() & 0xFF),
+  char preamble[10] = {'\x93',
+                       'N',
+                       'U',
+                       'M',
+                       'P',
+                       'Y',
+                       1,
+                       0,
+                       static_cast<char>(header.size() & 0xFF),
                        static_cast<char>(header.size() >> 8)};
-  const std::string_view parts[] = {std::string_view(preamble, 10), header,
-                                    std::string_view(reinterpret_cast<const char*>(values.data()),
-                                                     values.size() * sizeof(int32_t))};
+  const std::string_view parts[] = {
+      std::string_view(preamble, 10), header,
+      std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int32_t))};
   write_file_atomically(path, parts);
 }
 

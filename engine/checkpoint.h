@@ -56,7 +56,7 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
 // ---- the container, for tools and tests ------------------------------------------------------------
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;            // as written: "F32", "F64", "I64", ...
+  std::string dtype;  // as written: "F32", "F64", "I64", ...
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range within the data block
 };
@@ -84,9 +84,9 @@ class SafetensorsFile {
 // A host tensor to write: F32 parameters and running statistics, I64 counters.
 struct NamedTensor {
   std::string name;
-  std::string dtype;            // "F32" or "I64"
+  std::string dtype;  // "F32" or "I64"
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;   // row-major, little-endian, shape's element count times the dtype's size
+  std::vector<uint8_t> bytes;  // row-major, little-endian, shape's element count times the dtype's size
 };
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const CheckpointMetadata& metadata);

@@ -22,8 +22,9 @@ GpuChoice choose_gpu(kernels::DeviceInfo* info) {
     std::string problem = kernels::cuda_unusable_reason();
     if (!problem.empty()) return {false, true, problem};
     return {false, false,
-            kernels::cuda_built() ? "no CUDA device is visible (no NVIDIA GPU or no driver)"
-                                  : "this build of nanotrain has no CUDA backend (nvcc was not found when it was built)"};
+            kernels::cuda_built()
+                ? "no CUDA device is visible (no NVIDIA GPU or no driver)"
+                : "this build of nanotrain has no CUDA backend (nvcc was not found when it was built)"};
   }
   *info = kernels::cuda_device_info(0);
   const std::string gpu = cat(info->name, " (sm_", info->cc_major, info->cc_minor, ")");
@@ -55,7 +56,8 @@ Context::Context(const ContextOptions& options) {
   const bool gpu = choice.usable;
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", choice.why_not));
   if (options.tf32 && !gpu)
-    throw Error(cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? choice.why_not : "--device cpu was chosen"));
+    throw Error(
+        cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? choice.why_not : "--device cpu was chosen"));
   if (!gpu) {
     why_cpu_ = want_gpu ? choice.why_not : "--device cpu";
     gpu_unusable_ = choice.gpu_present;
@@ -88,8 +90,8 @@ std::string Context::describe() const {
   std::ostringstream s;
   if (on_cuda()) {
     s << "cuda:" << device_.index << " " << device_.name << " (" << device_.sm_count << " SMs, " << std::fixed
-      << std::setprecision(1) << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_" << device_.cc_major
-      << device_.cc_minor << ")" << (exec_.tf32 ? ", TF32 convolutions" : "");
+      << std::setprecision(1) << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_"
+      << device_.cc_major << device_.cc_minor << ")" << (exec_.tf32 ? ", TF32 convolutions" : "");
   } else {
     s << "cpu (" << pool_->size() << " threads)";
   }

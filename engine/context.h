@@ -12,11 +12,11 @@
 namespace nt {
 
 struct ContextOptions {
-  std::string device = "auto";  // auto | cpu | cuda
-  int threads = 0;              // CPU threads, 0 = all cores
-  bool debug_sync = false;      // CUDA: synchronize and check after every launch
+  std::string device = "auto";      // auto | cpu | cuda
+  int threads = 0;                  // CPU threads, 0 = all cores
+  bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA: programmatic dependent launch (--no-pdl turns it off)
-  bool tf32 = false;  // CUDA sm_80+: convolutions on TF32 tensor cores (--tf32; kernels/conv.h)
+  bool tf32 = false;                // CUDA sm_80+: convolutions on TF32 tensor cores (--tf32; kernels/conv.h)
 };
 
 class Context {

@@ -15,9 +15,9 @@
 namespace nt {
 
 struct NonfiniteTensor {
-  std::string name;  // "0.weight", "0.weight (gradient)", "1.running_var"
-  int64_t count = 0; // non-finite values
-  int64_t size = 0;  // values in the tensor
+  std::string name;              // "0.weight", "0.weight (gradient)", "1.running_var"
+  int64_t count = 0;             // non-finite values
+  int64_t size = 0;              // values in the tensor
   std::string describe() const;  // "0.weight: 12 of 250880 values are NaN or infinite"
 };
 

@@ -29,14 +29,14 @@ struct PlanInfo {
 };
 
 struct ParamSpec {
-  std::string name;   // PyTorch's name within the layer: "weight", "bias"
-  Shape shape;        // PyTorch's shape: Linear weight is (out, in)
+  std::string name;  // PyTorch's name within the layer: "weight", "bias"
+  Shape shape;       // PyTorch's shape: Linear weight is (out, in)
   std::function<void(std::span<float>, Rng&)> init;
-  int module = 0;     // a fused layer's module it belongs to: its full name is (sequential_index + module).name
+  int module = 0;  // a fused layer's module it belongs to: its full name is (sequential_index + module).name
 };
 
 struct Param {
-  std::string name;   // full name as PyTorch's nn.Sequential would give it: "0.weight"
+  std::string name;  // full name as PyTorch's nn.Sequential would give it: "0.weight"
   Tensor value;
   Tensor grad;
 };
@@ -44,15 +44,15 @@ struct Param {
 // State a layer keeps that no optimizer touches but a checkpoint saves, as PyTorch's buffers:
 // BatchNorm's running_mean, running_var and num_batches_tracked.
 struct BufferSpec {
-  std::string name;     // PyTorch's name within the layer
+  std::string name;  // PyTorch's name within the layer
   Shape shape;
-  bool integer = false; // i64 (a counter); else floating, in the model's dtype
-  double fill = 0;      // initial value of every element
-  int module = 0;       // as ParamSpec::module
+  bool integer = false;  // i64 (a counter); else floating, in the model's dtype
+  double fill = 0;       // initial value of every element
+  int module = 0;        // as ParamSpec::module
 };
 
 struct Buffer {
-  std::string name;     // full name: "1.running_mean"
+  std::string name;  // full name: "1.running_mean"
   Tensor value;
 };
 
@@ -67,8 +67,8 @@ class Layer {
  public:
   virtual ~Layer() = default;
 
-  virtual std::string describe() const = 0;                     // "linear 784->320 +relu"
-  virtual Shape output_shape(const Shape& input) const = 0;     // per sample; throws nt::Error on mismatch
+  virtual std::string describe() const = 0;                  // "linear 784->320 +relu"
+  virtual Shape output_shape(const Shape& input) const = 0;  // per sample; throws nt::Error on mismatch
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual void bind_params(std::span<Param*> params) { (void)params; }  // in param_specs() order
   virtual std::vector<BufferSpec> buffer_specs() const { return {}; }

@@ -8,8 +8,8 @@ namespace nt {
 
 // Device-resident running totals of an epoch: read back once per epoch, never per step.
 struct LossTotals {
-  Tensor loss_sum;   // (1) f64: Σ of the per-example losses
-  Tensor correct;    // (1) i64: correctly classified samples
+  Tensor loss_sum;  // (1) f64: Σ of the per-example losses
+  Tensor correct;   // (1) i64: correctly classified samples
 };
 
 class Loss {

@@ -35,7 +35,8 @@ std::vector<Entry> named_entries(const std::vector<std::unique_ptr<Layer>>& laye
   std::vector<Entry> entries;
   for (const auto& layer : layers) {
     first.push_back(entries.size());
-    for (auto& spec : specs_of(*layer)) entries.push_back({spec, cat(layer->sequential_index + spec.module, ".", spec.name)});
+    for (auto& spec : specs_of(*layer))
+      entries.push_back({spec, cat(layer->sequential_index + spec.module, ".", spec.name)});
   }
   first.push_back(entries.size());
   return entries;
@@ -54,11 +55,12 @@ std::vector<T*> run_of(std::vector<T>& all, const std::vector<size_t>& first, si
 void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
   if (dtype == DType::f64 && ctx.on_cuda()) throw Error("f64 models run on the CPU backend only");
   std::vector<size_t> first_param, first_buffer;
-  params_.build(named_entries<ParamStore::Entry>(layers_, [](const Layer& l) { return l.param_specs(); }, first_param),
+  params_.build(named_entries<ParamStore::Entry>(
+                    layers_, [](const Layer& l) { return l.param_specs(); }, first_param),
                 ctx.exec(), seed, dtype);
-  params_.build_buffers(
-      named_entries<ParamStore::BufferEntry>(layers_, [](const Layer& l) { return l.buffer_specs(); }, first_buffer),
-      ctx.exec());
+  params_.build_buffers(named_entries<ParamStore::BufferEntry>(
+                            layers_, [](const Layer& l) { return l.buffer_specs(); }, first_buffer),
+                        ctx.exec());
   for (size_t i = 0; i < layers_.size(); ++i) {
     auto params = run_of(params_.params(), first_param, i);
     layers_[i]->bind_params(params);

@@ -27,8 +27,8 @@ class Model {
         std::vector<std::string> fusions = {});
 
   const std::string& name() const { return name_; }
-  const Shape& input_shape() const { return shapes_.front(); }   // per sample
-  const Shape& output_shape() const { return shapes_.back(); }   // per sample
+  const Shape& input_shape() const { return shapes_.front(); }  // per sample
+  const Shape& output_shape() const { return shapes_.back(); }  // per sample
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   std::string summary() const;  // one line per layer with shapes, then the parameter count and the fusions
 
@@ -39,10 +39,10 @@ class Model {
 
   void compile(const Context& ctx, int batch);
   int batch() const { return batch_; }
-  const Tensor& input() const { return activations_.front(); }        // (batch, input...)
-  const Tensor& output() const { return activations_.back(); }        // (batch, output...)
+  const Tensor& input() const { return activations_.front(); }  // (batch, input...)
+  const Tensor& output() const { return activations_.back(); }  // (batch, output...)
   const Tensor& output_grad() const { return activation_grads_.back(); }
-  const Tensor& activation(size_t i) const { return activations_.at(i); }   // 0 = input, i = output of layer i-1
+  const Tensor& activation(size_t i) const { return activations_.at(i); }  // 0 = input, i = output of layer i-1
   const Tensor& activation_grad(size_t i) const { return activation_grads_.at(i); }  // undefined where unneeded
   const std::string& layer_label(size_t i) const { return layer_labels_.at(i); }     // "4 linear 160->10"
   // Every layer's run state (Layer::run_state) as "train_state.<module index>.<name>"; valid once compiled.
@@ -59,7 +59,7 @@ class Model {
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::string> layer_labels_;  // "0 linear 784->320 +relu": profiler scopes and NVTX ranges
-  std::vector<Shape> shapes_;  // per-sample shape of activation i (0 = input)
+  std::vector<Shape> shapes_;              // per-sample shape of activation i (0 = input)
   std::vector<std::string> fusions_;
   ParamStore params_;
   int batch_ = 0;

@@ -102,7 +102,8 @@ std::vector<std::pair<std::string, Tensor>> Adam::state() const {
 
 std::unique_ptr<Optimizer> make_optimizer(const kernels::Exec& exec, ParamStore& params, const OptimizerConfig& c) {
   auto f = [](double v) { return static_cast<float>(v); };
-  if (c.name == "sgd") return std::make_unique<Sgd>(exec, params, kernels::SgdHyper{f(c.lr), f(c.momentum), f(c.weight_decay)});
+  if (c.name == "sgd")
+    return std::make_unique<Sgd>(exec, params, kernels::SgdHyper{f(c.lr), f(c.momentum), f(c.weight_decay)});
   if (c.name == "adam" || c.name == "adamw") {
     if (c.momentum != 0) throw Error("--momentum: applies to sgd only (adam takes --beta1)");
     kernels::AdamHyper h;

@@ -12,7 +12,7 @@ namespace nt {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(const kernels::Exec& exec) = 0;   // enqueue only: no allocation, no synchronization
+  virtual void step(const kernels::Exec& exec) = 0;  // enqueue only: no allocation, no synchronization
   virtual std::string describe() const = 0;
   // The learning rate becomes lr * factor from the next step on. The factor lives on the device and the
   // update reads it there, so a captured epoch replays with whatever factor was set before it (a
@@ -43,8 +43,8 @@ class Adam final : public Optimizer {
   ParamStore& params_;
   kernels::AdamHyper hyper_;
   Arena state_arena_;
-  Tensor m_, v_;     // moments, same layout as the parameters
-  Tensor steps_;     // (2) i64: the device step counter {t, done} of kernels/optim.h
+  Tensor m_, v_;  // moments, same layout as the parameters
+  Tensor steps_;  // (2) i64: the device step counter {t, done} of kernels/optim.h
 };
 
 class Sgd final : public Optimizer {

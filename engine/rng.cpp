@@ -24,7 +24,8 @@ uint64_t derive_seed(uint64_t seed, uint64_t purpose, uint64_t index) {
 std::vector<int32_t> random_permutation(int64_t n, Rng& rng) {
   std::vector<int32_t> p(static_cast<size_t>(n));
   std::iota(p.begin(), p.end(), 0);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(rng.below(static_cast<uint64_t>(i + 1)))]);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(rng.below(static_cast<uint64_t>(i + 1)))]);
   return p;
 }
 

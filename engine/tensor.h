@@ -23,12 +23,28 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 const char* backend_name(Backend b);
 
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
 
 class Shape {
  public:
@@ -40,9 +56,9 @@ class Shape {
   int64_t operator[](int i) const { return dims_.at(static_cast<size_t>(i)); }
   int64_t numel() const;
   const std::vector<int64_t>& dims() const { return dims_; }
-  Shape prepend(int64_t dim) const;   // (d0, ...) -> (dim, d0, ...)
-  Shape drop_front() const;           // (d0, d1, ...) -> (d1, ...)
-  std::string str() const;            // "(64, 784)"
+  Shape prepend(int64_t dim) const;  // (d0, ...) -> (dim, d0, ...)
+  Shape drop_front() const;          // (d0, d1, ...) -> (d1, ...)
+  std::string str() const;           // "(64, 784)"
   bool operator==(const Shape& o) const = default;
 
  private:
@@ -78,8 +94,8 @@ class Tensor {
     return a && b && a < b + other.bytes() && b < a + bytes();
   }
 
-  Tensor rows(int64_t n) const;                // the first n entries along dimension 0
-  Tensor reshaped(const Shape& shape) const;   // same elements, another shape
+  Tensor rows(int64_t n) const;               // the first n entries along dimension 0
+  Tensor reshaped(const Shape& shape) const;  // same elements, another shape
 
   // Host round trips (they synchronize: for set-up, evaluation read-back and tests, never in a step).
   void copy_from_host(const kernels::Exec& exec, const void* src, size_t bytes) const;

@@ -9,9 +9,7 @@ namespace nt {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // A profiler that cannot time the kernels of a replayed graph (CUDA events) gets eager launches
 // (docs/profiler.md, "CUDA graphs").
@@ -42,9 +40,11 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
     plan.request(&eval_totals_.correct, Shape{1}, DType::i64);
     arena_ = plan.commit(ctx.exec());
   } catch (const std::bad_alloc&) {
-    throw OutOfMemory(cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit in host memory"));
+    throw OutOfMemory(
+        cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit in host memory"));
   } catch (const OutOfMemory& e) {
-    throw OutOfMemory(cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
+    throw OutOfMemory(
+        cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
   }
   fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
   if (options.on_progress)
@@ -116,7 +116,8 @@ int Trainer::report_progress(int next, int recorded, bool wait) const {
     else if (!progress_marks_.passed(next))
       break;
     EpochProgress p{marked_step(next), steps_per_epoch(), 0.0};
-    if (next > 0) p.ms_per_step = progress_marks_.ms_between(0, next) / static_cast<double>(p.steps_done - marked_step(0));
+    if (next > 0)
+      p.ms_per_step = progress_marks_.ms_between(0, next) / static_cast<double>(p.steps_done - marked_step(0));
     options_.on_progress(p);
   }
   return next;
@@ -148,7 +149,8 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   train_.begin_epoch(exec, epoch);
   if (options_.lr_factor) optimizer_.set_lr_factor(exec, static_cast<float>(options_.lr_factor(epoch)));
   if (replay_graphs(ctx_, options_)) {
-    if (stale(train_graph_, exec)) train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(/*eager=*/false); });
+    if (stale(train_graph_, exec))
+      train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(/*eager=*/false); });
     train_graph_.launch(exec);
     report_progress(0, progress_marks_.size(), /*wait=*/true);
   } else {

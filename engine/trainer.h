@@ -41,18 +41,18 @@ struct TrainOptions {
 };
 
 struct EvalResult {
-  double loss = 0;       // mean over examples of the per-example loss
-  double accuracy = 0;   // in [0, 1]
+  double loss = 0;      // mean over examples of the per-example loss
+  double accuracy = 0;  // in [0, 1]
   double ms = 0;
 };
 
 struct EpochMetrics {
   int epoch = 0;
-  double train_loss = 0;   // mean per-example loss over the epoch's steps
+  double train_loss = 0;  // mean per-example loss over the epoch's steps
   double train_acc = 0;
   double test_loss = 0;
   double test_acc = 0;
-  double epoch_ms = 0;     // training steps only (evaluation excluded), wall clock to completion
+  double epoch_ms = 0;  // training steps only (evaluation excluded), wall clock to completion
   double eval_ms = 0;
   double samples_per_s = 0;
 };

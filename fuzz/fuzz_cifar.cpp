@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& path = file.hold(data, size);
   try {
     const auto batch = nt::data::read_cifar10_batch(path);
-    if (size % nt::data::kCifarRecordBytes != 0 || batch.count != static_cast<int64_t>(size / nt::data::kCifarRecordBytes) ||
+    if (size % nt::data::kCifarRecordBytes != 0 ||
+        batch.count != static_cast<int64_t>(size / nt::data::kCifarRecordBytes) ||
         batch.images.size() != static_cast<size_t>(batch.count * nt::data::kCifarImageBytes) ||
         batch.labels.size() != static_cast<size_t>(batch.count))
       __builtin_trap();

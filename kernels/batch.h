@@ -58,16 +58,16 @@ struct BatchSource {
   const uint8_t* images = nullptr;
   const uint8_t* labels = nullptr;
   const int32_t* perm = nullptr;
-  int D = 0;                   // values per image
-  ChannelValues mean = 0.f;    // per channel, in [0,1] units
+  int D = 0;                 // values per image
+  ChannelValues mean = 0.f;  // per channel, in [0,1] units
   ChannelValues std = 1.f;
-  int height = 0, width = 0;   // H, W of one channel plane, C = D / (H*W); 0, 0: one plane of D values
+  int height = 0, width = 0;  // H, W of one channel plane, C = D / (H*W); 0, 0: one plane of D values
   // Random shift (see above); unused while shift == 0.
-  int shift = 0;                         // k >= 0
-  const uint64_t* shift_key = nullptr;   // -> the epoch's shift key, on the executing backend
+  int shift = 0;                        // k >= 0
+  const uint64_t* shift_key = nullptr;  // -> the epoch's shift key, on the executing backend
   // Random left-right flip (see above); unused while flip is false.
   bool flip = false;
-  const uint64_t* flip_key = nullptr;    // -> the epoch's flip key, on the executing backend
+  const uint64_t* flip_key = nullptr;  // -> the epoch's flip key, on the executing backend
 };
 
 struct PixelShift {

@@ -20,7 +20,7 @@ void check_classifier_head(const ClassifierHeadArgs& h) {
 
 void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h) {
   check_classifier_head(h);
-  GemmDesc forward;                                          // logits (B,C) = x·Wᵀ + b
+  GemmDesc forward;  // logits (B,C) = x·Wᵀ + b
   forward.M = h.B, forward.N = h.C, forward.K = h.K;
   forward.A = h.x, forward.lda = h.K;
   forward.B = h.weight, forward.ldb = h.K, forward.trans_b = true;
@@ -38,7 +38,7 @@ void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h) {
                                             .correct = h.correct});
   if (!h.dweight) return;
 
-  GemmDesc dw;                                               // dW (C,K) = dlogitsᵀ·x, db = Σ_b dlogits
+  GemmDesc dw;  // dW (C,K) = dlogitsᵀ·x, db = Σ_b dlogits
   dw.M = h.C, dw.N = h.K, dw.K = h.B;
   dw.A = h.dlogits, dw.lda = h.C, dw.trans_a = true;
   dw.B = h.x, dw.ldb = h.K;
@@ -47,7 +47,7 @@ void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h) {
   gemm(exec, dw);
   if (!h.dx) return;
 
-  GemmDesc dx;                                               // dx (B,K) = dlogits·W, through x's ReLU
+  GemmDesc dx;  // dx (B,K) = dlogits·W, through x's ReLU
   dx.M = h.B, dx.N = h.K, dx.K = h.C;
   dx.A = h.dlogits, dx.lda = h.C;
   dx.B = h.weight, dx.ldb = h.K;

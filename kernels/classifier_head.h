@@ -31,19 +31,19 @@ inline constexpr int64_t kHeadMaxSharedBytes = 200 * 1024;  // the CUDA block's 
 
 struct ClassifierHeadArgs {
   int B = 0, K = 0, C = 0;
-  const float* x = nullptr;        // (B,K)
-  const float* weight = nullptr;   // (C,K)
-  const float* bias = nullptr;     // (C) or nullptr
-  const int32_t* labels = nullptr; // (B)
-  float* logits = nullptr;         // (B,C)
-  double* loss_sum = nullptr;      // (1) accumulated
-  int64_t* correct = nullptr;      // (1) accumulated
+  const float* x = nullptr;         // (B,K)
+  const float* weight = nullptr;    // (C,K)
+  const float* bias = nullptr;      // (C) or nullptr
+  const int32_t* labels = nullptr;  // (B)
+  float* logits = nullptr;          // (B,C)
+  double* loss_sum = nullptr;       // (1) accumulated
+  int64_t* correct = nullptr;       // (1) accumulated
   // backward: all nullptr in evaluation; dweight and dlogits together, dbias iff bias, dx optional
-  float* dlogits = nullptr;        // (B,C)
-  float* dweight = nullptr;        // (C,K)
-  float* dbias = nullptr;          // (C)
-  float* dx = nullptr;             // (B,K)
-  bool mask_dx = false;            // dx = x > 0 ? dlogits·W : 0
+  float* dlogits = nullptr;  // (B,C)
+  float* dweight = nullptr;  // (C,K)
+  float* dbias = nullptr;    // (C)
+  float* dx = nullptr;       // (B,K)
+  bool mask_dx = false;      // dx = x > 0 ? dlogits·W : 0
 };
 
 // Whether the fused op serves a head of K inputs and C classes (the CUDA kernel's limits).
@@ -59,8 +59,12 @@ void check_classifier_head(const ClassifierHeadArgs& h);
 // cannot run (no thread-block clusters).
 void classifier_head_unfused(const Exec& exec, const ClassifierHeadArgs& h);
 
-namespace cpu { void classifier_head(const Exec& exec, const ClassifierHeadArgs& h); }
-namespace cuda { void classifier_head(const Exec& exec, const ClassifierHeadArgs& h); }
+namespace cpu {
+void classifier_head(const Exec& exec, const ClassifierHeadArgs& h);
+}
+namespace cuda {
+void classifier_head(const Exec& exec, const ClassifierHeadArgs& h);
+}
 inline void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   dispatch<cpu::classifier_head, cuda::classifier_head>(exec, h);
 }

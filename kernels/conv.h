@@ -37,9 +37,9 @@ struct Conv2dShape {
   int stride = 1, pad = 0;         // same in both spatial dims, zero padding
   int p() const { return h + 2 * pad < r ? 0 : (h + 2 * pad - r) / stride + 1; }  // output height
   int q() const { return w + 2 * pad < s ? 0 : (w + 2 * pad - s) / stride + 1; }  // output width
-  size_t x_size() const { return size_t(n) * c * h * w; }        // elements of x (and dx)
-  size_t w_size() const { return size_t(k) * c * r * s; }        // elements of w (and dw)
-  size_t y_size() const { return size_t(n) * k * p() * q(); }    // elements of y (and dy)
+  size_t x_size() const { return size_t(n) * c * h * w; }                         // elements of x (and dx)
+  size_t w_size() const { return size_t(k) * c * r * s; }                         // elements of w (and dw)
+  size_t y_size() const { return size_t(n) * k * p() * q(); }                     // elements of y (and dy)
 };
 
 // The arguments of every convolution op, by name. Each op reads and writes only the fields its line names; the
@@ -52,15 +52,15 @@ struct Conv2dShape {
 template <class T>
 struct Conv2dArgs {
   Conv2dShape shape;
-  const T* x = nullptr;       // (N,C,H,W)
-  const T* w = nullptr;       // (K,C,R,S)
-  const T* bias = nullptr;    // (K); nullptr: no bias
-  T* y = nullptr;             // (N,K,P,Q)
-  const T* dy = nullptr;      // (N,K,P,Q)
-  T* dx = nullptr;            // (N,C,H,W); conv2d_backward: nullptr for the weight gradient alone
-  T* dw = nullptr;            // (K,C,R,S)
-  T* dbias = nullptr;         // (K); nullptr: no bias gradient
-  T* workspace = nullptr;     // conv2d_workspace_floats(backend, shape) elements; the CPU needs none (nullptr)
+  const T* x = nullptr;     // (N,C,H,W)
+  const T* w = nullptr;     // (K,C,R,S)
+  const T* bias = nullptr;  // (K); nullptr: no bias
+  T* y = nullptr;           // (N,K,P,Q)
+  const T* dy = nullptr;    // (N,K,P,Q)
+  T* dx = nullptr;          // (N,C,H,W); conv2d_backward: nullptr for the weight gradient alone
+  T* dw = nullptr;          // (K,C,R,S)
+  T* dbias = nullptr;       // (K); nullptr: no bias gradient
+  T* workspace = nullptr;   // conv2d_workspace_floats(backend, shape) elements; the CPU needs none (nullptr)
   // Forward only (nullable): room for conv2d_statistics_floats(backend, shape) floats, where the forward may leave
   // y's per-channel statistics as ChannelPartials (C = K): see conv2d_forward.
   float* statistics = nullptr;

@@ -38,8 +38,8 @@ struct ConvBatchNormPoolShape {
   BatchNormPool pool() const { return {conv.p(), conv.q(), window}; }
   int taps() const { return conv.c * conv.r * conv.s; }
 };
-constexpr int kConvBatchNormPoolMaxTaps = 32;      // a GPU thread keeps the filter in registers
-constexpr int kConvBatchNormPoolMaxImage = 8192;   // C·(H+2·pad)·(W+2·pad) values: a GPU block stages an image
+constexpr int kConvBatchNormPoolMaxTaps = 32;     // a GPU thread keeps the filter in registers
+constexpr int kConvBatchNormPoolMaxImage = 8192;  // C·(H+2·pad)·(W+2·pad) values: a GPU block stages an image
 inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
   return int64_t(conv.c) * conv.r * conv.s <= kConvBatchNormPoolMaxTaps &&
          int64_t(conv.c) * (conv.h + 2 * conv.pad) * (conv.w + 2 * conv.pad) <= kConvBatchNormPoolMaxImage;

@@ -15,8 +15,19 @@ enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // TF32 tensor cores (4 warps, BK 32): mma_64x64, mma_64x32, mma_32x64, mma_32x32; the halo tile (stride 1,
 // forward and backward_data, split ignored; kernels/cuda/conv_halo.cuh) with 64 or 32 rows: halo_64, halo_32.
 enum ConvTile : int {
-  medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped,
-  mma_64x64, mma_64x32, mma_32x64, mma_32x32, halo_64, halo_32
+  medium,
+  narrow,
+  narrow_grouped,
+  small,
+  small_grouped,
+  tall_grouped,
+  wide_grouped,
+  mma_64x64,
+  mma_64x32,
+  mma_32x64,
+  mma_32x32,
+  halo_64,
+  halo_32
 };
 
 // The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;

@@ -26,7 +26,7 @@ inline constexpr bool kCudaBuilt = true;
 inline constexpr bool kCudaBuilt = false;
 #endif
 
-[[noreturn]] void throw_no_cuda_backend();         // "this build of nanotrain has no CUDA backend"
+[[noreturn]] void throw_no_cuda_backend();           // "this build of nanotrain has no CUDA backend"
 [[noreturn]] void throw_cpu_only(const char* what);  // "<what> runs on the CPU backend only"
 
 // Returns what the op returns (the same type on both backends).

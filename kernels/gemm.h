@@ -40,9 +40,9 @@ struct GemmArgs {
   T* C = nullptr;
   int ldc = 0;
   Epilogue epilogue = Epilogue::none;
-  const T* bias = nullptr;    // (N), for bias and bias_relu
-  const T* mask = nullptr;    // (M,N) with ldc, for relu_mask
-  T* a_row_sums = nullptr;    // (M) or nullptr
+  const T* bias = nullptr;  // (N), for bias and bias_relu
+  const T* mask = nullptr;  // (M,N) with ldc, for relu_mask
+  T* a_row_sums = nullptr;  // (M) or nullptr
   // The caller's promise that this GEMM reads nothing the op launched just before it on the stream writes,
   // and writes nothing that op reads or writes, and that op is not itself overlapping. The CUDA kernel then
   // runs beside it (Linear's input gradient beside its weight gradient) and waits for it only before
@@ -62,7 +62,7 @@ namespace cpu {
 template <class T>
 void gemm(const Exec& exec, const GemmArgs<T>& d);
 template <>
-void gemm(const Exec& exec, const GemmArgs<float>& d);   // kernels/cpu/gemm.cpp
+void gemm(const Exec& exec, const GemmArgs<float>& d);  // kernels/cpu/gemm.cpp
 template <>
 void gemm(const Exec& exec, const GemmArgs<double>& d);  // plain loops in f64 (kernels/cpu/gemm_f64.cpp)
 }  // namespace cpu

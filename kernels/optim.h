@@ -105,7 +105,7 @@ struct AdamArgs {
   float* m = nullptr;            // (n)  first moment, read and written
   float* v = nullptr;            // (n)  second moment, read and written
   AdamHyper hyper;
-  uint64_t* step = nullptr;      // (2) {value, done}: t = value + 1, left as value = t (every call, n == 0 included)
+  uint64_t* step = nullptr;  // (2) {value, done}: t = value + 1, left as value = t (every call, n == 0 included)
 };
 
 namespace cpu {

@@ -22,8 +22,12 @@ struct ProfileHoldArgs {
   uint32_t target = 0;
 };
 
-namespace cpu { void profile_hold(const Exec& exec, const ProfileHoldArgs& a); }
-namespace cuda { void profile_hold(const Exec& exec, const ProfileHoldArgs& a); }
+namespace cpu {
+void profile_hold(const Exec& exec, const ProfileHoldArgs& a);
+}
+namespace cuda {
+void profile_hold(const Exec& exec, const ProfileHoldArgs& a);
+}
 inline void profile_hold(const Exec& exec, const ProfileHoldArgs& a) {
   dispatch<cpu::profile_hold, cuda::profile_hold>(exec, a);
 }

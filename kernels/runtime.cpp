@@ -188,13 +188,13 @@ void device_free(Backend backend, void* ptr) noexcept {
 uint64_t device_alloc_count() { return g_alloc_count.load(std::memory_order_relaxed); }
 
 #if NT_WITH_CUDA
-#define NT_COPY(exec, dst, src, bytes, kind)                                              \
-  do {                                                                                    \
-    if ((exec).on_cuda()) {                                                               \
-      NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_of(exec)));             \
-      return;                                                                             \
-    }                                                                                     \
-    if (bytes) std::memcpy(dst, src, bytes);                                              \
+#define NT_COPY(exec, dst, src, bytes, kind)                                  \
+  do {                                                                        \
+    if ((exec).on_cuda()) {                                                   \
+      NT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_of(exec))); \
+      return;                                                                 \
+    }                                                                         \
+    if (bytes) std::memcpy(dst, src, bytes);                                  \
   } while (0)
 #else
 #define NT_COPY(exec, dst, src, bytes, kind) \
@@ -357,8 +357,8 @@ StreamMarks& StreamMarks::operator=(StreamMarks&& other) noexcept {
 void StreamMarks::record(const Exec& exec, int mark) {
   const auto i = static_cast<size_t>(mark);
   if (backend_ == Backend::cpu) {
-    host_stamps_.at(i) = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
+    host_stamps_.at(i) =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
     return;
   }
 #if NT_WITH_CUDA
@@ -395,7 +395,8 @@ void StreamMarks::wait(int mark) const {
 }
 
 double StreamMarks::ms_between(int from, int to) const {
-  if (backend_ == Backend::cpu) return host_stamps_.at(static_cast<size_t>(to)) - host_stamps_.at(static_cast<size_t>(from));
+  if (backend_ == Backend::cpu)
+    return host_stamps_.at(static_cast<size_t>(to)) - host_stamps_.at(static_cast<size_t>(from));
   float ms = 0;
 #if NT_WITH_CUDA
   NT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(from))),

@@ -24,8 +24,8 @@ struct DeviceInfo {
   size_t total_memory = 0;  // bytes
   size_t free_memory = 0;   // bytes, when the device was asked
   int cc_major = 0, cc_minor = 0;
-  int code_arch = 0;        // the virtual architecture of the code that runs there (90: compute_90), 0: none
-  std::string open_error;   // why no context could be opened on the device; "" when one could
+  int code_arch = 0;       // the virtual architecture of the code that runs there (90: compute_90), 0: none
+  std::string open_error;  // why no context could be opened on the device; "" when one could
 
   bool runs_code() const { return open_error.empty() && code_arch > 0; }
   bool has_tf32() const { return runs_code() && code_arch >= 80; }  // mma.sync on TF32 operands, cp.async
@@ -34,9 +34,9 @@ struct DeviceInfo {
   std::string code_path() const;  // "sm_90 code: clusters, programmatic launch, TF32 tensor cores"
 };
 
-bool cuda_built();             // this binary contains the CUDA backend
-const char* cuda_built_for();  // the architectures it was compiled for: "sm_75,sm_80,sm_90,compute_90"
-int cuda_device_count();       // 0 without a CUDA build, a driver or a GPU (never throws)
+bool cuda_built();                        // this binary contains the CUDA backend
+const char* cuda_built_for();             // the architectures it was compiled for: "sm_75,sm_80,sm_90,compute_90"
+int cuda_device_count();                  // 0 without a CUDA build, a driver or a GPU (never throws)
 DeviceInfo cuda_device_info(int device);  // opens a context on the device to ask what runs there
 void cuda_set_device(int device);
 // Why an NVIDIA GPU that seems present cannot be used at all (driver too old or missing, no CUDA backend in this
@@ -48,7 +48,7 @@ std::string cuda_unusable_reason();
 // step allocates nothing.
 void* device_alloc(Backend backend, size_t bytes);  // 64-byte aligned on the CPU, cudaMalloc on the GPU
 void device_free(Backend backend, void* ptr) noexcept;
-uint64_t device_alloc_count();                       // allocations made so far, both backends
+uint64_t device_alloc_count();  // allocations made so far, both backends
 
 // Stream-ordered copies and fills on exec's stream (plain and immediate on the CPU).
 void copy_host_to_device(const Exec& exec, void* dst, const void* src, size_t bytes);
@@ -58,7 +58,7 @@ void fill_zero(const Exec& exec, void* dst, size_t bytes);
 void synchronize(const Exec& exec);
 
 // ---- streams -------------------------------------------------------------------------------------
-void* create_stream();                 // a non-blocking cudaStream_t
+void* create_stream();  // a non-blocking cudaStream_t
 void destroy_stream(void* stream) noexcept;
 
 // ---- graphs --------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ class StreamMarks {
 
  private:
   Backend backend_ = Backend::cpu;
-  std::vector<void*> events_;       // cudaEvent_t each on the GPU
+  std::vector<void*> events_;        // cudaEvent_t each on the GPU
   std::vector<double> host_stamps_;  // the CPU's: milliseconds on the steady clock when recorded
 };
 

@@ -22,7 +22,8 @@ namespace nt::kernels {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline float round_to_tf32(float v) {
+    inline float
+    round_to_tf32(float v) {
 #if defined(__CUDA_ARCH__)
   uint32_t u = __float_as_uint(v);
 #else

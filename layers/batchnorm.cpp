@@ -3,7 +3,7 @@
 namespace nt::layers {
 
 namespace {
-constexpr double kEps = 1e-5;      // PyTorch's defaults
+constexpr double kEps = 1e-5;  // PyTorch's defaults
 constexpr double kMomentum = 0.1;
 }  // namespace
 
@@ -22,13 +22,13 @@ std::string BatchNorm::describe() const {
 
 Shape BatchNorm::output_shape(const Shape& input) const {
   const bool nhwc = layout_ == kernels::Layout::nhwc;
-  const bool ok = spatial_ ? input.rank() == 3 && input[nhwc ? 2 : 0] == channels_
-                           : input.rank() == 1 && input[0] == channels_;
+  const bool ok =
+      spatial_ ? input.rank() == 3 && input[nhwc ? 2 : 0] == channels_ : input.rank() == 1 && input[0] == channels_;
   if (!ok)
-    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input ",
-                    spatial_ ? (nhwc ? cat("(H, W, ", channels_, ")") : cat("(", channels_, ", H, W)"))
-                             : cat("(", channels_, ")"),
-                    ", got ", input.str()));
+    throw Error(cat(
+        "layer ", sequential_index, " (", describe(), "): expects input ",
+        spatial_ ? (nhwc ? cat("(H, W, ", channels_, ")") : cat("(", channels_, ", H, W)")) : cat("(", channels_, ")"),
+        ", got ", input.str()));
   if (!pool_) return input;
   if (input[1] < pool_ || input[2] < pool_)
     throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input (C, H, W) with H, W >= ", pool_,

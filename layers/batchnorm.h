@@ -42,12 +42,12 @@ class BatchNorm final : public Layer {
   void take_statistics(const ChannelStatistics& given) { given_ = &given; }
 
  private:
-  friend class ConvBatchNormPool;  // runs this BatchNorm inside its fused kernels
+  friend class ConvBatchNormPool;                  // runs this BatchNorm inside its fused kernels
   kernels::BatchNormHyper hyper(bool relu) const;  // PyTorch's eps and momentum
   // save_mean, save_invstd and (pool) argmax for `info.batch` samples of `input`: the state the backward reads.
   void plan_state(ArenaPlan& plan, const PlanInfo& info, const Shape& input);
   kernels::BatchNormShape shape_for(int64_t rows, const Shape& sample) const;
-  kernels::BatchNormPool pool_for(const Shape& sample) const;  // sample: the input (C, H, W)
+  kernels::BatchNormPool pool_for(const Shape& sample) const;                    // sample: the input (C, H, W)
   void require_trainable(int64_t values_per_channel, const Shape& input) const;  // as PyTorch: more than one
   // The kernels' arguments for input x and output y, built once per call: shape, pool, hyper(relu), the
   // parameters, the state and the workspace; the caller sets what is its own (given; dy, dx and the gradients).
@@ -59,15 +59,15 @@ class BatchNorm final : public Layer {
   void backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx);
 
   int64_t channels_;
-  bool spatial_;            // BatchNorm2d
+  bool spatial_;  // BatchNorm2d
   kernels::Layout layout_;
   bool relu_, affine_;
-  int pool_;                // fused max-pool window (and stride); 0: none
+  int pool_;  // fused max-pool window (and stride); 0: none
   Param* gamma_ = nullptr;
   Param* beta_ = nullptr;
   Tensor running_mean_, running_var_, num_batches_tracked_;
   Tensor save_mean_, save_invstd_, workspace_;
-  Tensor argmax_;           // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
+  Tensor argmax_;                             // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
   const ChannelStatistics* given_ = nullptr;  // take_statistics
 };
 

@@ -25,8 +25,9 @@ const std::map<std::string, std::string>& named_models() {
       {"cnn", "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10"},
       // For CIFAR-10 (3x32x32): three conv-BN-ReLU-pool blocks halving the image and doubling the channels, then a
       // linear head; the class count comes from the data.
-      {"cnn-cifar", "conv:64:3,bn,relu,maxpool:2,conv:128:3,bn,relu,maxpool:2,conv:256:3,bn,relu,maxpool:2,flatten,"
-                    "linear:10"},
+      {"cnn-cifar",
+       "conv:64:3,bn,relu,maxpool:2,conv:128:3,bn,relu,maxpool:2,conv:256:3,bn,relu,maxpool:2,flatten,"
+       "linear:10"},
   };
   return models;
 }
@@ -119,8 +120,10 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
       const int kernel = static_cast<int>(positive_int(fields[2], items[i]));
       const int stride = static_cast<int>(field(3, 1));
       int pad = kernel / 2;  // "same" size at stride 1
-      if (fields.size() == 5 && fields[4] == "0") pad = 0;
-      else if (fields.size() == 5) pad = static_cast<int>(positive_int(fields[4], items[i]));
+      if (fields.size() == 5 && fields[4] == "0")
+        pad = 0;
+      else if (fields.size() == 5)
+        pad = static_cast<int>(positive_int(fields[4], items[i]));
       // A BatchNorm right after makes a bias redundant (its mean subtraction cancels it): none, as is usual.
       layer = std::make_unique<Conv2d>(shape[0], positive_int(fields[1], items[i]), kernel, stride, pad,
                                        /*bias=*/!next_is("bn"));

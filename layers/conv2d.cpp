@@ -6,8 +6,12 @@
 namespace nt::layers {
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int kernel, int stride, int pad, bool bias)
-    : in_(static_cast<int>(in_channels)), out_(static_cast<int>(out_channels)), kernel_(kernel), stride_(stride),
-      pad_(pad), bias_(bias) {
+    : in_(static_cast<int>(in_channels)),
+      out_(static_cast<int>(out_channels)),
+      kernel_(kernel),
+      stride_(stride),
+      pad_(pad),
+      bias_(bias) {
   if (in_channels <= 0 || out_channels <= 0 || kernel <= 0 || stride <= 0 || pad < 0)
     throw Error(cat("conv: channels, kernel and stride must be positive and padding >= 0, got ", in_channels, "->",
                     out_channels, " kernel ", kernel, " stride ", stride, " pad ", pad));
@@ -20,8 +24,8 @@ std::string Conv2d::describe() const {
 
 Shape Conv2d::output_shape(const Shape& input) const {
   if (input.rank() != 3 || input[0] != in_)
-    throw Error(cat("layer ", sequential_index, " (", describe(), "): expects input (", in_, ", H, W), got ",
-                    input.str()));
+    throw Error(
+        cat("layer ", sequential_index, " (", describe(), "): expects input (", in_, ", H, W), got ", input.str()));
   const int64_t h = input[1] + 2 * pad_ - kernel_, w = input[2] + 2 * pad_ - kernel_;
   if (h < 0 || w < 0)
     throw Error(cat("layer ", sequential_index, " (", describe(), "): input ", input.str(),
@@ -62,8 +66,8 @@ void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
-  const size_t statistics = offers_statistics_ && info.dtype == DType::f32
-                                ? kernels::conv2d_statistics_floats(info.backend, s) : 0;
+  const size_t statistics =
+      offers_statistics_ && info.dtype == DType::f32 ? kernels::conv2d_statistics_floats(info.backend, s) : 0;
   if (statistics > 0) plan.request(&statistics_.partials, Shape{static_cast<int64_t>(statistics)}, info.dtype);
 }
 
@@ -93,16 +97,15 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
 
 template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
-  backward_ended_on_gradients_ =
-      kernels::conv2d_backward(exec, kernels::Conv2dArgs<T>{.shape = shape_for(x.shape()[0], x.shape().drop_front()),
-                                                            .x = x.data<T>(),
-                                                            .w = weight_->value.data<T>(),
-                                                            .dy = dy.data<T>(),
-                                                            .dx = dx ? dx->data<T>() : nullptr,
-                                                            .dw = weight_->grad.data<T>(),
-                                                            .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
-                                                            .workspace = workspace_.defined() ? workspace_.data<T>()
-                                                                                              : nullptr});
+  backward_ended_on_gradients_ = kernels::conv2d_backward(
+      exec, kernels::Conv2dArgs<T>{.shape = shape_for(x.shape()[0], x.shape().drop_front()),
+                                   .x = x.data<T>(),
+                                   .w = weight_->value.data<T>(),
+                                   .dy = dy.data<T>(),
+                                   .dx = dx ? dx->data<T>() : nullptr,
+                                   .dw = weight_->grad.data<T>(),
+                                   .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
+                                   .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr});
 }
 
 }  // namespace nt::layers

@@ -44,7 +44,7 @@ class Conv2d final : public Layer {
   bool bias_;
   Param* weight_ = nullptr;
   Param* bias_param_ = nullptr;
-  Tensor workspace_;   // the CUDA passes' split-K partials; undefined when none is needed
+  Tensor workspace_;                          // the CUDA passes' split-K partials; undefined when none is needed
   bool backward_ended_on_gradients_ = false;  // what kernels::conv2d_backward returned last
   bool offers_statistics_ = false;
   ChannelStatistics statistics_;

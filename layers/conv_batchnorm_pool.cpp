@@ -79,7 +79,8 @@ void ConvBatchNormPool::forward(const kernels::Exec& exec, const Tensor& x, cons
 
 void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                                  const Tensor* dx) {
-  NT_CHECK(dx == nullptr, "layer ", sequential_index, " (", describe(), ") is a model's first layer: no input gradient");
+  NT_CHECK(dx == nullptr, "layer ", sequential_index, " (", describe(),
+           ") is a model's first layer: no input gradient");
   if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, y, dy);
   backward_typed<float>(exec, x, y, dy);
 }

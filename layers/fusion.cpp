@@ -17,9 +17,9 @@ void fuse_stem(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input, 
   auto* bn = dynamic_cast<BatchNorm*>(layers[1].get());
   if (!conv || !bn || !ConvBatchNormPool::fuses(*conv, *bn, input)) return;
   made.push_back({"stem", cat(label(*conv), " + ", label(*bn))});
-  auto stem = std::make_unique<ConvBatchNormPool>(std::unique_ptr<Conv2d>(static_cast<Conv2d*>(layers[0].release())),
-                                                  std::unique_ptr<BatchNorm>(static_cast<BatchNorm*>(layers[1].release())),
-                                                  input);
+  auto stem = std::make_unique<ConvBatchNormPool>(
+      std::unique_ptr<Conv2d>(static_cast<Conv2d*>(layers[0].release())),
+      std::unique_ptr<BatchNorm>(static_cast<BatchNorm*>(layers[1].release())), input);
   layers.erase(layers.begin());
   layers[0] = std::move(stem);
 }

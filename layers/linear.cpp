@@ -54,8 +54,7 @@ void Linear::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y
   forward_typed<float>(exec, x, y);
 }
 
-void Linear::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
-                      const Tensor* dx) {
+void Linear::backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor* dx) {
   if (x.dtype() == DType::f64) return backward_typed<double>(exec, x, y, dy, dx);
   backward_typed<float>(exec, x, y, dy, dx);
 }
@@ -72,8 +71,8 @@ void Linear::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   if constexpr (std::is_same_v<T, float>) d.workspace = workspace_.defined() ? workspace_.f32() : nullptr;
   kernels::gemm(exec, d);
   if (relu_ && !bias_)
-    kernels::relu_forward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(y.numel()), .x = y.data<T>(),
-                                                     .y = y.data<T>()});
+    kernels::relu_forward(
+        exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(y.numel()), .x = y.data<T>(), .y = y.data<T>()});
 }
 
 template <class T>
@@ -82,24 +81,25 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
   const int rows = static_cast<int>(x.shape()[0]);
   // dz = dy * (y > 0), in place in the gradient buffer, unless the next layer's GEMM already did it.
   if (relu_ && !dy_is_preactivation_)
-    kernels::relu_backward(exec, kernels::ReluArgs<T>{.n = static_cast<size_t>(dy.numel()), .y = y.data<T>(),
-                                                      .dy = dy.data<T>(), .dx = dy.data<T>()});
+    kernels::relu_backward(
+        exec, kernels::ReluArgs<T>{
+                  .n = static_cast<size_t>(dy.numel()), .y = y.data<T>(), .dy = dy.data<T>(), .dx = dy.data<T>()});
 
-  kernels::GemmArgs<T> dw;                                    // dW (out, in) = dzᵀ · x
+  kernels::GemmArgs<T> dw;  // dW (out, in) = dzᵀ · x
   dw.M = out_, dw.N = in_, dw.K = rows;
-  dw.A = dy.data<T>(), dw.lda = out_, dw.trans_a = true;      // dz: (rows, out) read as dzᵀ
-  dw.B = x.data<T>(), dw.ldb = in_;                           // x: (rows, in)
+  dw.A = dy.data<T>(), dw.lda = out_, dw.trans_a = true;  // dz: (rows, out) read as dzᵀ
+  dw.B = x.data<T>(), dw.ldb = in_;                       // x: (rows, in)
   dw.C = weight_->grad.data<T>(), dw.ldc = in_;
   dw.a_row_sums = bias_ ? bias_param_->grad.data<T>() : nullptr;  // db (out) = Σ_rows dz
   kernels::gemm(exec, dw);
 
   if (!dx) return;
-  kernels::GemmArgs<T> dxd;                                   // dx (rows, in) = dz · W
+  kernels::GemmArgs<T> dxd;  // dx (rows, in) = dz · W
   dxd.M = rows, dxd.N = in_, dxd.K = out_;
   dxd.A = dy.data<T>(), dxd.lda = out_;
-  dxd.B = weight_->value.data<T>(), dxd.ldb = in_;            // W: (out, in)
+  dxd.B = weight_->value.data<T>(), dxd.ldb = in_;  // W: (out, in)
   dxd.C = dx->data<T>(), dxd.ldc = in_;
-  if (mask_input_grad_) {                                     // through the previous layer's ReLU: x is its output
+  if (mask_input_grad_) {  // through the previous layer's ReLU: x is its output
     dxd.epilogue = kernels::Epilogue::relu_mask;
     dxd.mask = x.data<T>();
   }

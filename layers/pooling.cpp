@@ -32,21 +32,20 @@ kernels::Pool2dShape MaxPool2d::shape_for(const Tensor& x) const {
 
 void MaxPool2d::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode) {
   auto run = [&]<class T>(T /*element type*/) {
-    kernels::maxpool2d_forward(exec, kernels::MaxPool2dArgs<T>{.shape = shape_for(x),
-                                                               .x = x.data<T>(),
-                                                               .y = y.data<T>(),
-                                                               .argmax = argmax_.i32()});
+    kernels::maxpool2d_forward(
+        exec,
+        kernels::MaxPool2dArgs<T>{.shape = shape_for(x), .x = x.data<T>(), .y = y.data<T>(), .argmax = argmax_.i32()});
   };
   x.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }
 
-void MaxPool2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&, const Tensor& dy, const Tensor* dx) {
+void MaxPool2d::backward(const kernels::Exec& exec, const Tensor& x, const Tensor&, const Tensor& dy,
+                         const Tensor* dx) {
   if (!dx) return;
   auto run = [&]<class T>(T /*element type*/) {
-    kernels::maxpool2d_backward(exec, kernels::MaxPool2dArgs<T>{.shape = shape_for(x),
-                                                                .argmax = argmax_.i32(),
-                                                                .dy = dy.data<T>(),
-                                                                .dx = dx->data<T>()});
+    kernels::maxpool2d_backward(
+        exec, kernels::MaxPool2dArgs<T>{
+                  .shape = shape_for(x), .argmax = argmax_.i32(), .dy = dy.data<T>(), .dx = dx->data<T>()});
   };
   x.dtype() == DType::f64 ? run(0.0) : run(0.f);
 }

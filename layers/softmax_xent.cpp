@@ -42,7 +42,8 @@ bool SoftmaxCrossEntropy::fuses(const Layer& last) const {
 void SoftmaxCrossEntropy::apply_fused(const kernels::Exec& exec, Layer& last, const Tensor& x, const Tensor& logits,
                                       const Tensor& labels, const Tensor* dlogits, const Tensor* dx,
                                       const LossTotals& totals) {
-  NT_CHECK(fuses(last), "softmax cross-entropy cannot absorb layer ", last.sequential_index, " (", last.describe(), ")");
+  NT_CHECK(fuses(last), "softmax cross-entropy cannot absorb layer ", last.sequential_index, " (", last.describe(),
+           ")");
   check_shapes(logits, labels, dlogits);
   static_cast<Linear&>(last).classifier_head(exec, x, logits, labels, dlogits, dx, totals);
 }

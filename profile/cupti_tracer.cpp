@@ -245,10 +245,10 @@ const char* kind_name(CUpti_ActivityKind kind) {
 
 struct CuptiTracer::State {
   std::mutex mu;
-  const CuptiApi* api = nullptr;  // of the library last opened (never unloaded)
-  bool open = false;              // a tracer holds the state
+  const CuptiApi* api = nullptr;         // of the library last opened (never unloaded)
+  bool open = false;                     // a tracer holds the state
   const CuptiApi* registered = nullptr;  // the library our buffer callbacks are registered with
-  size_t buffer_bytes = 0;        // fixed by the first open()
+  size_t buffer_bytes = 0;               // fixed by the first open()
   std::vector<uint8_t*> free_buffers;
   std::vector<CuptiKernelRecord> pending;  // delivered, not yet collected
   int64_t dropped = 0, kernels = 0, late_buffers = 0;
@@ -269,7 +269,7 @@ uint8_t* new_buffer(size_t bytes) {
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   CuptiTracer::State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  *max_records = 0;  // as many as fit
+  *max_records = 0;              // as many as fit
   if (s.free_buffers.empty()) {  // CUPTI outran the pool: grow it (not per launch: per buffer of records)
     uint8_t* b = new_buffer(s.buffer_bytes);
     if (!b) {  // CUPTI drops records and counts them
@@ -298,7 +298,8 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* b
       }
     }
     size_t dropped = 0;
-    if (s.api->dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS) s.dropped += static_cast<int64_t>(dropped);
+    if (s.api->dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS)
+      s.dropped += static_cast<int64_t>(dropped);
   }
   if (size == s.buffer_bytes)
     s.free_buffers.push_back(buffer);

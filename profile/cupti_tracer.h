@@ -40,7 +40,7 @@ struct CuptiSearch {
   std::string toolkit_dir;  // the CUDA toolkit's library folder known at build time ("" if none)
 };
 
-CuptiSearch cupti_search();                                      // from the environment, /proc/self/exe, the build
+CuptiSearch cupti_search();                                       // from the environment, /proc/self/exe, the build
 std::vector<std::string> cupti_candidates(const CuptiSearch& s);  // what dlopen is tried with, in order
 std::string cupti_soname();                                       // "libcupti.so.13" for a CUDA 13 build
 
@@ -48,9 +48,9 @@ struct CuptiApi;  // the resolved functions (cupti_tracer.cpp)
 
 struct CuptiLibrary {
   bool loaded = false;
-  std::string path;     // the candidate that loaded
-  std::string error;    // why not: one line naming what was tried
-  uint32_t version = 0; // cuptiGetVersion
+  std::string path;      // the candidate that loaded
+  std::string error;     // why not: one line naming what was tried
+  uint32_t version = 0;  // cuptiGetVersion
   std::shared_ptr<const CuptiApi> api;
 };
 
@@ -74,11 +74,11 @@ struct CuptiLaunchTime {
 
 struct CuptiMatch {
   std::vector<CuptiLaunchTime> launches;  // [i]: the i-th launch of the batch
-  int64_t missing = 0;   // launches without a time (all of them when the counts disagree)
-  int64_t extra = 0;     // valid records beyond the launches (kernels nobody observed)
-  int64_t clipped = 0;   // launches whose start was moved to their predecessor's end
-  int64_t invalid = 0;   // records without timestamps (start 0, or end before start): ignored
-  int64_t streams = 0;   // distinct streams among the valid records
+  int64_t missing = 0;                    // launches without a time (all of them when the counts disagree)
+  int64_t extra = 0;                      // valid records beyond the launches (kernels nobody observed)
+  int64_t clipped = 0;                    // launches whose start was moved to their predecessor's end
+  int64_t invalid = 0;                    // records without timestamps (start 0, or end before start): ignored
+  int64_t streams = 0;                    // distinct streams among the valid records
 };
 
 // Matches kernel records to `count` launches that went, in this order, to one stream. A stream runs its kernels
@@ -109,7 +109,7 @@ class CuptiTracer {
   CuptiTracer(const CuptiTracer&) = delete;
   CuptiTracer& operator=(const CuptiTracer&) = delete;
 
-  uint64_t now_ns() const;          // cuptiGetTimestamp: the clock of the kernel records
+  uint64_t now_ns() const;  // cuptiGetTimestamp: the clock of the kernel records
 
   // Kernels launched while recording is off get no record (cuptiActivityDisable), and their launches none of
   // CUPTI's per-launch cost; records of kernels launched before are still delivered. On after open().
@@ -121,8 +121,8 @@ class CuptiTracer {
   // unforced flush delivers only buffers whose records are all complete.
   void collect(bool forced, std::vector<CuptiKernelRecord>& into);
 
-  int64_t dropped_records() const;      // reported by CUPTI (its buffers overflowed)
-  int64_t kernel_records() const;       // delivered since open()
+  int64_t dropped_records() const;  // reported by CUPTI (its buffers overflowed)
+  int64_t kernel_records() const;   // delivered since open()
 
   struct State;  // shared with the C callbacks (cupti_tracer.cpp)
 

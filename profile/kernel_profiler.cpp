@@ -18,9 +18,12 @@ namespace nt::profile {
 
 const char* timing_name(Timing t) {
   switch (t) {
-    case Timing::host: return "host";
-    case Timing::cuda_events: return "cuda events";
-    case Timing::cupti: return "cupti";
+    case Timing::host:
+      return "host";
+    case Timing::cuda_events:
+      return "cuda events";
+    case Timing::cupti:
+      return "cupti";
   }
   return "?";
 }
@@ -45,8 +48,8 @@ struct KernelProfiler::Gpu {
   std::vector<cudaEvent_t> starts, stops;  // the pool: pair i is open_[i] between flushes
   cudaEvent_t reference = nullptr;         // recorded before the first launch: time zero of the trace
   bool reference_recorded = false;
-  std::vector<cudaStream_t> streams;       // every stream launched on since the start
-  bool dirty = false;                      // launches queued since the last synchronization
+  std::vector<cudaStream_t> streams;  // every stream launched on since the start
+  bool dirty = false;                 // launches queued since the last synchronization
 
   // The hold: the device polls *flag_host (host-mapped) until it reaches the step's target.
   uint32_t* flag_host = nullptr;

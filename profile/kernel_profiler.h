@@ -42,9 +42,9 @@
 // Sampling (ProfilerOptions::sample_every = N > 1): only every N-th step is timed (the steps the engine opens:
 // training steps and evaluation batches; launches outside a step are not timed). What it is for: with CUPTI
 // every launch costs the host time, which an eager epoch of short kernels feels in full (docs/profiler.md), and a
-// timer that is off between samples costs nothing. With CUPTI the step before a sampled one is recorded too but not counted: its last
-// kernel's end is where the sampled step's first kernel, launched early under programmatic dependent launch,
-// starts running for itself (see match_in_stream_order). The report names the sampling; counts and totals are
+// timer that is off between samples costs nothing. With CUPTI the step before a sampled one is recorded too but not
+// counted: its last kernel's end is where the sampled step's first kernel, launched early under programmatic dependent
+// launch, starts running for itself (see match_in_stream_order). The report names the sampling; counts and totals are
 // those of the sampled steps.
 //
 // Window. start() ... stop() (with pause()/resume() in between) measure the host wall clock of the profiled
@@ -82,14 +82,14 @@ inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoic
 
 struct ProfilerOptions {
   Timing timing = Timing::host;
-  HoldFn hold;                          // events: keeps the stream behind the host within a step; empty = none
-  int pool_pairs = 16384;               // launches read back at once (events: CUDA event pairs); then a flush
+  HoldFn hold;             // events: keeps the stream behind the host within a step; empty = none
+  int pool_pairs = 16384;  // launches read back at once (events: CUDA event pairs); then a flush
   size_t max_trace_launches = 2'000'000;
-  std::string device;                   // where it runs, for the report
-  bool cupti_fallback = true;           // cupti: fall back to events if CUPTI fails (else throw nt::Error)
-  std::string cupti_library;            // cupti: this file instead of the search (cupti_tracer.h); "" = search
-  bool graphs = false;                  // cupti: time the kernels of replayed CUDA graphs (see above)
-  int sample_every = 1;                 // time one step in N (see above); 1 = every launch
+  std::string device;          // where it runs, for the report
+  bool cupti_fallback = true;  // cupti: fall back to events if CUPTI fails (else throw nt::Error)
+  std::string cupti_library;   // cupti: this file instead of the search (cupti_tracer.h); "" = search
+  bool graphs = false;         // cupti: time the kernels of replayed CUDA graphs (see above)
+  int sample_every = 1;        // time one step in N (see above); 1 = every launch
 };
 
 class KernelProfiler final : public LaunchObserver, public StepListener {
@@ -99,11 +99,11 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   KernelProfiler(const KernelProfiler&) = delete;
   KernelProfiler& operator=(const KernelProfiler&) = delete;
 
-  void start();   // opens the window; listens to this thread's steps; GPU: creates the pool, cudaProfilerStart
-  void pause();   // closes the window (GPU: waits for the work queued so far)
+  void start();  // opens the window; listens to this thread's steps; GPU: creates the pool, cudaProfilerStart
+  void pause();  // closes the window (GPU: waits for the work queued so far)
   void resume();
-  void flush();   // one synchronization; every pending launch is read and aggregated
-  void stop();    // pause + flush; stops listening; GPU: cudaProfilerStop
+  void flush();  // one synchronization; every pending launch is read and aggregated
+  void stop();   // pause + flush; stops listening; GPU: cudaProfilerStop
 
   const ProfileData& data() const { return data_; }
   int64_t flushes() const { return flushes_; }
@@ -126,12 +126,12 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   using Clock = std::chrono::steady_clock;
   struct Open {  // a launch between begin() and end()
     Launch launch;
-    int pair = -1;                // GPU: its event pair
-    Clock::time_point t0{};       // CPU: when it began
+    int pair = -1;           // GPU: its event pair
+    Clock::time_point t0{};  // CPU: when it began
     bool ended = false;
-    bool counted = true;          // false: recorded only for the clip of the next one (sampling, lead-in)
+    bool counted = true;  // false: recorded only for the clip of the next one (sampling, lead-in)
   };
-  struct Gpu;  // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
+  struct Gpu;        // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
   struct Sequence {  // the launches of a captured graph
     std::vector<Launch> launches;
     uint64_t first_id = 0, last_id = 0;  // the range of their (nonzero) scope ids
@@ -141,12 +141,12 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   double host_us(Clock::time_point t) const;
   void open_gate() noexcept;
   void synchronize();
-  void fall_back(const std::string& why);  // cupti -> cuda_events, or throws
-  bool holds() const;                      // events with a hold function
+  void fall_back(const std::string& why);         // cupti -> cuda_events, or throws
+  bool holds() const;                             // events with a hold function
   enum class Take { counted, lead_in, skipped };  // what becomes of a launch (sampling)
   Take take_for_step(int64_t step) const;
-  Take take_now() const;                   // for a launch issued now
-  void set_recording(bool on);             // cupti: records for the launches to come, or none
+  Take take_now() const;        // for a launch issued now
+  void set_recording(bool on);  // cupti: records for the launches to come, or none
   void flush_events();
   void flush_cupti();
 
@@ -155,9 +155,9 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   std::string timing_note_;
   ProfileData data_;
   std::unique_ptr<Gpu> gpu_;
-  std::vector<Open> open_;        // CPU: a stack; GPU: every launch since the last flush, in order
+  std::vector<Open> open_;  // CPU: a stack; GPU: every launch since the last flush, in order
   std::vector<Sequence> sequences_;
-  int capturing_ = -1;            // the sequence being captured, or -1
+  int capturing_ = -1;  // the sequence being captured, or -1
   bool started_ = false, running_ = false, stopped_ = false;
   Clock::time_point origin_{}, window_start_{};
   bool in_step_ = false;

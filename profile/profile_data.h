@@ -27,17 +27,17 @@ struct Launch {
   int kernel = kNoName;
   int step = kNoName, phase = kNoName, layer = kNoName;  // scope names (kNoName: outside any)
   uint64_t step_id = 0, phase_id = 0, layer_id = 0;      // scope openings (0: none), for the trace's ranges
-  double start_us = 0;                                    // from the profiler's reference point
+  double start_us = 0;                                   // from the profiler's reference point
   double dur_us = 0;
   double early_us = 0;  // CUPTI: how long the kernel was resident before its predecessor ended (clipped off dur)
-  OpCost cost;                                            // of this launch
+  OpCost cost;          // of this launch
 };
 
 struct Row {
   std::string kernel, phase, layer;  // "" where no phase or layer was open
   int64_t calls = 0;
   double total_us = 0, min_us = 0, max_us = 0;
-  double bytes = 0, flops = 0;       // summed over the calls
+  double bytes = 0, flops = 0;  // summed over the calls
 
   double avg_us() const { return calls ? total_us / static_cast<double>(calls) : 0.0; }
   // Achieved rates over all calls (total bytes over total time); 0 when the op reports no bytes or flops.
@@ -49,11 +49,11 @@ class ProfileData {
  public:
   explicit ProfileData(size_t max_launches = 2'000'000) : max_launches_(max_launches) {}
 
-  int intern(std::string_view name);           // "" (no scope open) -> kNoName
-  const std::string& name(int id) const;       // "" for kNoName
+  int intern(std::string_view name);      // "" (no scope open) -> kNoName
+  const std::string& name(int id) const;  // "" for kNoName
   void add(const Launch& launch);
 
-  std::vector<Row> rows() const;               // by total time, descending; ties by kernel, phase, layer
+  std::vector<Row> rows() const;  // by total time, descending; ties by kernel, phase, layer
   const std::vector<Launch>& launches() const { return launches_; }
   int64_t launch_count() const { return launch_count_; }
   int64_t dropped() const { return launch_count_ - static_cast<int64_t>(launches_.size()); }

@@ -56,9 +56,9 @@ struct Column {
   const char* title;
   bool right;  // numbers right-aligned, names left-aligned
 };
-const Column kColumns[] = {{"Kernel", false}, {"Phase", false},   {"Layer", false},  {"Time %", true},
-                           {"Total ms", true}, {"Calls", true},   {"Avg us", true},  {"Min us", true},
-                           {"Max us", true},  {"GB/s", true},     {"GFLOP/s", true}};
+const Column kColumns[] = {{"Kernel", false},  {"Phase", false}, {"Layer", false}, {"Time %", true},
+                           {"Total ms", true}, {"Calls", true},  {"Avg us", true}, {"Min us", true},
+                           {"Max us", true},   {"GB/s", true},   {"GFLOP/s", true}};
 constexpr size_t kColumnCount = std::size(kColumns);
 
 std::vector<std::string> table_cells(const Row& r, double kernel_us) {
@@ -92,7 +92,12 @@ enum Track { kStepTrack = 1, kPhaseTrack = 2, kLayerTrack = 3, kKernelTrack = 4 
 
 std::string complete_event(std::string_view name, const char* cat, int track, double ts, double dur,
                            Json args = nullptr) {
-  Json e{{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", 1}, {"tid", track}, {"ts", number(ts, 3)},
+  Json e{{"name", name},
+         {"cat", cat},
+         {"ph", "X"},
+         {"pid", 1},
+         {"tid", track},
+         {"ts", number(ts, 3)},
          {"dur", number(std::max(dur, 0.0), 3)}};
   if (!args.is_null()) e["args"] = std::move(args);
   return dumped(e);
@@ -101,7 +106,11 @@ std::string complete_event(std::string_view name, const char* cat, int track, do
 std::string track_name(int track, const char* name) {
   return dumped({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", track}, {"args", {{"name", name}}}}) +
          ",\n" +
-         dumped({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 1}, {"tid", track}, {"args", {{"sort_index", track}}}});
+         dumped({{"name", "thread_sort_index"},
+                 {"ph", "M"},
+                 {"pid", 1},
+                 {"tid", track},
+                 {"args", {{"sort_index", track}}}});
 }
 
 // Consecutive launches under the same opening of a scope form one range on that scope's track.
@@ -239,7 +248,9 @@ std::string to_json(const ProfileData& d) {
 // text.
 std::string to_trace_json(const ProfileData& d) {
   std::vector<std::string> events{
-      dumped({{"name", "process_name"}, {"ph", "M"}, {"pid", 1},
+      dumped({{"name", "process_name"},
+              {"ph", "M"},
+              {"pid", 1},
               {"args", {{"name", "nanotrain" + (d.device.empty() ? "" : " " + d.device)}}}}),
       track_name(kStepTrack, "steps"), track_name(kPhaseTrack, "phases"), track_name(kLayerTrack, "layers"),
       track_name(kKernelTrack, "kernels")};
@@ -250,20 +261,23 @@ std::string to_trace_json(const ProfileData& d) {
     // One device stream (or one host thread) runs the launches one after another: rounding must not let an
     // event end after the next one starts, or trace viewers mis-nest them.
     double end = l.start_us + l.dur_us;
-    if (i + 1 < launches.size() && launches[i + 1].start_us >= l.start_us) end = std::min(end, launches[i + 1].start_us);
+    if (i + 1 < launches.size() && launches[i + 1].start_us >= l.start_us)
+      end = std::min(end, launches[i + 1].start_us);
     steps.add(l.step_id, l.step, l.start_us, end, d, events);
     phases.add(l.phase_id, l.phase, l.start_us, end, d, events);
     layers.add(l.layer_id, l.layer, l.start_us, end, d, events);
-    Json args{{"phase", d.name(l.phase)}, {"layer", d.name(l.layer)}, {"bytes", count(l.cost.bytes)},
+    Json args{{"phase", d.name(l.phase)},
+              {"layer", d.name(l.layer)},
+              {"bytes", count(l.cost.bytes)},
               {"flops", count(l.cost.flops)}};
     if (l.early_us > 0) args["early_us"] = number(l.early_us, 3);
-    events.push_back(complete_event(d.name(l.kernel), "kernel", kKernelTrack, l.start_us, end - l.start_us,
-                                    std::move(args)));
+    events.push_back(
+        complete_event(d.name(l.kernel), "kernel", kKernelTrack, l.start_us, end - l.start_us, std::move(args)));
   }
   steps.finish(d, events), phases.finish(d, events), layers.finish(d, events);
 
-  const Json other{{"device", d.device}, {"timer", d.timer}, {"launches", d.launch_count()},
-                   {"launches_not_in_trace", d.dropped()}};
+  const Json other{
+      {"device", d.device}, {"timer", d.timer}, {"launches", d.launch_count()}, {"launches_not_in_trace", d.dropped()}};
   std::string out = "{\"displayTimeUnit\":\"ms\",\n\"otherData\":" + dumped(other) + ",\n\"traceEvents\":[\n";
   for (size_t i = 0; i < events.size(); ++i) out += events[i] + (i + 1 < events.size() ? ",\n" : "\n");
   return out + "]}\n";

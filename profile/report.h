@@ -29,6 +29,6 @@ std::string to_trace_json(const ProfileData& d);
 // Writes PREFIX.csv, PREFIX.json and PREFIX.trace.json; throws nt::Error naming --profile-out and the file.
 void write_files(const ProfileData& d, const std::string& prefix);
 
-std::string csv_field(std::string_view s);     // quoted when it holds a comma, quote or line break
+std::string csv_field(std::string_view s);  // quoted when it holds a comma, quote or line break
 
 }  // namespace nt::profile

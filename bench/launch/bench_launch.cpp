@@ -107,17 +107,17 @@ int main(int argc, char** argv) {
   } else {
     const auto cupti = profiled_us(exec, nt::profile::Timing::cupti, launches);
     const auto events = profiled_us(exec, nt::profile::Timing::cuda_events, launches);
-    std::printf("kernel     | true us | cupti us | events us | loop us   (%d launches each, average; loop: median "
-                "of 20 loops)\n",
-                launches);
+    std::printf(
+        "kernel     | true us | cupti us | events us | loop us   (%d launches each, average; loop: median "
+        "of 20 loops)\n",
+        launches);
     std::string csv = "kernel,true_us,cupti_us,events_us,loop_us\n";
     for (int k = 0; k < kSpinCount; ++k) {
       const double loop = nt::bench::time_loop_us(stream, launches, 20, [&] { launch_spin(exec, k); });
-      std::printf("%-10s | %7d | %8.2f | %9.2f | %7.2f\n", kSpins[k].name, kSpins[k].micros, cupti[k], events[k],
-                  loop);
+      std::printf("%-10s | %7d | %8.2f | %9.2f | %7.2f\n", kSpins[k].name, kSpins[k].micros, cupti[k], events[k], loop);
       char line[160];
-      std::snprintf(line, sizeof line, "%s,%d,%.4f,%.4f,%.4f\n", kSpins[k].name, kSpins[k].micros, cupti[k],
-                    events[k], loop);
+      std::snprintf(line, sizeof line, "%s,%d,%.4f,%.4f,%.4f\n", kSpins[k].name, kSpins[k].micros, cupti[k], events[k],
+                    loop);
       csv += line;
     }
     if (!out.empty()) {

@@ -86,9 +86,9 @@ T relu_of(double v) {
 }
 
 template <class T>
-void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x,
-                        const T* gamma, const T* beta, T* y, T* save_mean, T* save_invstd, T* running_mean,
-                        T* running_var, int64_t* num_batches_tracked) {
+void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* gamma,
+                        const T* beta, T* y, T* save_mean, T* save_invstd, T* running_mean, T* running_var,
+                        int64_t* num_batches_tracked) {
   const int64_t count = s.n * s.hw;
   if (count == 1)
     throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
@@ -113,8 +113,7 @@ void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
       save_invstd[c] = static_cast<T>(invstd);
       if (running_mean) running_mean[c] = static_cast<T>((1 - m) * double(running_mean[c]) + m * mean[j]);
       if (running_var)
-        running_var[c] =
-            static_cast<T>((1 - m) * double(running_var[c]) + m * var * double(count) / double(count - 1));
+        running_var[c] = static_cast<T>((1 - m) * double(running_var[c]) + m * var * double(count) / double(count - 1));
       scale[j] = invstd * (gamma ? double(gamma[c]) : 1.0);
       shift[j] = beta ? double(beta[c]) : 0.0;
     }
@@ -131,8 +130,8 @@ void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
 }
 
 template <class T>
-void forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x,
-                       const T* gamma, const T* beta, const T* running_mean, const T* running_var, T* y) {
+void forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* gamma,
+                       const T* beta, const T* running_mean, const T* running_var, T* y) {
   const int64_t count = s.n * s.hw;
   if (s.c == 0 || count == 0) return;
   const double elems = double(count) * double(s.c);
@@ -158,8 +157,7 @@ void forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNor
 
 template <class T>
 void backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* y,
-                   const T* dy, const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma,
-                   T* dbeta) {
+                   const T* dy, const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
   const int64_t count = s.n * s.hw;
   if (s.c == 0 || count == 0 || (!dx && !dgamma && !dbeta)) return;
   const double elems = double(count) * double(s.c);
@@ -229,8 +227,8 @@ void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
   if (full == 0) return;
   NT_CHECK(workspace != nullptr, "batchnorm_pool_backward needs its workspace");
   NT_CHECK(!h.relu || y != nullptr, "batchnorm_pool_backward with relu needs the pooled forward output y");
-  T* grad = workspace;             // (n, c, h, w): the BatchNorm's dy'
-  T* masked = workspace + full;    // (n, c, P, Q): dy through the ReLU
+  T* grad = workspace;           // (n, c, h, w): the BatchNorm's dy'
+  T* masked = workspace + full;  // (n, c, P, Q): dy through the ReLU
   for (int64_t e = 0; e < pooled; ++e) masked[e] = h.relu && !(y[e] > 0) ? T(0) : dy[e];
   cpu::maxpool2d_backward(exec,
                           MaxPool2dArgs<T>{.shape = pool_shape(s, pool), .argmax = argmax, .dy = masked, .dx = grad});

@@ -33,9 +33,7 @@ namespace {
 constexpr int kBlock = 4;    // channels computed together (register blocking)
 constexpr int kQChunk = 64;  // output columns per lane accumulator (stack arrays, no allocation)
 
-double conv_flops(const Conv2dShape& s) {
-  return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s;
-}
+double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
 
 // The output columns q in [q0, q1) whose input column q·st − pad + tap lies in [0, width): [*lo, *hi).
 void clip_columns(int q0, int q1, int stride, int pad, int tap, int width, int* lo, int* hi) {
@@ -81,14 +79,12 @@ void forward_task(const Conv2dShape& s, const T* x, const T* w, const T* bias, T
             if (st == 1) {
               for (int q = lo; q < hi; ++q) {
                 const T v = xrow[q + off];
-                acc[0][q - q0] += w0 * v, acc[1][q - q0] += w1 * v, acc[2][q - q0] += w2 * v,
-                    acc[3][q - q0] += w3 * v;
+                acc[0][q - q0] += w0 * v, acc[1][q - q0] += w1 * v, acc[2][q - q0] += w2 * v, acc[3][q - q0] += w3 * v;
               }
             } else {
               for (int q = lo; q < hi; ++q) {
                 const T v = xrow[static_cast<ptrdiff_t>(q) * st + off];
-                acc[0][q - q0] += w0 * v, acc[1][q - q0] += w1 * v, acc[2][q - q0] += w2 * v,
-                    acc[3][q - q0] += w3 * v;
+                acc[0][q - q0] += w0 * v, acc[1][q - q0] += w1 * v, acc[2][q - q0] += w2 * v, acc[3][q - q0] += w3 * v;
               }
             }
           }
@@ -107,8 +103,8 @@ template <class T>
 void forward_impl(const Exec& exec, const Conv2dShape& s, const T* x, const T* w, const T* bias, T* y) {
   const int P = s.p(), Q = s.q();
   if (s.n == 0 || s.k == 0 || P == 0 || Q == 0) return;
-  const double bytes = sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s +
-                                    double(s.n) * s.k * P * Q);
+  const double bytes =
+      sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * P * Q);
   OpScope scope(exec, "conv2d_forward", profile::OpCost{bytes, conv_flops(s)});
   const int kblocks = (s.k + kBlock - 1) / kBlock;
   parallel_for(exec.pool, int64_t(s.n) * kblocks, [&](int64_t t) {
@@ -120,8 +116,8 @@ void forward_impl(const Exec& exec, const Conv2dShape& s, const T* x, const T* w
 
 // r_l[i] += w[l] · src[i] for i < count, l < 4: four distinct dx rows (restrict lets it vectorize).
 template <class T>
-void scatter_row4(int count, const T* __restrict__ src, const T (&w)[kBlock], T* __restrict__ r0,
-                  T* __restrict__ r1, T* __restrict__ r2, T* __restrict__ r3) {
+void scatter_row4(int count, const T* __restrict__ src, const T (&w)[kBlock], T* __restrict__ r0, T* __restrict__ r1,
+                  T* __restrict__ r2, T* __restrict__ r3) {
   const T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
   for (int q = 0; q < count; ++q) {
     const T v = src[q];
@@ -132,8 +128,7 @@ void scatter_row4(int count, const T* __restrict__ src, const T (&w)[kBlock], T*
 // One task: image n, input channels c0 .. c0+kBlock-1: scatter every output row back through every tap.
 template <class T>
 void backward_data_task(const Conv2dShape& s, const T* dy, const T* w, T* dx, int n, int c0) {
-  const int P = s.p(), Q = s.q(), H = s.h, W = s.w, C = s.c, K = s.k, R = s.r, S = s.s, st = s.stride,
-            pad = s.pad;
+  const int P = s.p(), Q = s.q(), H = s.h, W = s.w, C = s.c, K = s.k, R = s.r, S = s.s, st = s.stride, pad = s.pad;
   const int cb = std::min(kBlock, C - c0);
   T* dxc[kBlock];  // dx[n,c] (H,W) planes; lanes past C alias the last one and receive no stores
   for (int l = 0; l < kBlock; ++l) dxc[l] = dx + (static_cast<size_t>(n) * C + c0 + std::min(l, cb - 1)) * H * W;
@@ -179,8 +174,8 @@ template <class T>
 void backward_data_impl(const Exec& exec, const Conv2dShape& s, const T* dy, const T* w, T* dx) {
   if (s.n == 0 || s.c == 0 || s.h == 0 || s.w == 0) return;
   const int P = s.p(), Q = s.q();
-  const double bytes = sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s +
-                                    double(s.n) * s.k * P * Q);
+  const double bytes =
+      sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * P * Q);
   OpScope scope(exec, "conv2d_backward_data", profile::OpCost{bytes, conv_flops(s)});
   const int cblocks = (s.c + kBlock - 1) / kBlock;
   parallel_for(exec.pool, int64_t(s.n) * cblocks, [&](int64_t t) {
@@ -193,8 +188,7 @@ void backward_data_impl(const Exec& exec, const Conv2dShape& s, const T* dy, con
 // One task: output channels k0 .. k0+kBlock-1 (lanes past K repeat K-1, not stored), input channel c.
 template <class T>
 void backward_weight_task(const Conv2dShape& s, const T* x, const T* dy, T* dw, int k0, int c) {
-  const int P = s.p(), Q = s.q(), H = s.h, W = s.w, C = s.c, K = s.k, R = s.r, S = s.s, st = s.stride,
-            pad = s.pad;
+  const int P = s.p(), Q = s.q(), H = s.h, W = s.w, C = s.c, K = s.k, R = s.r, S = s.s, st = s.stride, pad = s.pad;
   const int kb = std::min(kBlock, K - k0);
   for (int r = 0; r < R; ++r) {
     for (int t = 0; t < S; ++t) {
@@ -261,8 +255,8 @@ template <class T>
 void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias) {
   if (s.k == 0) return;
   const int P = s.p(), Q = s.q();
-  const double bytes = sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s +
-                                    double(s.n) * s.k * P * Q);
+  const double bytes =
+      sizeof(T) * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * P * Q);
   OpScope scope(exec, "conv2d_backward_weight", profile::OpCost{bytes, conv_flops(s)});
   const int kblocks = (s.k + kBlock - 1) / kBlock;
   if (s.c > 0 && s.r > 0 && s.s > 0) {

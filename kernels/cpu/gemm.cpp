@@ -58,13 +58,13 @@ struct Operand {
 
 struct Plan {
   const GemmDesc* d;
-  bool transposed;           // T = Cᵀ: i runs over n, j over m
-  Operand u, v;              // U (I, K) read in place, V (J, K) packed
+  bool transposed;  // T = Cᵀ: i runs over n, j over m
+  Operand u, v;     // U (I, K) read in place, V (J, K) packed
   int I, J, K;
-  int kc, k_blocks;          // K split into k_blocks blocks of kc (the last may be shorter)
-  int i_panels, j_panels;    // MR-row panels of U, NR-row panels of V
+  int kc, k_blocks;            // K split into k_blocks blocks of kc (the last may be shorter)
+  int i_panels, j_panels;      // MR-row panels of U, NR-row panels of V
   int block_panels, i_blocks;  // compute task t: U panels of block t % i_blocks, V panel t / i_blocks
-  float* vpack;              // (j_panels, K, NR)
+  float* vpack;                // (j_panels, K, NR)
 };
 
 // 64-byte aligned scratch from a buffer that grows to the largest request, then is reused (no
@@ -74,16 +74,30 @@ float* scratch(std::vector<float>& buf, size_t n) {
   return buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / sizeof(float);
 }
 
-template <int W> struct Vec;  // W floats in one vector register
-template <> struct Vec<1> { typedef float type; };
-template <> struct Vec<4> { typedef float type __attribute__((vector_size(16))); };
-template <> struct Vec<8> { typedef float type __attribute__((vector_size(32))); };
-template <> struct Vec<16> { typedef float type __attribute__((vector_size(64))); };
+template <int W>
+struct Vec;  // W floats in one vector register
+template <>
+struct Vec<1> {
+  typedef float type;
+};
+template <>
+struct Vec<4> {
+  typedef float type __attribute__((vector_size(16)));
+};
+template <>
+struct Vec<8> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct Vec<16> {
+  typedef float type __attribute__((vector_size(64)));
+};
 typedef int i8 __attribute__((vector_size(32)));
 
 // out = lanes I... of the 16 lanes of (a, b): GCC's __builtin_shuffle; clang has only __builtin_shufflevector, which
 // GCC knows from version 12 on. By reference, as load and store.
-template <int... I> NT_INLINE void shuffle(Vec<8>::type& out, const Vec<8>::type& a, const Vec<8>::type& b) {
+template <int... I>
+NT_INLINE void shuffle(Vec<8>::type& out, const Vec<8>::type& a, const Vec<8>::type& b) {
 #if defined(__clang__)
   out = __builtin_shufflevector(a, b, I...);
 #else
@@ -93,8 +107,14 @@ template <int... I> NT_INLINE void shuffle(Vec<8>::type& out, const Vec<8>::type
 
 // memcpy: no alignment or aliasing assumptions, compiled to one vector move. Vectors pass by reference:
 // by value they would change the ABI between the ISA variants (-Wpsabi).
-template <class V> NT_INLINE void load(V& v, const float* p) { std::memcpy(&v, p, sizeof(V)); }
-template <class V> NT_INLINE void store(float* p, const V& v) { std::memcpy(p, &v, sizeof(V)); }
+template <class V>
+NT_INLINE void load(V& v, const float* p) {
+  std::memcpy(&v, p, sizeof(V));
+}
+template <class V>
+NT_INLINE void store(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof(V));
+}
 
 // dst[k*ldd + p] = src[p*ld + k] for p, k < 8: an in-register 8×8 transpose (unpack, shuffle, lane swap).
 NT_INLINE void transpose8x8(const float* src, int64_t ld, float* dst, int64_t ldd) {
@@ -170,7 +190,8 @@ NT_INLINE void row_sums(const GemmDesc& d, const Operand& a) {
 // ---- micro-kernel ---------------------------------------------------------------------------------------
 
 // U read in place, by rows: U(r, k) = rows[r][k] (each row K-contiguous).
-template <int MR> struct URows {
+template <int MR>
+struct URows {
   const float* rows[MR];
   NT_INLINE float operator()(int r, int k) const { return rows[r][k]; }
 };
@@ -230,8 +251,7 @@ NT_INLINE void store_row(const GemmDesc& d, int m, int n0, int cols, const float
       break;
     case Epilogue::relu_mask: {
       const float* mask = d.mask + static_cast<int64_t>(m) * d.ldc + n0;
-      for (int j = 0; j < cols; j += W)
-        load(v, vals + j), load(x, mask + j), store(c + j, T(x > 0.f ? v : T{}));
+      for (int j = 0; j < cols; j += W) load(v, vals + j), load(x, mask + j), store(c + j, T(x > 0.f ? v : T{}));
       break;
     }
   }
@@ -243,8 +263,10 @@ NT_INLINE void store_tile(const Plan& pl, int i0, int j0, int rows, int cols, co
   const GemmDesc& d = *pl.d;
   if (!pl.transposed) {
     for (int r = 0; r < rows; ++r) {
-      if (cols == NR) store_row<W>(d, i0 + r, j0, NR, tile + r * NR);
-      else store_row(d, i0 + r, j0, cols, tile + r * NR);
+      if (cols == NR)
+        store_row<W>(d, i0 + r, j0, NR, tile + r * NR);
+      else
+        store_row(d, i0 + r, j0, cols, tile + r * NR);
     }
     return;
   }
@@ -256,8 +278,10 @@ NT_INLINE void store_tile(const Plan& pl, int i0, int j0, int rows, int cols, co
       for (int r = 0; r < MR; ++r) ct[c * MR + r] = tile[r * NR + c];
   }
   for (int c = 0; c < cols; ++c) {
-    if (rows == MR) store_row<MR % 8 == 0 ? 8 : 1>(d, j0 + c, i0, MR, ct + c * MR);
-    else store_row(d, j0 + c, i0, rows, ct + c * MR);
+    if (rows == MR)
+      store_row<MR % 8 == 0 ? 8 : 1>(d, j0 + c, i0, MR, ct + c * MR);
+    else
+      store_row(d, j0 + c, i0, rows, ct + c * MR);
   }
 }
 

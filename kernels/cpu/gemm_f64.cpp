@@ -11,9 +11,9 @@ namespace nt::kernels::cpu {
 
 template <>
 void gemm(const Exec& exec, const GemmArgs<double>& d) {
-  OpScope scope(exec, gemm_kernel_name(d.epilogue),
-                profile::OpCost{8.0 * (double(d.M) * d.K + double(d.K) * d.N + double(d.M) * d.N),
-                                2.0 * d.M * d.N * d.K});
+  OpScope scope(
+      exec, gemm_kernel_name(d.epilogue),
+      profile::OpCost{8.0 * (double(d.M) * d.K + double(d.K) * d.N + double(d.M) * d.N), 2.0 * d.M * d.N * d.K});
   auto a = [&](int m, int k) { return d.trans_a ? d.A[size_t(k) * d.lda + m] : d.A[size_t(m) * d.lda + k]; };
   auto b = [&](int k, int n) { return d.trans_b ? d.B[size_t(n) * d.ldb + k] : d.B[size_t(k) * d.ldb + n]; };
   for (int m = 0; m < d.M; ++m) {
@@ -22,10 +22,18 @@ void gemm(const Exec& exec, const GemmArgs<double>& d) {
       for (int k = 0; k < d.K; ++k) acc += a(m, k) * b(k, n);
       double& c = d.C[size_t(m) * d.ldc + n];
       switch (d.epilogue) {
-        case Epilogue::none: c = acc; break;
-        case Epilogue::bias: c = acc + d.bias[n]; break;
-        case Epilogue::bias_relu: c = std::max(acc + d.bias[n], 0.0); break;
-        case Epilogue::relu_mask: c = d.mask[size_t(m) * d.ldc + n] > 0 ? acc : 0.0; break;
+        case Epilogue::none:
+          c = acc;
+          break;
+        case Epilogue::bias:
+          c = acc + d.bias[n];
+          break;
+        case Epilogue::bias_relu:
+          c = std::max(acc + d.bias[n], 0.0);
+          break;
+        case Epilogue::relu_mask:
+          c = d.mask[size_t(m) * d.ldc + n] > 0 ? acc : 0.0;
+          break;
       }
     }
     if (d.a_row_sums) {

@@ -47,8 +47,8 @@ namespace {
 
 // p, g, v: (n) one chunk; elementwise, so chunks are independent and the result does not depend on them.
 NT_CLONE_FOR_FMA
-void sgd_momentum_range(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v, size_t n,
-                        float lr, float momentum, float wd) {
+void sgd_momentum_range(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v, size_t n, float lr,
+                        float momentum, float wd) {
   for (size_t i = 0; i < n; ++i) {
     float gi = wd != 0.f ? std::fma(wd, p[i], g[i]) : g[i];
     float vi = std::fma(momentum, v[i], gi);
@@ -67,8 +67,8 @@ void sgd_plain_range(float* __restrict__ p, const float* __restrict__ g, size_t 
 
 // The scalars of one Adam call, the same for every element.
 struct AdamConsts {
-  float w, one_minus_w;     // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
-  float c2, beta2;          // 1 - beta2, beta2
+  float w, one_minus_w;  // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
+  float c2, beta2;       // 1 - beta2, beta2
   float eps;
   float wd;                 // Adam: coupled decay added to g (0 = none)
   float decay;              // AdamW: p *= decay (1 = none)
@@ -115,7 +115,8 @@ void adam_update(const Exec& exec, const AdamArgs& a) {
     c.beta2 = static_cast<float>(h.beta2);
     c.eps = static_cast<float>(h.eps);
     c.wd = static_cast<float>(h.weight_decay);
-    c.decay = h.lr_scale ? static_cast<float>(1.0 - lr * double(c.wd)) : static_cast<float>(1.0 - h.lr * h.weight_decay);
+    c.decay =
+        h.lr_scale ? static_cast<float>(1.0 - lr * double(c.wd)) : static_cast<float>(1.0 - h.lr * h.weight_decay);
     c.coupled = h.weight_decay != 0 && !h.decoupled;
     c.decoupled = h.weight_decay != 0 && h.decoupled;
     c.small_weight = c.w < 0.5f;
@@ -142,8 +143,7 @@ void sgd_update(const Exec& exec, const SgdArgs& a) {
 
   parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {
     if (momentum)
-      sgd_momentum_range(a.params + begin, a.grads + begin, a.velocity + begin, count, lr, h.momentum,
-                         h.weight_decay);
+      sgd_momentum_range(a.params + begin, a.grads + begin, a.velocity + begin, count, lr, h.momentum, h.weight_decay);
     else
       sgd_plain_range(a.params + begin, a.grads + begin, count, lr, h.weight_decay);
   });

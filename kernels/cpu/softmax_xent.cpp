@@ -26,8 +26,8 @@ namespace nt::kernels::cpu {
 
 namespace {
 
-constexpr int kWarpWidth = 32;          // the CUDA kernel's summation shape, mirrored here
-constexpr int64_t kRowsPerTask = 256;   // parallel grain for large (evaluation) batches
+constexpr int kWarpWidth = 32;                // the CUDA kernel's summation shape, mirrored here
+constexpr int64_t kRowsPerTask = 256;         // parallel grain for large (evaluation) batches
 constexpr int64_t kSerialElements = 1 << 15;  // below this many logits one thread is faster
 
 // Argmax order: NaN above every number, then larger value, then lower index. A total order, so any

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <type_traits>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace nt::kernels {

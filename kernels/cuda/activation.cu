@@ -81,13 +81,13 @@ dim3 grid_for(int64_t items) {
 }
 
 template <class F, bool kBinary>
-void launch_elementwise(const Exec& exec, const char* name, const profile::OpCost& cost, const float* a,
-                        const float* b, float* out, size_t n) {
+void launch_elementwise(const Exec& exec, const char* name, const profile::OpCost& cost, const float* a, const float* b,
+                        float* out, size_t n) {
   const int64_t count = static_cast<int64_t>(n);
   const bool vec = aligned16(a) && aligned16(out) && (!kBinary || aligned16(b));
   if (vec)
-    launch(exec, name, cost, elementwise_vec4_kernel<F, kBinary>, grid_for(count / 4 + 1), dim3(kThreads), 0, a, b,
-           out, count);
+    launch(exec, name, cost, elementwise_vec4_kernel<F, kBinary>, grid_for(count / 4 + 1), dim3(kThreads), 0, a, b, out,
+           count);
   else
     launch(exec, name, cost, elementwise_kernel<F, kBinary>, grid_for(count), dim3(kThreads), 0, a, b, out, count);
 }

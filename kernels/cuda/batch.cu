@@ -59,9 +59,8 @@ __device__ __forceinline__ Normalize channel_norm(const ChannelValues& mean, con
 // kernel's arguments), so under programmatic dependent launch it overlaps the predecessor's tail.
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_vec4_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
-                             const int32_t* __restrict__ perm, int64_t first, int B, int D, int P,
-                             ChannelValues mean, ChannelValues std, bool overlap, float* __restrict__ x,
-                             int32_t* __restrict__ y) {
+                             const int32_t* __restrict__ perm, int64_t first, int B, int D, int P, ChannelValues mean,
+                             ChannelValues std, bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
   __shared__ float value_of[256];  // value_of[p] = norm_c(p)
   const int c = blockIdx.z;
   const Normalize norm = channel_norm(mean, std, c);

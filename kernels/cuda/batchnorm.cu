@@ -70,8 +70,8 @@ namespace {
 
 // grid (groups, P): block (grp, p) writes the partials of its tc·V channels over rows chunk p.
 template <int V>
-__global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, const float* __restrict__ x,
-                                                              float* __restrict__ ws) {
+__global__ void __launch_bounds__(kThreads)
+    nhwc_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws) {
   begin_dependent_kernel();
   __shared__ float sm_mean[kThreads * kMaxVec], sm_m2[kThreads * kMaxVec], sm_n[kThreads * kMaxVec];
   const int t = threadIdx.x, q = t % g.tc, r = t / g.tc;
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_stats_kernel(const Geometry g, 
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k].shift = first.v[k];
     }
-    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t(&row)[kUnroll], int valid) {
       Pack<V> v[kUnroll] = {};
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(cons
   const int64_t chain_c = c0 + threadIdx.x / kFinalizeLanes;  // the channel whose partials this thread chains
   const int lane = threadIdx.x % kFinalizeLanes;
   const Stat chained = chain_c < g.C ? chain_forward_partials(g, a.ws, chain_c, lane, kFinalizeLanes) : Stat{};
-  const Stat s = fold_finalize_lanes(chained, [](const Stat& v) { return warp_combine(v); }, combine);
+  const Stat s = fold_finalize_lanes(
+      chained, [](const Stat& v) { return warp_combine(v); }, combine);
   const int64_t c = c0 + threadIdx.x;  // threads < kFinalizeChannels: the channel whose combination s is
   if (threadIdx.x < kFinalizeChannels && c < g.C) {
     const FwdParams f = forward_params(a, s, c, true);
@@ -150,14 +151,14 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(cons
 // out as `parts` (g itself, or those a convolution gave) (blocks p == 0 also store save_*/running_*), else the
 // parameters come from the running statistics.
 template <int V, bool kTrain, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nchw_forward_apply_kernel(const Geometry g, const Geometry parts,
-                                                                      const ForwardArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    nchw_forward_apply_kernel(const Geometry g, const Geometry parts, const ForwardArgs a) {
   begin_dependent_kernel();
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
   const FwdParams f = channel_forward_params<kTrain>(parts, a, c, p);
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
-  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t(&j)[kUnroll], int valid) {
     Pack<V> v[kUnroll] = {};
     int64_t at[kUnroll] = {};
 #pragma unroll
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_forward_apply_kernel(const Geom
     }
   }
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
-  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t(&row)[kUnroll], int valid) {
     Pack<V> v[kUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Ge
   const float mean = b.save_mean[c];
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
   float2 acc = make_float2(0.f, 0.f);
-  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t(&j)[kUnroll], int valid) {
     Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
     float mean[V], s1[V] = {}, s2[V] = {};
 #pragma unroll
     for (int k = 0; k < V; ++k) mean[k] = b.save_mean[col * V + k];
-    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+    for_chunk<false>(begin, end, r, g.tr, [&](const int64_t(&row)[kUnroll], int valid) {
       Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -316,7 +317,7 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_apply_kernel(const Geo
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
   const BwdParams f = block_backward_params(g, b, c, p);
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
-  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+  for_chunk<true>(begin, end, threadIdx.x, kThreads, [&](const int64_t(&j)[kUnroll], int valid) {
     Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
     int64_t at[kUnroll] = {};
 #pragma unroll
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_apply_kernel(const Geo
     f[k] = {params[c], params[g.C + c], params[2 * g.C + c], params[3 * g.C + c]};
   }
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
-  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t (&row)[kUnroll], int valid) {
+  for_chunk<true>(begin, end, r, g.tr, [&](const int64_t(&row)[kUnroll], int valid) {
     Pack<V> xs[kUnroll] = {}, ds[kUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -401,8 +402,7 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<float>& args)
   NT_CHECK(args.workspace != nullptr, "batchnorm_forward_train needs batchnorm_workspace_floats() of workspace");
   const Layout layout = effective_layout(s);
   NT_CHECK(given.chunks == 0 || layout == Layout::nchw, "batchnorm_forward_train: given statistics need NCHW");
-  const bool vec =
-      (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.y);
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.y);
   const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
   const Geometry parts = given_parts(g, given);
   const ForwardArgs a = train_args(args, given.chunks > 0 ? given.data : args.workspace);
@@ -415,17 +415,17 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<float>& args)
     constexpr bool kRelu = decltype(relu)::value;
     if (layout == Layout::nchw) {
       if (given.chunks == 0)
-        launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
-               g, args.x, args.workspace);
-      launch(exec, "batchnorm_forward_nchw", apply_cost, nchw_forward_apply_kernel<V, true, kRelu>,
-             grid_of(g, layout), dim3(kThreads), 0, g, parts, a);
+        launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0, g,
+               args.x, args.workspace);
+      launch(exec, "batchnorm_forward_nchw", apply_cost, nchw_forward_apply_kernel<V, true, kRelu>, grid_of(g, layout),
+             dim3(kThreads), 0, g, parts, a);
     } else {
-      launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0,
-             g, args.x, args.workspace);
+      launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0, g,
+             args.x, args.workspace);
       launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g),
              dim3(kFinalizeThreads), 0, g, a);
-      launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>,
-             grid_of(g, layout), dim3(kThreads), 0, g, a);
+      launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>, grid_of(g, layout),
+             dim3(kThreads), 0, g, a);
     }
   });
 }
@@ -435,8 +435,7 @@ void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<float>& args) 
   const int64_t count = s.n * s.hw;
   if (s.c == 0 || count == 0) return;
   const Layout layout = effective_layout(s);
-  const bool vec =
-      (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.y);
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.y);
   const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
   const ForwardArgs a = eval_args(args);
   const double elems = double(count) * double(s.c);
@@ -461,8 +460,8 @@ void batchnorm_backward(const Exec& exec, const BatchNormArgs<float>& args) {
   NT_CHECK(args.workspace != nullptr, "batchnorm_backward needs batchnorm_workspace_floats() of workspace");
   NT_CHECK(!with_relu || args.y != nullptr, "batchnorm_backward with relu needs the forward output y");
   const Layout layout = effective_layout(s);
-  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) &&
-                   aligned16(args.dy) && aligned16(args.dx) && (!with_relu || aligned16(args.y));
+  const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.dy) &&
+                   aligned16(args.dx) && (!with_relu || aligned16(args.y));
   const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
   const BackwardArgs b = backward_args(args);
   const double elems = double(count) * double(s.c);

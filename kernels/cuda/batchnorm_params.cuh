@@ -16,7 +16,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpSize = 32;
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kUnroll = 4;                   // independent loads in flight per thread
+constexpr int kUnroll = 4;  // independent loads in flight per thread
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // The partials' layout and a pass's work split (batchnorm.cu's plan fills the rest).
@@ -223,8 +223,10 @@ __device__ __forceinline__ Params from_warp0(const Finalize& finalize) {
 // save_*/running_*); else from the running statistics.
 template <bool kTrain>
 __device__ __forceinline__ FwdParams block_forward_params(const Geometry& g, const ForwardArgs& a, int64_t c, int p) {
-  if constexpr (kTrain) return from_warp0<FwdParams>([&] { return finalize_forward(g, a, c, p == 0); });
-  else return eval_params(a, c);
+  if constexpr (kTrain)
+    return from_warp0<FwdParams>([&] { return finalize_forward(g, a, c, p == 0); });
+  else
+    return eval_params(a, c);
 }
 
 // The same for the backward (blocks p == 0 store dgamma/dbeta); g: the reduction's partial layout.
@@ -242,7 +244,6 @@ __device__ __forceinline__ float normalize(float x, const FwdParams& f) {
 __device__ __forceinline__ float dx_of(float g, float x, const BwdParams& b) {
   return b.k1 * (g - b.mdy - (x - b.center) * b.a);
 }
-
 
 }  // namespace
 

@@ -26,12 +26,11 @@ constexpr int64_t kMinElemsPerBlock = 4096;  // 16 KB: below this a block is mos
 // unfused kernels keep 16 KB: at 4 KB the NHWC plans of those shapes reach 1024 chunks, which the finalize
 // kernel then combines per channel, slower (docs/batchnorm.md, 'Fused max-pool (NCHW)').
 constexpr int64_t kMinElemsPerBlockPooled = 1024;
-constexpr int64_t kMaxChunksNchw = 128;      // partials a fused finalizing warp combines (4 per lane at most)
-constexpr int64_t kMaxChunksNhwc = 1024;     // partials the finalize kernel's warp combines (32 per lane)
+constexpr int64_t kMaxChunksNchw = 128;           // partials a fused finalizing warp combines (4 per lane at most)
+constexpr int64_t kMaxChunksNhwc = 1024;          // partials the finalize kernel's warp combines (32 per lane)
 constexpr int64_t kMaxExtent = int64_t(1) << 30;  // units per channel (NCHW) / rows (NHWC): 32-bit index math
 
 // ---- plan ----------------------------------------------------------------------------------------
-
 
 Layout effective_layout(const BatchNormShape& s) { return s.hw == 1 ? Layout::nhwc : s.layout; }
 
@@ -236,8 +235,8 @@ __device__ __forceinline__ int64_t nchw_unit(const Geometry& g, int64_t c, int64
 
 // grid (C, P): block (c, p) writes the partial (mean, M2, count) of channel c over chunk p.
 template <int V>
-__global__ void __launch_bounds__(kThreads) nchw_stats_kernel(const Geometry g, const float* __restrict__ x,
-                                                              float* __restrict__ ws) {
+__global__ void __launch_bounds__(kThreads)
+    nchw_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws) {
   begin_dependent_kernel();
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) nchw_stats_kernel(const Geometry g, 
   Shifted acc;
   int n = 0;
   if (begin + threadIdx.x < end) acc.shift = load_keep<V>(x, nchw_unit(g, c, begin + threadIdx.x)).v[0];
-  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t (&j)[kUnroll], int valid) {
+  for_chunk<false>(begin, end, threadIdx.x, kThreads, [&](const int64_t(&j)[kUnroll], int valid) {
     Pack<V> v[kUnroll] = {};
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -342,14 +341,12 @@ dim3 grid_of(const Geometry& g, Layout layout) {
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(g.chunks));
 }
 
-dim3 finalize_grid(const Geometry& g) {
-  return dim3(static_cast<unsigned>(div_up<int64_t>(g.C, kFinalizeChannels)));
-}
+dim3 finalize_grid(const Geometry& g) { return dim3(static_cast<unsigned>(div_up<int64_t>(g.C, kFinalizeChannels))); }
 
 // The backward's finalize over the partials laid out as g (writes dgamma/dbeta, and the dx parameters).
 void launch_finalize_backward(const Exec& exec, const profile::OpCost& cost, const Geometry& g, const BackwardArgs& b) {
-  launch(exec, "batchnorm_backward_finalize", cost, finalize_backward_kernel, finalize_grid(g),
-         dim3(kFinalizeThreads), 0, g, b);
+  launch(exec, "batchnorm_backward_finalize", cost, finalize_backward_kernel, finalize_grid(g), dim3(kFinalizeThreads),
+         0, g, b);
 }
 
 // ---- the kernels' arguments -----------------------------------------------------------------------

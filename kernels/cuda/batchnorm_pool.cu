@@ -68,13 +68,17 @@ __device__ __forceinline__ void pooled_at(const PoolGeometry& pg, int64_t C, int
 // x[at] and x[at + 1]; kPairs: one 8-byte load (the launcher checked that every pair it asks is aligned).
 template <bool kPairs>
 __device__ __forceinline__ float2 load_pair(const float* p) {
-  if constexpr (kPairs) return __ldcs(reinterpret_cast<const float2*>(p));
-  else return make_float2(__ldcs(p), __ldcs(p + 1));
+  if constexpr (kPairs)
+    return __ldcs(reinterpret_cast<const float2*>(p));
+  else
+    return make_float2(__ldcs(p), __ldcs(p + 1));
 }
 template <bool kPairs>
 __device__ __forceinline__ void store_pair(float* p, float2 v) {
-  if constexpr (kPairs) __stcs(reinterpret_cast<float2*>(p), v);
-  else __stcs(p, v.x), __stcs(p + 1, v.y);
+  if constexpr (kPairs)
+    __stcs(reinterpret_cast<float2*>(p), v);
+  else
+    __stcs(p, v.x), __stcs(p + 1, v.y);
 }
 
 // grid (C, P'): block (c, p) writes the maxima and argmax of channel c's pooled outputs [p·L, (p+1)·L).
@@ -83,8 +87,8 @@ __device__ __forceinline__ void store_pair(float* p, float2 v) {
 // 2 reads each window row as a pair (kPairs: 8-byte loads, w even and x 8-byte aligned).
 // The window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
 template <bool kTrain, bool kRelu, int kWindow, bool kPairs>
-__global__ void __launch_bounds__(kThreads) nchw_pool_forward_kernel(const Geometry g, const PoolGeometry pg,
-                                                                     const ForwardArgs a, int32_t* argmax) {
+__global__ void __launch_bounds__(kThreads)
+    nchw_pool_forward_kernel(const Geometry g, const PoolGeometry pg, const ForwardArgs a, int32_t* argmax) {
   begin_dependent_kernel();
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
@@ -130,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) nchw_pool_forward_kernel(const Geome
 
 // grid (C, P'): block (c, p) writes (S1, S2) of channel c over pooled outputs [p·L, (p+1)·L) (layout pg.parts).
 template <bool kRelu>
-__global__ void __launch_bounds__(kThreads) nchw_pool_backward_reduce_kernel(const PoolGeometry pg, const BackwardArgs b,
-                                                                             const int32_t* argmax) {
+__global__ void __launch_bounds__(kThreads)
+    nchw_pool_backward_reduce_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax) {
   begin_dependent_kernel();
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
@@ -196,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
   for (; j < end; j += kThreads) {
     if constexpr (kPairs) {
       auto store_row = [&](int e, float2 x) {
-        store_pair<true>(b.dx + plane + e, make_float2(dx_of(e == chosen ? d : 0.f, x.x, f),
-                                                       dx_of(e + 1 == chosen ? d : 0.f, x.y, f)));
+        store_pair<true>(b.dx + plane + e,
+                         make_float2(dx_of(e == chosen ? d : 0.f, x.x, f), dx_of(e + 1 == chosen ? d : 0.f, x.y, f)));
       };
       store_row(h0 * pg.w + w0, x_top);
       if (h0 + 1 < pg.h) store_row((h0 + 1) * pg.w + w0, x_bottom);
@@ -217,12 +221,13 @@ __global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
 // ---- launchers ---------------------------------------------------------------------------------------
 
 // The pooled outputs and the cells are chunked as the full-resolution statistics pass (plan_chunks(s,
-// kMinElemsPerBlockPooled) chunks per channel, or fewer), so every block reads about the same share of x and the backward's partials fit the
-// workspace.
+// kMinElemsPerBlockPooled) chunks per channel, or fewer), so every block reads about the same share of x and the
+// backward's partials fit the workspace.
 PoolGeometry make_pool_geometry(const BatchNormShape& s, const BatchNormPool& pool) {
   PoolGeometry pg;
   pg.h = pool.h, pg.w = pool.w, pg.window = pool.window, pg.p = pool.p(), pg.q = pool.q();
-  pg.ch = static_cast<int>(div_up<int64_t>(pool.h, pool.window)), pg.cw = static_cast<int>(div_up<int64_t>(pool.w, pool.window));
+  pg.ch = static_cast<int>(div_up<int64_t>(pool.h, pool.window)),
+  pg.cw = static_cast<int>(div_up<int64_t>(pool.w, pool.window));
   pg.extent = s.n * pg.p * pg.q;
   pg.cell_extent = s.n * pg.ch * pg.cw;
   NT_CHECK(s.n * s.hw < (int64_t(1) << 31) && s.c < (int64_t(1) << 31), "batchnorm_pool: n·h·w = ", s.n * s.hw,
@@ -252,9 +257,12 @@ void with_relu_window(bool relu, int window, bool pairs, const F& f) {
   auto go = [&](auto w, auto p) { relu ? f(std::true_type{}, w, p) : f(std::false_type{}, w, p); };
   using W2 = std::integral_constant<int, 2>;
   using W0 = std::integral_constant<int, 0>;
-  if (window == 2 && pairs) go(W2{}, std::true_type{});
-  else if (window == 2) go(W2{}, std::false_type{});
-  else go(W0{}, std::false_type{});
+  if (window == 2 && pairs)
+    go(W2{}, std::true_type{});
+  else if (window == 2)
+    go(W2{}, std::false_type{});
+  else
+    go(W0{}, std::false_type{});
 }
 
 bool aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }

@@ -64,7 +64,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 
 struct RowTotals {
-  double loss = 0;   // this warp's row losses in row order (lane 0)
+  double loss = 0;  // this warp's row losses in row order (lane 0)
   long long hits = 0;
 };
 
@@ -101,8 +101,8 @@ __device__ __forceinline__ float4 load_row4(const float* row, int k, int n, bool
 
 __device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, int ldw, float* sW) {
   const int K = h.K, K4 = ldw / 4, total = (h.C + rows) * K4;
-  const bool vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
+  const bool vec =
+      K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 && reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
   auto row_of = [&](int r) { return r < h.C ? h.weight + int64_t(r) * K : h.x + int64_t(r0 + r - h.C) * K; };
   float4* s4 = reinterpret_cast<float4*>(sW);  // s4: (C + rows, K4), sx right after sW
   for (int base = threadIdx.x; base < total; base += kThreads * kStageBatch) {
@@ -274,7 +274,8 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   if (training) {
     const float4* parts[kClusterBlocks];  // parts[q]: (C, K4) block q's partial dW
 #pragma unroll
-    for (int q = 0; q < kClusterBlocks; ++q) parts[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
+    for (int q = 0; q < kClusterBlocks; ++q)
+      parts[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
     const int K4 = ldw / 4, n4 = C * K4, share = (n4 + kClusterBlocks - 1) / kClusterBlocks;
     const bool vec_dw = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dweight) % 16 == 0;
     for (int e = rank * share + threadIdx.x; e < min(n4, (rank + 1) * share); e += kThreads) {
@@ -304,8 +305,8 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
     // One add per counter per launch, by one thread, in stream order: the same bits as a load-add-store, but
     // a fire-and-forget reduction (RED) that the exit barrier does not wait for.
     if (lane == 0)
-      atomicAdd(h.loss_sum, loss), atomicAdd(reinterpret_cast<unsigned long long*>(h.correct),
-                                              static_cast<unsigned long long>(hits));
+      atomicAdd(h.loss_sum, loss),
+          atomicAdd(reinterpret_cast<unsigned long long*>(h.correct), static_cast<unsigned long long>(hits));
   }
   cluster_exit_barrier();
 #else
@@ -318,8 +319,8 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
 void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   check_classifier_head(h);
   NT_CHECK(classifier_head_fits(h.C, h.K), "classifier head: ", h.C, " classes of ", h.K,
-           " inputs; the CUDA kernel serves 1..", kHeadMaxClasses, " classes and (C*K + C)*4 <= ",
-           kHeadMaxSharedBytes, " bytes");
+           " inputs; the CUDA kernel serves 1..", kHeadMaxClasses, " classes and (C*K + C)*4 <= ", kHeadMaxSharedBytes,
+           " bytes");
   auto kernel = h.C <= 16 ? classifier_head_kernel<16> : classifier_head_kernel<kHeadMaxClasses>;
   static const bool runs = cluster_kernels_run(classifier_head_kernel<16>);
   const bool backward = h.dweight != nullptr;
@@ -335,8 +336,7 @@ void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   double bytes = 4.0 * (B * K + C * K + C + B + B * C);
   if (backward) bytes += 4.0 * (B * C + C * K + C + (h.dx ? B * K : 0));
   const double flops = 2.0 * B * K * C * (backward ? (h.dx ? 3 : 2) : 1) + 7.0 * B * C;
-  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks),
-         dim3(kThreads), smem, h);
+  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks), dim3(kThreads), smem, h);
 }
 
 }  // namespace nt::kernels::cuda

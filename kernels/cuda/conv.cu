@@ -101,7 +101,7 @@ using ConvMma32x32 = mma_tf32::MmaConfig<32, 32, 2, 2>;  // 18.4 KB
 constexpr int64_t kTargetBlocks = 264;  // two blocks per SM of a 132-SM H100/H200; fixed, so plans are device-free
 constexpr int64_t kGroupedSplitBlocks = 396;  // one wave of three blocks per SM (the grouped tiles, 192-256 threads)
 constexpr int kMaxSplit = 256;
-constexpr int kMinSplitDepth = 64;     // >= 64 products per output per split block
+constexpr int kMinSplitDepth = 64;  // >= 64 products per output per split block
 
 // ---- the epilogue through shared memory, and BatchNorm statistics there ------------------------------------
 // A forward without a split stages its finished tile (bias added: the values stored) in shared memory, row
@@ -168,7 +168,8 @@ __device__ __forceinline__ void stage(const ConvArgs& a, float* tile, int m0, in
 
 // After every thread has staged its part of the tile: y from the staged tile, and with a.stats its statistics.
 template <class Pass, int BM, int BN, int kThreads>
-__device__ __forceinline__ void write_staged(const ConvArgs& a, const float* tile, int m0, int n0, const int4* columns) {
+__device__ __forceinline__ void write_staged(const ConvArgs& a, const float* tile, int m0, int n0,
+                                             const int4* columns) {
   __syncthreads();
   store_staged<Pass, BM, BN, kThreads>(a, tile, m0, n0, columns);
   if (a.stats) store_tile_statistics<BM, BN, kThreads>(a, tile, m0, n0);  // forward only (a.stats)
@@ -229,7 +230,7 @@ template <class Cfg, class Pass>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a) {
   begin_kernel(a.overlaps_previous);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
-  constexpr int kRowStep = kThreads / BK;                      // rows between one thread's slab elements
+  constexpr int kRowStep = kThreads / BK;                          // rows between one thread's slab elements
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;  // slab elements per thread
   static_assert(kThreads % BK == 0 && BM % kRowStep == 0 && BN % kRowStep == 0,
                 "conv loaders: each thread loads one slab column, threads/BK rows apart");
@@ -261,7 +262,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     for (int j = 0; j < Cfg::TN; ++j) acc[i][j] = 0.f;
 
   float a_next[kElemsA], b_next[kElemsB];
-  auto load_slab = [&](int slab) { load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next); };
+  auto load_slab = [&](int slab) {
+    load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next);
+  };
   auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
   auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BK * Cfg::kLdA; };
   auto store_slab = [&](int st) {
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
       return;
     }
   }
-  if (group != 0) return;                  // k-group 0 holds the sums (and the row sums: threads < BM)
+  if (group != 0) return;  // k-group 0 holds the sums (and the row sums: threads < BM)
 
   float* part = a.partial + static_cast<size_t>(split) * a.partial_stride;  // split > 1: (M, N), then M rows
   if (a.split == 1) {
@@ -359,7 +362,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   float a_next[kElemsA], b_next[kElemsB];
-  auto load_slab = [&](int slab) { load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next); };
+  auto load_slab = [&](int slab) {
+    load_slab_elements<Pass, BK, kRowStep>(a, slab, kl, rl, m0, columns, a_next, b_next);
+  };
   auto stage_a = [&](int st) { return smem + st * Cfg::kStageFloats; };
   auto stage_b = [&](int st) { return smem + st * Cfg::kStageFloats + BM * kLd; };
   auto store_slab = [&](int st) {
@@ -437,9 +442,19 @@ __global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows) conv_split_r
 // ---- launchers -----------------------------------------------------------------------------------------------
 
 enum class Tile {
-  medium, narrow, narrow_grouped, small, small_grouped, tall_grouped, wide_grouped,  // fp32 FFMA
-  mma_64x64, mma_64x32, mma_32x64, mma_32x32,                                        // TF32 MMA
-  halo_64, halo_32                                    // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
+  medium,
+  narrow,
+  narrow_grouped,
+  small,
+  small_grouped,
+  tall_grouped,
+  wide_grouped,  // fp32 FFMA
+  mma_64x64,
+  mma_64x32,
+  mma_32x64,
+  mma_32x32,  // TF32 MMA
+  halo_64,
+  halo_32  // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
 };
 
 struct Plan {
@@ -449,12 +464,21 @@ struct Plan {
 
 int slab_depth(Tile tile) {
   switch (tile) {
-    case Tile::narrow_grouped: return ConvNarrowGrouped::BK;
-    case Tile::small_grouped: return ConvSmallGrouped::BK;
-    case Tile::tall_grouped: return ConvTallGrouped::BK;
-    case Tile::wide_grouped: return ConvWideGrouped::BK;
-    case Tile::mma_64x64: case Tile::mma_64x32: case Tile::mma_32x64: case Tile::mma_32x32: return ConvMma64x64::BK;
-    default: return ConvSmall::BK;
+    case Tile::narrow_grouped:
+      return ConvNarrowGrouped::BK;
+    case Tile::small_grouped:
+      return ConvSmallGrouped::BK;
+    case Tile::tall_grouped:
+      return ConvTallGrouped::BK;
+    case Tile::wide_grouped:
+      return ConvWideGrouped::BK;
+    case Tile::mma_64x64:
+    case Tile::mma_64x32:
+    case Tile::mma_32x64:
+    case Tile::mma_32x32:
+      return ConvMma64x64::BK;
+    default:
+      return ConvSmall::BK;
   }
 }
 
@@ -465,19 +489,32 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 // The tile's rows and columns (BM, BN).
 std::pair<int, int> tile_extent(Tile tile) {
   switch (tile) {
-    case Tile::medium: return {ConvMedium::BM, ConvMedium::BN};
-    case Tile::narrow: return {ConvNarrow::BM, ConvNarrow::BN};
-    case Tile::small: return {ConvSmall::BM, ConvSmall::BN};
-    case Tile::narrow_grouped: return {ConvNarrowGrouped::BM, ConvNarrowGrouped::BN};
-    case Tile::small_grouped: return {ConvSmallGrouped::BM, ConvSmallGrouped::BN};
-    case Tile::tall_grouped: return {ConvTallGrouped::BM, ConvTallGrouped::BN};
-    case Tile::wide_grouped: return {ConvWideGrouped::BM, ConvWideGrouped::BN};
-    case Tile::mma_64x64: return {ConvMma64x64::BM, ConvMma64x64::BN};
-    case Tile::mma_64x32: return {ConvMma64x32::BM, ConvMma64x32::BN};
-    case Tile::mma_32x64: return {ConvMma32x64::BM, ConvMma32x64::BN};
-    case Tile::mma_32x32: return {ConvMma32x32::BM, ConvMma32x32::BN};
-    case Tile::halo_64: return {64, halo::kTileColumns};
-    case Tile::halo_32: return {32, halo::kTileColumns};
+    case Tile::medium:
+      return {ConvMedium::BM, ConvMedium::BN};
+    case Tile::narrow:
+      return {ConvNarrow::BM, ConvNarrow::BN};
+    case Tile::small:
+      return {ConvSmall::BM, ConvSmall::BN};
+    case Tile::narrow_grouped:
+      return {ConvNarrowGrouped::BM, ConvNarrowGrouped::BN};
+    case Tile::small_grouped:
+      return {ConvSmallGrouped::BM, ConvSmallGrouped::BN};
+    case Tile::tall_grouped:
+      return {ConvTallGrouped::BM, ConvTallGrouped::BN};
+    case Tile::wide_grouped:
+      return {ConvWideGrouped::BM, ConvWideGrouped::BN};
+    case Tile::mma_64x64:
+      return {ConvMma64x64::BM, ConvMma64x64::BN};
+    case Tile::mma_64x32:
+      return {ConvMma64x32::BM, ConvMma64x32::BN};
+    case Tile::mma_32x64:
+      return {ConvMma32x64::BM, ConvMma32x64::BN};
+    case Tile::mma_32x32:
+      return {ConvMma32x32::BM, ConvMma32x32::BN};
+    case Tile::halo_64:
+      return {64, halo::kTileColumns};
+    case Tile::halo_32:
+      return {32, halo::kTileColumns};
   }
   return {1, 1};
 }
@@ -512,10 +549,14 @@ Plan choose_fp32_plan(int M, int N, int K) {
   const bool tall = M > ConvNarrow::BM && K >= 2 * ConvTallGrouped::BK;
   const int64_t tall_tiles = tiles_for(M, N, ConvTallGrouped::BM, ConvTallGrouped::BN);
   if (tall && tall_tiles >= kTargetBlocks) return {.tile = Tile::tall_grouped, .split = 1};
-  if (const int64_t narrow = tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN); N > ConvSmall::BN && narrow >= kTargetBlocks)
-    return {.tile = K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow,
-            .split = 1};
-  Plan plan{.tile = tall ? Tile::tall_grouped : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped : Tile::small,
+  if (const int64_t narrow = tiles_for(M, N, ConvNarrow::BM, ConvNarrow::BN);
+      N > ConvSmall::BN && narrow >= kTargetBlocks)
+    return {
+        .tile = K >= 2 * ConvNarrowGrouped::BK && narrow < kGroupedSplitBlocks ? Tile::narrow_grouped : Tile::narrow,
+        .split = 1};
+  Plan plan{.tile = tall                            ? Tile::tall_grouped
+                    : K >= 2 * ConvSmallGrouped::BK ? Tile::small_grouped
+                                                    : Tile::small,
             .split = 1};
   const int64_t tiles = tall ? tall_tiles : tiles_for(M, N, ConvSmall::BM, ConvSmall::BN);
   if (tiles < kTargetBlocks)
@@ -559,8 +600,8 @@ size_t split_floats(const PassGemm& g, int extra_rows) {
 // conv2d_backward runs backward_data beside the backward_weight GEMM: their partials take separate parts.
 size_t workspace_for(const Conv2dShape& s) {
   const PassGemm bw = backward_weight_gemm(s);
-  const size_t weight = direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M)
-                                       : split_floats(bw, s.k);
+  const size_t weight =
+      direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : split_floats(bw, s.k);
   return std::max({direct_taps(s) ? 0 : split_floats(forward_gemm(s), 0),
                    (direct_taps(s) ? 0 : weight) + split_floats(backward_data_gemm(s), 0), weight});
 }
@@ -643,8 +684,8 @@ void launch_halo(const Exec& exec, const char* name, const profile::OpCost& cost
   const auto kernel = plan.bm == 64 ? halo::conv_halo_kernel<64> : halo::conv_halo_kernel<32>;
   static const bool opted_in = [] {  // dynamic shared memory above the default 48 KB
     for (auto k : {halo::conv_halo_kernel<64>, halo::conv_halo_kernel<32>})
-      NT_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(halo::kSharedBudget)));
+      NT_CUDA_CHECK(
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(halo::kSharedBudget)));
     return true;
   }();
   (void)opted_in;
@@ -678,18 +719,43 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
   NT_CHECK(plan.split == 1 || workspace != nullptr, name, ": needs a workspace (conv2d_workspace_floats)");
   const profile::OpCost cost{.bytes = bytes, .flops = flops};
   switch (plan.tile) {
-    case Tile::medium: launch_tile<ConvMedium, Pass>(exec, name, cost, a); break;
-    case Tile::narrow: launch_tile<ConvNarrow, Pass>(exec, name, cost, a); break;
-    case Tile::small: launch_tile<ConvSmall, Pass>(exec, name, cost, a); break;
-    case Tile::narrow_grouped: launch_tile<ConvNarrowGrouped, Pass>(exec, name, cost, a); break;
-    case Tile::small_grouped: launch_tile<ConvSmallGrouped, Pass>(exec, name, cost, a); break;
-    case Tile::tall_grouped: launch_tile<ConvTallGrouped, Pass>(exec, name, cost, a); break;
-    case Tile::wide_grouped: launch_tile<ConvWideGrouped, Pass>(exec, name, cost, a); break;
-    case Tile::mma_64x64: launch_mma_tile<ConvMma64x64, Pass>(exec, name, cost, a); break;
-    case Tile::mma_64x32: launch_mma_tile<ConvMma64x32, Pass>(exec, name, cost, a); break;
-    case Tile::mma_32x64: launch_mma_tile<ConvMma32x64, Pass>(exec, name, cost, a); break;
-    case Tile::mma_32x32: launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a); break;
-    case Tile::halo_64: case Tile::halo_32: NT_CHECK(false, name, ": the halo tile is no implicit GEMM"); break;
+    case Tile::medium:
+      launch_tile<ConvMedium, Pass>(exec, name, cost, a);
+      break;
+    case Tile::narrow:
+      launch_tile<ConvNarrow, Pass>(exec, name, cost, a);
+      break;
+    case Tile::small:
+      launch_tile<ConvSmall, Pass>(exec, name, cost, a);
+      break;
+    case Tile::narrow_grouped:
+      launch_tile<ConvNarrowGrouped, Pass>(exec, name, cost, a);
+      break;
+    case Tile::small_grouped:
+      launch_tile<ConvSmallGrouped, Pass>(exec, name, cost, a);
+      break;
+    case Tile::tall_grouped:
+      launch_tile<ConvTallGrouped, Pass>(exec, name, cost, a);
+      break;
+    case Tile::wide_grouped:
+      launch_tile<ConvWideGrouped, Pass>(exec, name, cost, a);
+      break;
+    case Tile::mma_64x64:
+      launch_mma_tile<ConvMma64x64, Pass>(exec, name, cost, a);
+      break;
+    case Tile::mma_64x32:
+      launch_mma_tile<ConvMma64x32, Pass>(exec, name, cost, a);
+      break;
+    case Tile::mma_32x64:
+      launch_mma_tile<ConvMma32x64, Pass>(exec, name, cost, a);
+      break;
+    case Tile::mma_32x32:
+      launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a);
+      break;
+    case Tile::halo_64:
+    case Tile::halo_32:
+      NT_CHECK(false, name, ": the halo tile is no implicit GEMM");
+      break;
   }
   return a;
 }
@@ -791,8 +857,8 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
     launch_split_reduce<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", a, dbias ? g.M : 0);
     return;
   }
-  run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a,
-                               dbias ? g.M : 0, conv_flops(s), conv_bytes(s), workspace);
+  run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, dbias ? g.M : 0,
+                               conv_flops(s), conv_bytes(s), workspace);
 }
 
 bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
@@ -812,7 +878,8 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   const int rows = dbias ? gw.M : 0;
   ConvArgs wa = make_args(exec, s, gw);
   wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
-  wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s), workspace);
+  wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
+                                       workspace);
   // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
   // other's blocks (the cnn at batch 256, whose backward_data has 1568 blocks, was slower side by side; batch 64
   // gained: docs/conv.md, 'The two backward passes side by side').
@@ -852,8 +919,8 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, out) : halo_backward_data_args(s, dy, w, out);
     const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
-    return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", profile::OpCost{.bytes = bytes, .flops = flops},
-                       halo_plan);
+    return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data",
+                       profile::OpCost{.bytes = bytes, .flops = flops}, halo_plan);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

@@ -61,16 +61,16 @@ struct StemConv {
   const float* x;        // (n, C, H, W)
   const float* filters;  // (K, C·R·S)
   int channels, in_h, in_w, r, s, stride, pad, taps;
-  int padded_h, padded_w;  // H + 2·pad, W + 2·pad: a staged plane
+  int padded_h, padded_w;           // H + 2·pad, W + 2·pad: a staged plane
   FastDivmod by_in_plane, by_in_w;  // x's H·W and W: element -> (image·C + c, h, w)
   bool tf32;
 };
 
 struct StemGeometry {
-  Geometry parts;      // C = K and chunks = image groups: the layout of the statistics' and backward sums' partials
-  int images = 0;      // n
-  int per_block = 1;   // I: images per block
-  int p = 0, q = 0;    // the conv's output plane
+  Geometry parts;     // C = K and chunks = image groups: the layout of the statistics' and backward sums' partials
+  int images = 0;     // n
+  int per_block = 1;  // I: images per block
+  int p = 0, q = 0;   // the conv's output plane
   int window = 1, pooled_p = 0, pooled_q = 0;  // MaxPool2d(window, stride window): (P/window, Q/window)
   int cell_p = 0, cell_q = 0;                  // cells per plane: ceil(P/window) x ceil(Q/window)
   FastDivmod by_plane, by_q, by_pooled, by_pooled_q, by_cells, by_cell_q;
@@ -168,7 +168,7 @@ struct StemBlock {
   float* staged;
   StemFilters<Taps> filters;
   const StemFilters<Taps>* table;  // the same filters in shared memory
-  int64_t k0;  // the first channel
+  int64_t k0;                      // the first channel
   int chunk, images;
   __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
 };
@@ -263,8 +263,10 @@ __device__ __forceinline__ float warp_transpose_sum(float (&v)[kWarpSize]) {
     const float keep = upper ? v[i + Half] : v[i], give = upper ? v[i] : v[i + Half];
     v[i] = keep + __shfl_xor_sync(kFullMask, give, Half);
   }
-  if constexpr (Half > 1) return warp_transpose_sum<Half / 2>(v);
-  else return v[0];
+  if constexpr (Half > 1)
+    return warp_transpose_sum<Half / 2>(v);
+  else
+    return v[0];
 }
 
 // Every thread of the block passes its V values; totals[i] (shared memory, i < V) gets the block's sum of value i:
@@ -378,8 +380,8 @@ __device__ __forceinline__ double conv_mean(const double* s, const float (&w)[Ta
 // cv.taps are 0) and stores them in double at moments[p·E + e]. It stages images like every stem kernel
 // (enter_stem_block); of the filter table it uses the tap offsets.
 template <int Taps>
-__global__ void __launch_bounds__(kThreads) stem_moments_kernel(const StemGeometry sg, const StemConv cv,
-                                                                double* __restrict__ moments) {
+__global__ void __launch_bounds__(kThreads)
+    stem_moments_kernel(const StemGeometry sg, const StemConv cv, double* __restrict__ moments) {
   const StemBlock<Taps> b = enter_stem_block<Taps, false>(cv, sg);  // x: the gather just before
   constexpr int E = moment_entries(Taps), kTiles = (E + kMomentTile - 1) / kMomentTile;
   __shared__ double s[kTiles * kMomentTile];
@@ -398,7 +400,8 @@ __global__ void __launch_bounds__(kThreads) stem_moments_kernel(const StemGeomet
       load_taps(cv, b.staged, b.filters, image, oh, ow, v);
 #pragma unroll
       for (int t = 0; t < Taps; ++t) v[t] = tap_in_use<Taps>(t, cv.taps) ? v[t] - shift : 0.f;
-      for_tile_entries<Taps, E0>([&](int i, int t, int u) { acc[i] = u < 0 ? acc[i] + v[t] : fmaf(v[t], v[u], acc[i]); });
+      for_tile_entries<Taps, E0>(
+          [&](int i, int t, int u) { acc[i] = u < 0 ? acc[i] + v[t] : fmaf(v[t], v[u], acc[i]); });
     }
     block_sums(acc, s + E0);
   };
@@ -420,7 +423,7 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
   total_moments<Taps>(moments, sg.parts.chunks, a.count, s);
   const int j = threadIdx.x / kWarpSize, t = threadIdx.x % kWarpSize;
   if (j < Kb && b.has(j, sg.parts.C)) {
-    const float (&w)[Taps] = b.table->weight[j];
+    const float(&w)[Taps] = b.table->weight[j];
     const double m2 = warp_sum_all(t < cv.taps ? double(w[t]) * comoment_row(s, w, t) : 0.0);
     if (t == 0) {
       const Stat st{static_cast<float>(conv_mean(s, w, moment_shift(cv), a.count)), static_cast<float>(fmax(m2, 0.0)),
@@ -436,14 +439,16 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 // grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values (training: the statistics from the
 // moments, stem_forward_params).
 template <bool kTrain, bool kRelu, int Taps>
-__global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a,
-                                                                     const StemConv cv, const double* moments,
-                                                                     int32_t* argmax) {
+__global__ void __launch_bounds__(kThreads)
+    stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
+                             int32_t* argmax) {
   const StemBlock<Taps> b = enter_stem_block<Taps, kTrain>(cv, sg);  // evaluation: x from the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
-  if constexpr (kTrain) stem_forward_params(sg, a, cv, b, moments, params);
-  else from_warps<Kb>(b.k0, sg.parts.C, params, [&](int64_t c) { return eval_params(a, c); });
+  if constexpr (kTrain)
+    stem_forward_params(sg, a, cv, b, moments, params);
+  else
+    from_warps<Kb>(b.k0, sg.parts.C, params, [&](int64_t c) { return eval_params(a, c); });
   const int win = sg.window;
   for (int j = threadIdx.x; j < b.images * sg.pooled_p * sg.pooled_q; j += kThreads) {
     int image, ij, i, jq;
@@ -480,9 +485,9 @@ __global__ void __launch_bounds__(kThreads) stem_pool_forward_kernel(const StemG
 // only its own layer's workspace and writes only that layer's gradients), since everything it reads comes from
 // kernels before that one.
 template <bool kRelu, int Taps>
-__global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(const StemGeometry sg,
-                                                                             const BackwardArgs b, const StemConv cv,
-                                                                             const int32_t* argmax, bool beside) {
+__global__ void __launch_bounds__(kThreads)
+    stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
+                                     const int32_t* argmax, bool beside) {
   const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
@@ -527,9 +532,9 @@ __global__ void __launch_bounds__(kThreads) stem_pool_backward_reduce_kernel(con
 // (finalize_backward, which stores dgamma and dbeta) and lane t writes dw[k][t] by the formula at the top of the
 // section.
 template <int Taps>
-__global__ void __launch_bounds__(kThreads) stem_weight_kernel(const StemGeometry sg, const BackwardArgs b,
-                                                               const StemConv cv, const double* __restrict__ moments,
-                                                               float* __restrict__ dw) {
+__global__ void __launch_bounds__(kThreads)
+    stem_weight_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
+                       const double* __restrict__ moments, float* __restrict__ dw) {
   begin_dependent_kernel();
   __shared__ double s[moment_entries(Taps)];
   const int chunks = sg.parts.chunks;
@@ -581,7 +586,7 @@ int64_t most_stem_chunks(Conv2dShape cs) {
 struct Stem {
   StemGeometry sg;
   StemConv cv;
-  size_t smem;  // bytes of staged images
+  size_t smem;                     // bytes of staged images
   double values, pooled, x_bytes;  // for the launches' costs
 };
 
@@ -605,8 +610,21 @@ Stem make_stem(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
   sg.by_pooled = FastDivmod(sg.pooled_p * sg.pooled_q), sg.by_pooled_q = FastDivmod(sg.pooled_q);
   sg.by_cells = FastDivmod(sg.cell_p * sg.cell_q), sg.by_cell_q = FastDivmod(sg.cell_q);
   const int padded_h = cs.h + 2 * cs.pad, padded_w = cs.w + 2 * cs.pad;
-  st.cv = {t.x, t.w, cs.c, cs.h, cs.w, cs.r, cs.s, cs.stride, cs.pad, shape.taps(), padded_h, padded_w,
-           FastDivmod(cs.h * cs.w), FastDivmod(cs.w), exec.tf32};
+  st.cv = {t.x,
+           t.w,
+           cs.c,
+           cs.h,
+           cs.w,
+           cs.r,
+           cs.s,
+           cs.stride,
+           cs.pad,
+           shape.taps(),
+           padded_h,
+           padded_w,
+           FastDivmod(cs.h * cs.w),
+           FastDivmod(cs.w),
+           exec.tf32};
   st.smem = size_t(sg.per_block) * padded_image_floats(cs) * sizeof(float);
   st.values = double(bn.n * bn.hw) * double(bn.c);
   st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();
@@ -628,8 +646,10 @@ void with_relu_taps(bool relu, int taps, const F& f) {
   using Nine = std::integral_constant<int, 9>;
   using Any = std::integral_constant<int, kConvBatchNormPoolMaxTaps>;
   auto go = [&](auto t) { relu ? f(std::true_type{}, t) : f(std::false_type{}, t); };
-  if (stem_compiled_taps(taps) == 9) go(Nine{});
-  else go(Any{});
+  if (stem_compiled_taps(taps) == 9)
+    go(Nine{});
+  else
+    go(Any{});
 }
 
 // moments: the training forward's (nullptr in evaluation).
@@ -653,7 +673,8 @@ int64_t stem_moment_floats(const Conv2dShape& cs, int64_t chunks) {
   return 2 * chunks * moment_entries(stem_compiled_taps(cs.c * cs.r * cs.s));
 }
 StemWorkspace stem_workspace(const Stem& st, const ConvBatchNormPoolShape& shape, float* ws) {
-  NT_CHECK(reinterpret_cast<uintptr_t>(ws) % alignof(double) == 0, "conv_batchnorm_pool: the workspace is not 8-byte aligned");
+  NT_CHECK(reinterpret_cast<uintptr_t>(ws) % alignof(double) == 0,
+           "conv_batchnorm_pool: the workspace is not 8-byte aligned");
   return {reinterpret_cast<double*>(ws), ws + stem_moment_floats(shape.conv, st.sg.parts.chunks)};
 }
 
@@ -751,8 +772,8 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
     launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost, stem_pool_backward_reduce_kernel<kRelu, Taps>,
            stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax, beside);
     launch(exec, "conv_batchnorm_pool_backward_weight", weight_cost, stem_weight_kernel<Taps>,
-           dim3(static_cast<unsigned>(div_up<int64_t>(bn.c, kWarps))), dim3(kThreads), 0, st.sg, b, st.cv,
-           ws.moments, t.dw);
+           dim3(static_cast<unsigned>(div_up<int64_t>(bn.c, kWarps))), dim3(kThreads), 0, st.sg, b, st.cv, ws.moments,
+           t.dw);
   });
 }
 

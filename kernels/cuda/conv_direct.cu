@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_ke
   }
 }
 
-
 }  // namespace
 
 bool direct_taps(const Conv2dShape& s) {

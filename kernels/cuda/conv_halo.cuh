@@ -57,17 +57,17 @@
 
 namespace nt::kernels::cuda::halo {
 
-constexpr int kThreads = 128;                 // 2 × 2 warps
-constexpr int kTileColumns = 112;             // BN: 7 output rows of the cnn's conv2 (Wp = 16)
-constexpr size_t kSharedBudget = 96 * 1024;   // within every sm_80+ GPU's opt-in limit (99 KB on sm_86 / sm_89)
+constexpr int kThreads = 128;                // 2 × 2 warps
+constexpr int kTileColumns = 112;            // BN: 7 output rows of the cnn's conv2 (Wp = 16)
+constexpr size_t kSharedBudget = 96 * 1024;  // within every sm_80+ GPU's opt-in limit (99 KB on sm_86 / sm_89)
 
 // The pass as the kernel sees it (by value).
 struct Args {
-  int n, cs, hs, ws;     // source: n images of cs planes hs × ws
-  int m, ho, wo;         // destination: m planes ho × wo
-  int r, s, rs;          // filter taps
-  int pad_h, pad_w;      // source padding (negative: cropping)
-  bool flipped;          // backward_data: A[m, c, r, s] = w[c, m, R−1−r, S−1−s]
+  int n, cs, hs, ws;  // source: n images of cs planes hs × ws
+  int m, ho, wo;      // destination: m planes ho × wo
+  int r, s, rs;       // filter taps
+  int pad_h, pad_w;   // source padding (negative: cropping)
+  bool flipped;       // backward_data: A[m, c, r, s] = w[c, m, R−1−r, S−1−s]
   // the plan (halo_plan)
   int wp, rows, bands, chunk, plane, a_ld;  // padded width, output rows per band (PB), bands per image, Cc, L, kLd
   FastDivmod by_wp, by_plane, by_bands, by_chunk_taps, by_block_taps, by_rs;
@@ -190,7 +190,8 @@ __global__ void __launch_bounds__(kThreads) conv_halo_kernel(Args a) {
             af[i][2] = __float_as_uint(p[a_half]), af[i][3] = __float_as_uint(p[8 * a.a_ld + a_half]);
           }
 #pragma unroll
-          for (int j = 0; j < kTilesN; ++j) bf[j][0] = __float_as_uint(bp[8 * j]), bf[j][1] = __float_as_uint(bp[8 * j + b_half]);
+          for (int j = 0; j < kTilesN; ++j)
+            bf[j][0] = __float_as_uint(bp[8 * j]), bf[j][1] = __float_as_uint(bp[8 * j + b_half]);
 #pragma unroll
           for (int i = 0; i < kTilesM; ++i)
 #pragma unroll
@@ -228,8 +229,8 @@ struct Plan {
   size_t smem_bytes = 0;
 };
 
-// a: the pass (n, cs, hs, ws, m, ho, wo, r, s, pad_h, pad_w, flipped) without the plan's fields. bm: the row block (32 or
-// 64), 0 to choose: 64 where M exceeds 32.
+// a: the pass (n, cs, hs, ws, m, ho, wo, r, s, pad_h, pad_w, flipped) without the plan's fields. bm: the row block (32
+// or 64), 0 to choose: 64 where M exceeds 32.
 inline Plan halo_plan(Args a, int bm = 0) {
   Plan plan;
   a.wp = a.ws + 2 * a.pad_w;
@@ -251,7 +252,8 @@ inline Plan halo_plan(Args a, int bm = 0) {
   a.chunk = div_up(div_up(channels, chunks), 8) * 8;
   a.a_ld = a.chunk * a.rs + 4;
   a.by_wp = FastDivmod(a.wp), a.by_plane = FastDivmod(a.plane), a.by_bands = FastDivmod(a.bands);
-  a.by_chunk_taps = FastDivmod(a.chunk * a.rs), a.by_block_taps = FastDivmod(plan.bm * a.rs), a.by_rs = FastDivmod(a.rs);
+  a.by_chunk_taps = FastDivmod(a.chunk * a.rs), a.by_block_taps = FastDivmod(plan.bm * a.rs),
+  a.by_rs = FastDivmod(a.rs);
   plan.fits = true;
   plan.args = a;
   plan.smem_bytes = bytes(a.chunk);
@@ -259,7 +261,8 @@ inline Plan halo_plan(Args a, int bm = 0) {
 }
 
 inline dim3 halo_grid(const Plan& plan) {
-  return dim3(static_cast<unsigned>(plan.args.n * plan.args.bands), static_cast<unsigned>(div_up(plan.args.m, plan.bm)));
+  return dim3(static_cast<unsigned>(plan.args.n * plan.args.bands),
+              static_cast<unsigned>(div_up(plan.args.m, plan.bm)));
 }
 
 }  // namespace nt::kernels::cuda::halo

@@ -15,7 +15,7 @@
 
 namespace nt::kernels::cuda {
 
-constexpr int kInvalid = -(1 << 30);   // an image coordinate that fails every range check, even doubled
+constexpr int kInvalid = -(1 << 30);  // an image coordinate that fails every range check, even doubled
 
 // Everything a kernel needs, by value.
 struct ConvArgs {
@@ -139,7 +139,7 @@ struct BackwardDataPass {  // M = C, N = N·H·W (input pixel), Kg = K·R·S (k,
   }
 };
 
-struct BackwardWeightPass {  // M = K, N = C·R·S (tap), Kg = N·P·Q (output pixel)
+struct BackwardWeightPass {               // M = K, N = C·R·S (tap), Kg = N·P·Q (output pixel)
   static constexpr bool kRowSums = true;  // dbias = row sums of A = dy
   static constexpr bool kStaged = false;  // dw's rows are contiguous already
   struct KInfo {

@@ -48,9 +48,8 @@ __device__ __forceinline__ unsigned char dropout_one(float x, float& y, uint64_t
 }
 
 // x, y: (n) fp32; mask: (n) bytes; counter: {value, done}. One element per thread per stride.
-__global__ void __launch_bounds__(kThreads)
-    dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutScalars a,
-                           uint64_t* counter) {
+__global__ void __launch_bounds__(kThreads) dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask,
+                                                                   int64_t n, DropoutScalars a, uint64_t* counter) {
   begin_dependent_kernel();
   const uint64_t draw = grid_counter_begin(counter);
   const uint64_t key = dropout_key(a.seed, draw);
@@ -121,8 +120,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = tid; i < n4; i += stride) {
     const float4 d = dy4[i];
     const uchar4 k = mask4[i];
-    dx4[i] = float4{masked(d.x, k.x, keep_p), masked(d.y, k.y, keep_p), masked(d.z, k.z, keep_p),
-                    masked(d.w, k.w, keep_p)};
+    dx4[i] =
+        float4{masked(d.x, k.x, keep_p), masked(d.y, k.y, keep_p), masked(d.z, k.z, keep_p), masked(d.w, k.w, keep_p)};
   }
   const int64_t tail = n4 * 4 + tid;  // the last n % 4 elements
   if (tail < n) dx[tail] = masked(dy[tail], mask[tail], keep_p);
@@ -147,11 +146,11 @@ void dropout_forward(const Exec& exec, const DropoutArgs<float>& a) {
   const int64_t count = static_cast<int64_t>(n);
   // Launched even for n == 0 (grid_for gives one block): the call must still advance the counter.
   if (aligned(a.x, 16) && aligned(a.y, 16) && aligned(a.mask, 4))
-    launch(exec, "dropout_forward", cost, dropout_forward_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0,
-           a.x, a.y, a.mask, count, scalars, a.counter);
+    launch(exec, "dropout_forward", cost, dropout_forward_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0, a.x,
+           a.y, a.mask, count, scalars, a.counter);
   else
-    launch(exec, "dropout_forward", cost, dropout_forward_kernel, grid_for(count), dim3(kThreads), 0, a.x, a.y,
-           a.mask, count, scalars, a.counter);
+    launch(exec, "dropout_forward", cost, dropout_forward_kernel, grid_for(count), dim3(kThreads), 0, a.x, a.y, a.mask,
+           count, scalars, a.counter);
 }
 
 void dropout_backward(const Exec& exec, const DropoutArgs<float>& a) {

@@ -50,9 +50,10 @@
 // each block of a cluster sums one contiguous K range and block `rank` then adds the S partial tiles
 // from the cluster's distributed shared memory in rank order 0..S-1 before the epilogue: no atomics,
 // no workspace, one launch. Split through a workspace, block z writes its raw partial to
-// workspace[z][M·N + M] (the tile, then the row sums) and the reduction sums them in a fixed tree. The split factor depends only on (M, N, K) and the device's SM count, so
-// a given problem on a given GPU always gives the same bits. a_row_sums is computed by the blocks of
-// tile column 0, k ascending from the shared-memory slabs (zero-filled past K), and written once.
+// workspace[z][M·N + M] (the tile, then the row sums) and the reduction sums them in a fixed tree. The split factor
+// depends only on (M, N, K) and the device's SM count, so a given problem on a given GPU always gives the same bits.
+// a_row_sums is computed by the blocks of tile column 0, k ascending from the shared-memory slabs (zero-filled past K),
+// and written once.
 //
 // Epilogue at the store: bias adds bias[n]; bias_relu then clamps with (v < 0 ? 0 : v) so a NaN
 // propagates as in std::max(v, 0); relu_mask selects (mask[m*ldc+n] > 0 ? v : 0). Each output element's
@@ -76,7 +77,6 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-
 // Everything a kernel needs, by value (one parameter block).
 struct KernelArgs {
   int M, N, K;
@@ -89,8 +89,8 @@ struct KernelArgs {
   const float* bias;
   const float* mask;
   float* a_row_sums;
-  int tiles_m, tiles_n;  // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
-  bool store_vec;        // C is 16-byte aligned and ldc % 4 == 0: float4 stores
+  int tiles_m, tiles_n;    // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
+  bool store_vec;          // C is 16-byte aligned and ldc % 4 == 0: float4 stores
   bool overlaps_previous;  // GemmDesc::overlaps_previous (launch.cuh: begin/end_overlapping_kernel)
   float* partial;          // split through the workspace: S partials of partial_stride = M·N + M floats
   int partial_stride;
@@ -111,13 +111,12 @@ using MediumTile = TileConfig<64, 64, 16, 8, 4, 4>;
 using SmallTile = TileConfig<32, 32, 16, 4, 4, 8>;
 using SmallGroupedTile = TileConfig<32, 32, 64, 4, 4, 2, 4>;  // the small tile ×4 k-groups: 256 threads
 
-constexpr int kMaxSplitK = 8;  // the portable thread-block cluster size
+constexpr int kMaxSplitK = 8;    // the portable thread-block cluster size
 constexpr int kMinSplitK = 128;  // below this K a split-K cluster costs more than it saves (choose_plan)
 // Template split factor of gemm_block meaning "split over gridDim.z blocks through the workspace".
 constexpr int kWorkspaceSplit = 0;
 constexpr int kMaxWorkspaceSplit = 256;
 constexpr int kMinWorkspaceSplitK = 16 * SmallGroupedTile::BK;  // twice the cluster's splits of one slab or more
-
 
 // ---- epilogue --------------------------------------------------------------------------------------
 
@@ -162,10 +161,18 @@ template <class Cfg>
 __device__ __forceinline__ void store_micro_tile(const float (&acc)[Cfg::TM][Cfg::TN], int m_base, int n_base,
                                                  const KernelArgs& p, Epilogue e) {
   switch (e) {  // uniform across the grid; one specialised store loop per epilogue
-    case Epilogue::none: store_micro_tile<Cfg, Epilogue::none>(acc, m_base, n_base, p); break;
-    case Epilogue::bias: store_micro_tile<Cfg, Epilogue::bias>(acc, m_base, n_base, p); break;
-    case Epilogue::bias_relu: store_micro_tile<Cfg, Epilogue::bias_relu>(acc, m_base, n_base, p); break;
-    case Epilogue::relu_mask: store_micro_tile<Cfg, Epilogue::relu_mask>(acc, m_base, n_base, p); break;
+    case Epilogue::none:
+      store_micro_tile<Cfg, Epilogue::none>(acc, m_base, n_base, p);
+      break;
+    case Epilogue::bias:
+      store_micro_tile<Cfg, Epilogue::bias>(acc, m_base, n_base, p);
+      break;
+    case Epilogue::bias_relu:
+      store_micro_tile<Cfg, Epilogue::bias_relu>(acc, m_base, n_base, p);
+      break;
+    case Epilogue::relu_mask:
+      store_micro_tile<Cfg, Epilogue::relu_mask>(acc, m_base, n_base, p);
+      break;
   }
 }
 
@@ -190,7 +197,7 @@ __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int r
 // Shared memory after the K loop: with cluster split-K (S > 1) the block's partial tile and its row sums,
 // then the k-groups' parked tiles; the pipeline's stages before that.
 template <class Cfg, int S>
-constexpr int kGroupParkOffset = S > 1 ? Cfg::BM * Cfg::BN + Cfg::BM : 0;
+constexpr int kGroupParkOffset = S > 1 ? Cfg::BM* Cfg::BN + Cfg::BM : 0;
 template <class Cfg, int S>
 constexpr int kBlockSmemFloats = std::max(Cfg::kPipelineFloats, kGroupParkOffset<Cfg, S> + Cfg::kGroupPartialFloats);
 
@@ -309,10 +316,18 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
     for (int q = 0; q < S; ++q) parts[q] = cluster.map_shared_rank(part, q);
     const int rank = static_cast<int>(cluster.block_rank());
     switch (epilogue) {
-      case Epilogue::none: reduce_and_store<Cfg, S, Epilogue::none>(parts, rank, m0, n0, p); break;
-      case Epilogue::bias: reduce_and_store<Cfg, S, Epilogue::bias>(parts, rank, m0, n0, p); break;
-      case Epilogue::bias_relu: reduce_and_store<Cfg, S, Epilogue::bias_relu>(parts, rank, m0, n0, p); break;
-      case Epilogue::relu_mask: reduce_and_store<Cfg, S, Epilogue::relu_mask>(parts, rank, m0, n0, p); break;
+      case Epilogue::none:
+        reduce_and_store<Cfg, S, Epilogue::none>(parts, rank, m0, n0, p);
+        break;
+      case Epilogue::bias:
+        reduce_and_store<Cfg, S, Epilogue::bias>(parts, rank, m0, n0, p);
+        break;
+      case Epilogue::bias_relu:
+        reduce_and_store<Cfg, S, Epilogue::bias_relu>(parts, rank, m0, n0, p);
+        break;
+      case Epilogue::relu_mask:
+        reduce_and_store<Cfg, S, Epilogue::relu_mask>(parts, rank, m0, n0, p);
+        break;
     }
     if (row_sums && rank == 0 && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M) {
       float v = parts[0][Cfg::BM * Cfg::BN + threadIdx.x];
@@ -442,10 +457,14 @@ KernelFn pick_split(int split_k, bool through_workspace) {
   if constexpr (std::is_same_v<Cfg, SmallTile> || std::is_same_v<Cfg, SmallGroupedTile>) {
     if (through_workspace) return gemm_workspace_split_kernel<Cfg, TransA, TransB, Vec>;
     switch (split_k) {
-      case 2: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
-      case 4: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
-      case 8: return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 8>;
-      default: break;
+      case 2:
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
+      case 4:
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
+      case 8:
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 8>;
+      default:
+        break;
     }
   }
   NT_CHECK(split_k == 1 && !through_workspace, "gemm: split-K ", split_k, " is not instantiated for this tile");
@@ -458,24 +477,36 @@ KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   const int s = plan.split_k;
   const bool ws = plan.through_workspace;
   switch (variant) {
-    case 0: return pick_split<Cfg, false, false, false>(s, ws);
-    case 1: return pick_split<Cfg, false, false, true>(s, ws);
-    case 2: return pick_split<Cfg, false, true, false>(s, ws);
-    case 3: return pick_split<Cfg, false, true, true>(s, ws);
-    case 4: return pick_split<Cfg, true, false, false>(s, ws);
-    case 5: return pick_split<Cfg, true, false, true>(s, ws);
-    case 6: return pick_split<Cfg, true, true, false>(s, ws);
-    default: return pick_split<Cfg, true, true, true>(s, ws);
+    case 0:
+      return pick_split<Cfg, false, false, false>(s, ws);
+    case 1:
+      return pick_split<Cfg, false, false, true>(s, ws);
+    case 2:
+      return pick_split<Cfg, false, true, false>(s, ws);
+    case 3:
+      return pick_split<Cfg, false, true, true>(s, ws);
+    case 4:
+      return pick_split<Cfg, true, false, false>(s, ws);
+    case 5:
+      return pick_split<Cfg, true, false, true>(s, ws);
+    case 6:
+      return pick_split<Cfg, true, true, false>(s, ws);
+    default:
+      return pick_split<Cfg, true, true, true>(s, ws);
   }
 }
 
 using ReduceFn = void (*)(KernelArgs, int, int);
 ReduceFn pick_reduce(Epilogue e) {
   switch (e) {
-    case Epilogue::bias: return gemm_split_reduce_kernel<Epilogue::bias>;
-    case Epilogue::bias_relu: return gemm_split_reduce_kernel<Epilogue::bias_relu>;
-    case Epilogue::relu_mask: return gemm_split_reduce_kernel<Epilogue::relu_mask>;
-    default: return gemm_split_reduce_kernel<Epilogue::none>;
+    case Epilogue::bias:
+      return gemm_split_reduce_kernel<Epilogue::bias>;
+    case Epilogue::bias_relu:
+      return gemm_split_reduce_kernel<Epilogue::bias_relu>;
+    case Epilogue::relu_mask:
+      return gemm_split_reduce_kernel<Epilogue::relu_mask>;
+    default:
+      return gemm_split_reduce_kernel<Epilogue::none>;
   }
 }
 
@@ -527,10 +558,18 @@ void run_plan(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   if (d.M == 0 || (d.N == 0 && !d.a_row_sums)) return;  // nothing to write
   NT_CHECK(!plan.through_workspace || d.workspace, "gemm: a workspace split without a workspace");
   switch (plan.tile) {
-    case TileKind::large: launch_gemm<LargeTile>(exec, d, plan); break;
-    case TileKind::medium: launch_gemm<MediumTile>(exec, d, plan); break;
-    case TileKind::small: launch_gemm<SmallTile>(exec, d, plan); break;
-    case TileKind::small_grouped: launch_gemm<SmallGroupedTile>(exec, d, plan); break;
+    case TileKind::large:
+      launch_gemm<LargeTile>(exec, d, plan);
+      break;
+    case TileKind::medium:
+      launch_gemm<MediumTile>(exec, d, plan);
+      break;
+    case TileKind::small:
+      launch_gemm<SmallTile>(exec, d, plan);
+      break;
+    case TileKind::small_grouped:
+      launch_gemm<SmallGroupedTile>(exec, d, plan);
+      break;
   }
 }
 
@@ -550,7 +589,8 @@ size_t gemm_workspace_floats(int M, int N, int K) {
   const int sms = multiprocessor_count();
   const bool can_split = clusters_available();
   size_t most = 0;  // the most over every M' <= M: a layer plans with its full batch and may run a smaller one
-  for (int m = 1; m <= M; ++m) most = std::max(most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N));
+  for (int m = 1; m <= M; ++m)
+    most = std::max(most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N));
   return most;
 }
 

@@ -26,15 +26,15 @@ namespace nt::kernels::cuda::gemm_tile {
 template <int BM_, int BN_, int BK_, int TM_, int TN_, int MinBlocks_, int KGroups_ = 1>
 struct TileConfig {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
-  static constexpr int kMinBlocks = MinBlocks_;               // __launch_bounds__ occupancy target
-  static constexpr int KG = KGroups_, kGroupK = BK / KG;      // k-groups, and the k-rows of a slab each one owns
-  static constexpr int kLaneRows = 4, kLaneCols = 8;          // a warp's lanes as a 4×8 grid
+  static constexpr int kMinBlocks = MinBlocks_;                   // __launch_bounds__ occupancy target
+  static constexpr int KG = KGroups_, kGroupK = BK / KG;          // k-groups, and the k-rows of a slab each one owns
+  static constexpr int kLaneRows = 4, kLaneCols = 8;              // a warp's lanes as a 4×8 grid
   static constexpr int WM = kLaneRows * TM, WN = kLaneCols * TN;  // warp tile
   static constexpr int kWarpsM = BM / WM, kWarpsN = BN / WN;
   static constexpr int kGroupThreads = 32 * kWarpsM * kWarpsN;  // one copy of the warp grid
   static constexpr int kThreads = kGroupThreads * KG;
-  static constexpr int kPad = 4;                              // floats; keeps rows 16-byte aligned
-  static constexpr int kLdA = BM + kPad, kLdB = BN + kPad;    // shared-memory row strides
+  static constexpr int kPad = 4;                            // floats; keeps rows 16-byte aligned
+  static constexpr int kLdA = BM + kPad, kLdB = BN + kPad;  // shared-memory row strides
   static constexpr int kStageFloats = BK * (kLdA + kLdB);
   static constexpr int kPipelineFloats = 2 * kStageFloats;
   static constexpr int kGroupPartialFloats = (KG - 1) * BM * BN;  // k-groups 1.. park their tiles here

@@ -59,7 +59,7 @@ __device__ __forceinline__ void grid_counter_end(uint64_t* counter, uint64_t val
     if (finished == blocks - 1) {  // the last block: every block has read value and counted itself
       __threadfence();             // acquire: the other blocks' increments (and so their loads) come first
       volatile uint64_t* words = counter;
-      words[1] = 0;                // ready for the next launch
+      words[1] = 0;  // ready for the next launch
       words[0] = value + 1;
     }
   }

@@ -4,9 +4,8 @@ namespace nt::kernels::cuda {
 
 void throw_launch_error(const char* kernel, cudaError_t err, dim3 grid, dim3 block, size_t smem, bool after_sync) {
   throw InternalError(cat("CUDA kernel ", kernel, after_sync ? " failed while running: " : " failed to launch: ",
-                          cudaGetErrorName(err), " (", cudaGetErrorString(err), "), grid (", grid.x, ",", grid.y,
-                          ",", grid.z, "), block (", block.x, ",", block.y, ",", block.z, "), ", smem,
-                          " B shared memory"));
+                          cudaGetErrorName(err), " (", cudaGetErrorString(err), "), grid (", grid.x, ",", grid.y, ",",
+                          grid.z, "), block (", block.x, ",", block.y, ",", block.z, "), ", smem, " B shared memory"));
 }
 
 int running_code_arch();  // kernels/cuda/probe.cu
@@ -44,8 +43,9 @@ bool programmatic_launch_supported() {
 }
 
 void require_tf32_code(const char* kernel) {
-  NT_CHECK(current_code_arch() >= 80, kernel, ": the TF32 tensor-core kernels need sm_80 code, and this device runs compute_",
-           current_code_arch(), " code");
+  NT_CHECK(current_code_arch() >= 80, kernel,
+           ": the TF32 tensor-core kernels need sm_80 code, and this device runs compute_", current_code_arch(),
+           " code");
 }
 
 int multiprocessor_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }

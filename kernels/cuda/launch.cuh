@@ -67,8 +67,10 @@ __device__ __forceinline__ void end_overlapping_kernel() {
 // The first and last statements of a kernel that is either, as its launch says (overlaps_previous): every thread
 // calls both.
 __device__ __forceinline__ void begin_kernel(bool overlaps_previous) {
-  if (overlaps_previous) begin_overlapping_kernel();
-  else begin_dependent_kernel();
+  if (overlaps_previous)
+    begin_overlapping_kernel();
+  else
+    begin_dependent_kernel();
 }
 __device__ __forceinline__ void end_kernel(bool overlaps_previous) {
   if (overlaps_previous) end_overlapping_kernel();
@@ -78,8 +80,8 @@ bool programmatic_launch_supported();  // the current device is sm_90 or newer, 
 // The TF32 tensor-core kernels' guard: the current device runs sm_80 code or newer. Context refuses --tf32
 // elsewhere (engine/context.cpp), so failing here is a caller's bug, or the kernel lab forcing a TF32 tile.
 void require_tf32_code(const char* kernel);
-size_t max_shared_bytes_per_block();   // the current device's limit for a kernel that opts in (dynamic smem)
-int multiprocessor_count();            // the current device's SMs
+size_t max_shared_bytes_per_block();  // the current device's limit for a kernel that opts in (dynamic smem)
+int multiprocessor_count();           // the current device's SMs
 
 // Thread-block clusters exist from sm_90 on. Device passes for older GPUs compile cluster kernels as stubs
 // (NT_CLUSTERS is 0 there: guard their bodies with it) and launchers ask cluster_kernels_run first.
@@ -111,8 +113,8 @@ bool cluster_kernels_run(void (*kernel)(Params...)) {
 }
 
 template <class... KernelParams, class... Args>
-void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...),
-            dim3 grid, dim3 block, size_t smem, Args&&... args) {
+void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...), dim3 grid,
+            dim3 block, size_t smem, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // empty problem: nothing to launch
   profile::NvtxRange range(name);
   cudaStream_t stream = stream_of(exec);
@@ -120,7 +122,8 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{grid, block, smem, stream, &attribute, exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u};
+  cudaLaunchConfig_t config{grid,   block,      smem,
+                            stream, &attribute, exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u};
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);

@@ -56,7 +56,7 @@ __device__ __forceinline__ void mma_16x8x8(float (&d)[4], const uint32_t (&a)[4]
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
-  __trap();  // unreachable: the host enables TF32 only on sm_80+ (engine/context.cpp)
+  __trap();                                  // unreachable: the host enables TF32 only on sm_80+ (engine/context.cpp)
 #endif
 }
 
@@ -72,7 +72,8 @@ __device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kT
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i) {
       const float* p = As + (wm + 16 * i + g) * kLd + kk + t;
-      a[i][0] = to_tf32(p[0]), a[i][1] = to_tf32(p[8 * kLd]), a[i][2] = to_tf32(p[4]), a[i][3] = to_tf32(p[8 * kLd + 4]);
+      a[i][0] = to_tf32(p[0]), a[i][1] = to_tf32(p[8 * kLd]), a[i][2] = to_tf32(p[4]),
+      a[i][3] = to_tf32(p[8 * kLd + 4]);
     }
 #pragma unroll
     for (int j = 0; j < Cfg::kTilesN; ++j) {

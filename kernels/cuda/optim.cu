@@ -126,8 +126,8 @@ void launch_sgd(const Exec& exec, const profile::OpCost& cost, float* params, co
                 int64_t n, const Hyper& h) {
   const bool vec = aligned16(params) && aligned16(grads) && (!kMomentum || aligned16(velocity));
   if (vec)
-    launch(exec, "sgd_update", cost, sgd_update_vec4_kernel<kMomentum>, grid_for(n / 4 + 1), dim3(kThreads), 0,
-           params, grads, velocity, n, h);
+    launch(exec, "sgd_update", cost, sgd_update_vec4_kernel<kMomentum>, grid_for(n / 4 + 1), dim3(kThreads), 0, params,
+           grads, velocity, n, h);
   else
     launch(exec, "sgd_update", cost, sgd_update_kernel<kMomentum>, grid_for(n), dim3(kThreads), 0, params, grads,
            velocity, n, h);

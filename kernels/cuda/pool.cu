@@ -29,20 +29,20 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 2048;  // enough to fill an H100/H200 (132 SMs x 2048 threads); the rest strides
 
 struct Dims {
-  int H, W, P, Q, K, S;                 // input plane, output plane, window, stride
+  int H, W, P, Q, K, S;  // input plane, output plane, window, stride
   FastDivmod by_W, by_H, by_Q, by_P, by_S;
 };
 
 // x: (N, C, H, W); y, argmax: (N, C, P, Q); outputs = N·C·P·Q. One output element per thread per stride.
-__global__ void __launch_bounds__(kThreads) maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
-                                                                     int32_t* __restrict__ argmax, int outputs,
-                                                                     Dims d) {
+__global__ void __launch_bounds__(kThreads)
+    maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int32_t* __restrict__ argmax,
+                             int outputs, Dims d) {
   begin_dependent_kernel();
   const int stride = gridDim.x * blockDim.x;
   for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += stride) {
     int row, j, plane, i;
-    d.by_Q.divmod(o, row, j);                        // row = plane * P + i
-    d.by_P.divmod(row, plane, i);                    // plane = n * C + c
+    d.by_Q.divmod(o, row, j);                                      // row = plane * P + i
+    d.by_P.divmod(row, plane, i);                                  // plane = n * C + c
     const float* xp = x + static_cast<size_t>(plane) * d.H * d.W;  // (H, W)
     const int h0 = i * d.S, w0 = j * d.S;
     float best = -INFINITY;
@@ -63,17 +63,17 @@ __global__ void __launch_bounds__(kThreads) maxpool2d_forward_kernel(const float
 
 // dy, argmax: (N, C, P, Q); dx: (N, C, H, W); inputs = N·C·H·W. One input element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
-    maxpool2d_backward_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax,
-                              float* __restrict__ dx, int inputs, Dims d) {
+    maxpool2d_backward_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax, float* __restrict__ dx,
+                              int inputs, Dims d) {
   begin_dependent_kernel();
   const int stride = gridDim.x * blockDim.x;
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < inputs; e += stride) {
     int row, w, plane, h;
-    d.by_W.divmod(e, row, w);                        // row = plane * H + h
-    d.by_H.divmod(row, plane, h);                    // plane = n * C + c
+    d.by_W.divmod(e, row, w);      // row = plane * H + h
+    d.by_H.divmod(row, plane, h);  // plane = n * C + c
     const size_t plane_off = static_cast<size_t>(plane) * d.P * d.Q;
-    const float* dyp = dy + plane_off;               // (P, Q)
-    const int32_t* ap = argmax + plane_off;          // (P, Q)
+    const float* dyp = dy + plane_off;       // (P, Q)
+    const int32_t* ap = argmax + plane_off;  // (P, Q)
     // The windows containing (h, w): rows i in [i_lo, i_hi], columns j in [j_lo, j_hi] (maybe empty).
     const int i_lo = h < d.K ? 0 : d.by_S.div(h - d.K) + 1, i_hi = min(d.by_S.div(h), d.P - 1);
     const int j_lo = w < d.K ? 0 : d.by_S.div(w - d.K) + 1, j_hi = min(d.by_S.div(w), d.Q - 1);
@@ -93,8 +93,17 @@ dim3 grid_for(int64_t items) {
 Dims dims_of(const Pool2dShape& s) {
   constexpr int64_t kMax = (int64_t(1) << 31) - kMaxBlocks * kThreads;  // the grid stride must not overflow
   NT_CHECK(int64_t(s.n) * s.c * s.h * s.w < kMax, "maxpool2d: tensors of 2^31 elements or more are not supported");
-  return {s.h, s.w, s.p(), s.q(), s.window, s.stride,
-          FastDivmod(s.w), FastDivmod(s.h), FastDivmod(s.q()), FastDivmod(s.p()), FastDivmod(s.stride)};
+  return {s.h,
+          s.w,
+          s.p(),
+          s.q(),
+          s.window,
+          s.stride,
+          FastDivmod(s.w),
+          FastDivmod(s.h),
+          FastDivmod(s.q()),
+          FastDivmod(s.p()),
+          FastDivmod(s.stride)};
 }
 
 }  // namespace

@@ -49,11 +49,11 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / kWarpSize;
   const float Bf = static_cast<float>(B);
 
-  double loss_acc = 0;    // this warp's rows, in row order (meaningful in lane 0)
+  double loss_acc = 0;  // this warp's rows, in row order (meaningful in lane 0)
   long long hits = 0;
   for (int b = warp; b < B; b += kWarps) {
     const float* x = logits + static_cast<int64_t>(b) * C;  // x: (C) this row
-    const int32_t label = labels[b];                         // issued early: its latency hides under the max
+    const int32_t label = labels[b];                        // issued early: its latency hides under the max
 
     float m = -INFINITY;
     int k = INT_MAX;

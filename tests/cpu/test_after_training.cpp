@@ -25,7 +25,8 @@ const std::string& trained_model() {
   static const test::TempDir dir;
   static const std::string path = [] {
     const std::string p = dir.file("mlp.safetensors");
-    const auto r = test::run_command(cli(cat("train --data ", test::mnist_dir(), " --train-limit 1280 --epochs 1 --save ", p)));
+    const auto r =
+        test::run_command(cli(cat("train --data ", test::mnist_dir(), " --train-limit 1280 --epochs 1 --save ", p)));
     INFO(r.out);
     REQUIRE(r.exit_code == 0);
     return p;
@@ -35,7 +36,8 @@ const std::string& trained_model() {
 
 nlohmann::json eval_json(const std::string& checkpoint, const test::TempDir& dir) {
   const std::string json = dir.file("eval.json");
-  const auto r = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", checkpoint, " --json ", json)));
+  const auto r =
+      test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", checkpoint, " --json ", json)));
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
   return nlohmann::json::parse(test::read_file(json));
@@ -68,13 +70,15 @@ TEST_CASE("a checkpoint carries its model card: eval needs no --model, an older 
   const std::string old_file = dir.file("old.safetensors");
   std::vector<NamedTensor> tensors;
   for (const auto& t : file.tensors())
-    tensors.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(file.bytes(t), file.bytes(t) + (t.end - t.begin))});
+    tensors.push_back(
+        {t.name, t.dtype, t.shape, std::vector<uint8_t>(file.bytes(t), file.bytes(t) + (t.end - t.begin))});
   write_safetensors(old_file, tensors, {});
   const auto refused = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", old_file)));
   INFO(refused.out);
   CHECK(refused.exit_code == 2);
   CHECK(refused.out.find("--load: '" + old_file + "' has no model card") != std::string::npos);
-  const auto with_model = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", old_file, " --model mlp")));
+  const auto with_model =
+      test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", old_file, " --model mlp")));
   const auto with_card = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", trained_model())));
   INFO(with_model.out << with_card.out);
   CHECK(with_model.exit_code == 0);
@@ -102,10 +106,12 @@ TEST_CASE("eval --confusion: the matrix holds every test example, its diagonal i
   const auto& per_class = json.at("classes");
   int64_t column3 = 0;
   for (size_t label = 0; label < 10; ++label) column3 += matrix[label][3].get<int64_t>();
-  CHECK(per_class[3].at("precision").get<double>() == test::Approx(double(matrix[3][3].get<int64_t>()) / double(column3)));
+  CHECK(per_class[3].at("precision").get<double>() ==
+        test::Approx(double(matrix[3][3].get<int64_t>()) / double(column3)));
   CHECK(per_class[3].at("examples").get<int64_t>() == 1010);  // MNIST's test set has 1010 threes
 
-  const auto table = test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", trained_model(), " --confusion")));
+  const auto table =
+      test::run_command(cli(cat("eval --data ", test::mnist_dir(), " --load ", trained_model(), " --confusion")));
   INFO(table.out);
   CHECK(table.exit_code == 0);
   CHECK(table.out.find("rows: label, columns: prediction (10 classes)") != std::string::npos);
@@ -128,7 +134,8 @@ TEST_CASE("eval --confusion: the matrix holds every test example, its diagonal i
     INFO(name);
     const int64_t index = std::stoll(name.substr(0, 5));
     const int label = split.test.labels[static_cast<size_t>(index)];
-    CHECK(name == cat(name.substr(0, 5), "-label-", label, "-pred-", predictions[static_cast<size_t>(index)].get<int>(), ".png"));
+    CHECK(name == cat(name.substr(0, 5), "-label-", label, "-pred-", predictions[static_cast<size_t>(index)].get<int>(),
+                      ".png"));
     CHECK(label != predictions[static_cast<size_t>(index)].get<int>());
     const data::Image image = data::read_image((fs::path(wrong) / name).string());
     REQUIRE((image.channels == 1 && image.rows == 28 && image.cols == 28));
@@ -146,8 +153,9 @@ TEST_CASE("predict on MNIST test images gives eval's predictions, from PNG files
   constexpr int kImages = 40;
   for (int i = 0; i < kImages; ++i) {
     const std::string path = dir.file(cat("test-", i, ".png"));
-    data::write_png(path, {1, 28, 28, std::vector<uint8_t>(split.test.images.begin() + i * 784,
-                                                          split.test.images.begin() + (i + 1) * 784)});
+    data::write_png(
+        path, {1, 28, 28,
+               std::vector<uint8_t>(split.test.images.begin() + i * 784, split.test.images.begin() + (i + 1) * 784)});
     images += " " + path;
   }
   const auto r = test::run_command(cli(cat("predict --load ", trained_model(), " --json --top 3", images)));
@@ -174,7 +182,8 @@ TEST_CASE("predict on MNIST test images gives eval's predictions, from PNG files
     differing += all_lines[i].at("top")[0].at("class").get<int>() != predictions[i].get<int>();
   CHECK(differing == 0);
   // Text: "NAME: CLASS (P), ...".
-  const auto text = test::run_command(cli(cat("predict --load ", trained_model(), " --top 2 ", dir.file("test-0.png"))));
+  const auto text =
+      test::run_command(cli(cat("predict --load ", trained_model(), " --top 2 ", dir.file("test-0.png"))));
   CHECK(text.out.rfind(dir.file("test-0.png") + ": " + std::to_string(predictions[0].get<int>()) + " (", 0) == 0);
 }
 
@@ -184,9 +193,7 @@ TEST_CASE("predict refuses an image of another size naming both, unless --resize
   const std::string big = dir.file("big.png"), rgb = dir.file("rgb.png"), broken = dir.file("broken.png");
   data::write_png(big, {1, 56, 40, std::vector<uint8_t>(56 * 40, 200)});
   data::write_png(rgb, {3, 28, 28, std::vector<uint8_t>(3 * 28 * 28, 90)});
-  {
-    std::ofstream(broken, std::ios::binary) << "\x89PNG\r\n\x1a\n not really";
-  }
+  { std::ofstream(broken, std::ios::binary) << "\x89PNG\r\n\x1a\n not really"; }
   const auto refused = test::run_command(cli(cat("predict --load ", trained_model(), " ", big)));
   INFO(refused.out);
   CHECK(refused.exit_code == 1);
@@ -213,25 +220,26 @@ TEST_CASE("a run killed while writing a checkpoint keeps the one before, and goe
   const std::string ckpt = dir.file("ckpt");
   // Checkpoints of about 10 MB (a 1024-wide layer and Adam's two moments) after every short epoch. Once the first is
   // there, the run is killed (-9) the moment the temporary of the next one appears: in the middle of its write.
-  const std::string train = cli(cat("train --data ", test::mnist_dir(), " --train-limit 320 --epochs 100 ",
-                                    "--model linear:1024,relu,linear:10 --optimizer adam --checkpoint-every 1 ",
-                                    "--checkpoint-dir ", ckpt));
-  const auto killed = test::run_command(cat(
-      train, " >/dev/null 2>&1 & pid=$!; until [ -e ", ckpt, "/epoch-000001.safetensors ]; do sleep 0.005; done; ",
-      "until ls ", ckpt, "/*.tmp.* >/dev/null 2>&1; do :; done; kill -9 $pid; wait $pid; echo killed $?"));
+  const std::string train =
+      cli(cat("train --data ", test::mnist_dir(), " --train-limit 320 --epochs 100 ",
+              "--model linear:1024,relu,linear:10 --optimizer adam --checkpoint-every 1 ", "--checkpoint-dir ", ckpt));
+  const auto killed = test::run_command(
+      cat(train, " >/dev/null 2>&1 & pid=$!; until [ -e ", ckpt, "/epoch-000001.safetensors ]; do sleep 0.005; done; ",
+          "until ls ", ckpt, "/*.tmp.* >/dev/null 2>&1; do :; done; kill -9 $pid; wait $pid; echo killed $?"));
   INFO(killed.out);
   REQUIRE(killed.out.find("killed 137") != std::string::npos);  // 128 + SIGKILL: it did not finish on its own
   std::vector<std::string> whole, temporaries;
   for (const auto& e : fs::directory_iterator(ckpt))
-    (e.path().filename().string().find(".tmp.") != std::string::npos ? temporaries : whole).push_back(e.path().string());
+    (e.path().filename().string().find(".tmp.") != std::string::npos ? temporaries : whole)
+        .push_back(e.path().string());
   std::sort(whole.begin(), whole.end());
   INFO("whole: " << whole.size() << ", temporaries: " << temporaries.size());
   CHECK(temporaries.size() == 1);  // the write it was killed in
   REQUIRE_FALSE(whole.empty());
   for (const auto& path : whole) CHECK_NOTHROW(SafetensorsFile::read(path));  // every checkpoint there is whole
-  const auto resumed = test::run_command(cli(cat("train --data ", test::mnist_dir(), " --resume ", whole.back(),
-                                                 " --epochs ", whole.size() + 1, " --checkpoint-every 1 --checkpoint-dir ",
-                                                 ckpt)));
+  const auto resumed =
+      test::run_command(cli(cat("train --data ", test::mnist_dir(), " --resume ", whole.back(), " --epochs ",
+                                whole.size() + 1, " --checkpoint-every 1 --checkpoint-dir ", ckpt)));
   INFO(resumed.out);
   CHECK(resumed.exit_code == 0);
   for (const auto& e : fs::directory_iterator(ckpt))  // its save cleared the dead writer's temporary

@@ -41,8 +41,8 @@ struct SyntheticData {
     std::shuffle(perm.begin(), perm.end(), rng());
   }
   kernels::BatchSource source() const {
-    return {.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D, .mean = 0.1307f,
-            .std = 0.3081f};
+    return {
+        .images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D, .mean = 0.1307f, .std = 0.3081f};
   }
 };
 
@@ -92,8 +92,12 @@ struct ShiftData {
     std::shuffle(perm.begin(), perm.end(), rng());
   }
   kernels::BatchSource source(int k, const uint64_t* key) const {
-    kernels::BatchSource s{.images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = D,
-                           .mean = kShiftMean, .std = kShiftStd};
+    kernels::BatchSource s{.images = images.data(),
+                           .labels = labels.data(),
+                           .perm = perm.data(),
+                           .D = D,
+                           .mean = kShiftMean,
+                           .std = kShiftStd};
     s.height = H, s.width = W, s.shift = k, s.shift_key = key;
     return s;
   }
@@ -110,15 +114,20 @@ TEST_CASE("gather_batch with shift 0 is the plain gather, bit for bit", "[cpu][b
     const uint64_t key = kernels::counter_key(7, 3);
     std::vector<float> plain = poisoned(size_t(B) * data.D), unshifted = poisoned(size_t(B) * data.D);
     std::vector<int32_t> y_plain(B, -1), y_unshifted(B, -1);
-    kernels::BatchSource src{.images = data.images.data(), .labels = data.labels.data(), .perm = data.perm.data(),
-                             .D = data.D, .mean = kShiftMean, .std = kShiftStd};
+    kernels::BatchSource src{.images = data.images.data(),
+                             .labels = data.labels.data(),
+                             .perm = data.perm.data(),
+                             .D = data.D,
+                             .mean = kShiftMean,
+                             .std = kShiftStd};
     kernels::gather_batch(*exec, {.src = src, .first = first, .B = B, .x = plain.data(), .y = y_plain.data()});
-    kernels::gather_batch(*exec, {.src = data.source(0, &key), .first = first, .B = B, .x = unshifted.data(),
-                                  .y = y_unshifted.data()});
+    kernels::gather_batch(
+        *exec, {.src = data.source(0, &key), .first = first, .B = B, .x = unshifted.data(), .y = y_unshifted.data()});
     REQUIRE(same_bits(plain, unshifted));
     REQUIRE(y_plain == y_unshifted);
-    kernels::gather_batch(*exec, {.src = data.source(0, nullptr), .first = first, .B = B, .x = unshifted.data(),
-                                  .y = y_unshifted.data()});
+    kernels::gather_batch(
+        *exec,
+        {.src = data.source(0, nullptr), .first = first, .B = B, .x = unshifted.data(), .y = y_unshifted.data()});
     REQUIRE(same_bits(plain, unshifted));  // the key is not even read
   }
 }
@@ -141,8 +150,8 @@ TEST_CASE("gather_batch with shift k translates each image by its drawn (dy, dx)
       const uint64_t key = kernels::counter_key(rng()(), 1);
       std::vector<float> x = poisoned(size_t(k.B) * data.D);
       std::vector<int32_t> y(k.B, -1);
-      kernels::gather_batch(*exec, {.src = data.source(k.k, &key), .first = k.first, .B = k.B, .x = x.data(),
-                                    .y = y.data()});
+      kernels::gather_batch(*exec,
+                            {.src = data.source(k.k, &key), .first = k.first, .B = k.B, .x = x.data(), .y = y.data()});
 
       for (int b = 0; b < k.B; ++b) {
         const int32_t r = data.perm[k.first + b];
@@ -175,8 +184,8 @@ TEST_CASE("the shifts differ across examples and epochs and repeat for the same 
   auto shifts_of = [&](const std::vector<float>& x) {
     std::vector<kernels::PixelShift> s;
     for (int b = 0; b < B; ++b) {
-      auto found = matching_shifts(&data.images[size_t(data.perm[b]) * data.D], data.C, data.H, data.W, k,
-                                   kShiftMean, kShiftStd, &x[size_t(b) * data.D]);
+      auto found = matching_shifts(&data.images[size_t(data.perm[b]) * data.D], data.C, data.H, data.W, k, kShiftMean,
+                                   kShiftStd, &x[size_t(b) * data.D]);
       REQUIRE(found.size() == 1);
       s.push_back(found[0]);
     }
@@ -255,8 +264,7 @@ struct Images {
   int N, C, H, W, D;
   std::vector<uint8_t> images, labels;
   std::vector<int32_t> perm;
-  Images(int n, int c, int h, int w)
-      : N(n), C(c), H(h), W(w), D(c * h * w), images(size_t(n) * D), labels(n), perm(n) {
+  Images(int n, int c, int h, int w) : N(n), C(c), H(h), W(w), D(c * h * w), images(size_t(n) * D), labels(n), perm(n) {
     std::uniform_int_distribution<int> byte(1, 255), digit(0, 9);
     for (auto& px : images) px = static_cast<uint8_t>(byte(rng()));
     for (auto& l : labels) l = static_cast<uint8_t>(digit(rng()));
@@ -323,7 +331,7 @@ TEST_CASE("gather_batch with flip mirrors the examples its hash bit picks, then 
   };
   // Flip alone and with shifts; CIFAR's shape; odd and one-column planes; a shift beyond the image.
   const Case cases[] = {{200, 1, 28, 28, 0, 150, 20}, {80, 3, 32, 32, 0, 64, 16}, {90, 3, 7, 5, 2, 90, 0},
-                        {60, 2, 4, 9, 3, 33, 27},       {30, 1, 6, 1, 1, 30, 0},    {40, 3, 3, 4, 6, 40, 0}};
+                        {60, 2, 4, 9, 3, 33, 27},     {30, 1, 6, 1, 1, 30, 0},    {40, 3, 3, 4, 6, 40, 0}};
   for (const Case& k : cases)
     for (const Exec* exec : {&execs.serial, &execs.pooled}) {
       INFO("N=" << k.N << " C=" << k.C << " H=" << k.H << " W=" << k.W << " k=" << k.k << " B=" << k.B
@@ -362,7 +370,7 @@ TEST_CASE("flip draws repeat for the same key, change with the epoch and do not 
   const uint64_t key1 = kernels::counter_key(seed, 1), key2 = kernels::counter_key(seed, 2);
   const auto f1 = flips(key1, 300), f2 = flips(key2, 300);
   const auto differing = std::inner_product(f1.begin(), f1.end(), f2.begin(), 0, std::plus<>(), std::not_equal_to<>());
-  CHECK(differing > 100);   // two epochs: about half the examples flip differently
+  CHECK(differing > 100);  // two epochs: about half the examples flip differently
   CHECK(differing < 200);
 
   const uint64_t shift_key = kernels::counter_key(seed + 1, 1);
@@ -410,7 +418,6 @@ data::Dataset rgb_set(int64_t count, int rows, int cols) {
   return d;
 }
 
-
 // The (flip, shift) within [-k, k]^2 that explains each gathered image; fails unless exactly one does.
 struct Draw {
   bool flip;
@@ -456,8 +463,8 @@ TEST_CASE("DeviceBatcher with flip: off is the plain gather, on is reproducible 
   for (size_t b = 0; b < order.size(); ++b) {
     INFO("position " << b);
     REQUIRE(!shifts[b].flip);
-    REQUIRE(joint[b].flip == flips[b].flip);                // the flips of the flip-only batcher
-    REQUIRE(joint[b].shift.dy == shifts[b].shift.dy);       // the shifts of the shift-only batcher
+    REQUIRE(joint[b].flip == flips[b].flip);           // the flips of the flip-only batcher
+    REQUIRE(joint[b].shift.dy == shifts[b].shift.dy);  // the shifts of the shift-only batcher
     REQUIRE(joint[b].shift.dx == shifts[b].shift.dx);
     flipped += joint[b].flip;
   }

@@ -31,7 +31,6 @@ data::Dataset synthetic(int64_t count, int channels, int rows, int cols) {
   return d;
 }
 
-
 // How many images of two gathers of the same epoch order differ.
 int64_t images_differing(const GatheredEpoch& a, const GatheredEpoch& b, int64_t D) {
   int64_t n = 0;
@@ -76,8 +75,8 @@ TEST_CASE("DeviceBatcher with shift k: translated images, fresh each epoch, repr
       const int32_t r = order[size_t(b)];
       REQUIRE(epoch1.y[size_t(b)] == d.labels[size_t(r)]);
       INFO("position " << b);
-      const auto found =
-          matching_shifts(&d.images[size_t(r * D)], d.channels, d.rows, d.cols, c.k, d.mean[0], d.std[0], &epoch1.x[size_t(b * D)]);
+      const auto found = matching_shifts(&d.images[size_t(r * D)], d.channels, d.rows, d.cols, c.k, d.mean[0], d.std[0],
+                                         &epoch1.x[size_t(b * D)]);
       REQUIRE(!found.empty());
       dys.push_back(found[0].dy), dxs.push_back(found[0].dx);
     }

@@ -27,7 +27,6 @@ using kernels::BatchNormShape;
 using kernels::Exec;
 using kernels::Layout;
 
-
 size_t index_of(const BatchNormShape& s, int64_t n, int64_t c, int64_t i) {
   return static_cast<size_t>(s.layout == Layout::nchw ? (n * s.c + c) * s.hw + i : (n * s.hw + i) * s.c + c);
 }
@@ -297,13 +296,12 @@ void check_against_reference(const Exec& exec, const BatchNormShape& s, const Ba
 }
 
 const BatchNormShape kShapes[] = {
-    {3, 5, 49, Layout::nchw},  // the odd shape
-    {4, 8, 16, Layout::nchw},  // hw % 4 == 0, C % 4 == 0 (the GPU's vector paths)
-    {7, 6, 1, Layout::nchw},   // BatchNorm1d
-    {64, 10, 1, Layout::nchw},
-    {2, 3, 1, Layout::nchw},   // count 2: the smallest that trains
-    {1, 4, 9, Layout::nchw},   // one sample, statistics over hw
-    {5, 33, 7, Layout::nchw},  // more channels than an NHWC task's group
+    {3, 5, 49, Layout::nchw},                            // the odd shape
+    {4, 8, 16, Layout::nchw},                            // hw % 4 == 0, C % 4 == 0 (the GPU's vector paths)
+    {7, 6, 1, Layout::nchw},                             // BatchNorm1d
+    {64, 10, 1, Layout::nchw}, {2, 3, 1, Layout::nchw},  // count 2: the smallest that trains
+    {1, 4, 9, Layout::nchw},                             // one sample, statistics over hw
+    {5, 33, 7, Layout::nchw},                            // more channels than an NHWC task's group
 };
 
 TEST_CASE("batchnorm matches a double-precision reference", "[cpu][batchnorm]") {
@@ -473,12 +471,12 @@ TEST_CASE("batchnorm training needs more than one value per channel", "[cpu][bat
   std::vector<float> x(4, 1.f), y(4), m(4), is(4);
   std::vector<double> xd(4, 1.0), yd(4), md(4), isd(4);
   const BatchNormShape bn1d{1, 4, 1, Layout::nchw};
-  REQUIRE_THROWS_AS(kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<float>{.shape = bn1d,
-                                                                                           .x = x.data(),
-                                                                                           .y = y.data(),
-                                                                                           .save_mean = m.data(),
-                                                                                           .save_invstd = is.data()}),
-                    Error);
+  REQUIRE_THROWS_AS(
+      kernels::batchnorm_forward_train(
+          Exec{},
+          kernels::BatchNormArgs<float>{
+              .shape = bn1d, .x = x.data(), .y = y.data(), .save_mean = m.data(), .save_invstd = is.data()}),
+      Error);
   REQUIRE_THROWS_AS(
       kernels::batchnorm_forward_train(Exec{}, kernels::BatchNormArgs<double>{.shape = {1, 4, 1, Layout::nhwc},
                                                                               .x = xd.data(),
@@ -488,11 +486,9 @@ TEST_CASE("batchnorm training needs more than one value per channel", "[cpu][bat
       Error);
   // Evaluation of a single sample is fine.
   std::vector<float> rm(4, 0.f), rv(4, 1.f);
-  kernels::batchnorm_forward_eval(Exec{}, kernels::BatchNormArgs<float>{.shape = bn1d,
-                                                                        .x = x.data(),
-                                                                        .y = y.data(),
-                                                                        .running_mean = rm.data(),
-                                                                        .running_var = rv.data()});
+  kernels::batchnorm_forward_eval(
+      Exec{}, kernels::BatchNormArgs<float>{
+                  .shape = bn1d, .x = x.data(), .y = y.data(), .running_mean = rm.data(), .running_var = rv.data()});
   REQUIRE(std::abs(y[0] - 1 / std::sqrt(1 + 1e-5)) < 1e-6);
 }
 
@@ -509,8 +505,9 @@ TEST_CASE("batchnorm with an empty batch or no channels writes nothing", "[cpu][
                                     .num_batches_tracked = &batches};
     kernels::batchnorm_forward_train(Exec{}, a);
     kernels::batchnorm_forward_eval(Exec{}, kernels::BatchNormArgs<float>{.shape = s, .y = out.data()});
-    kernels::batchnorm_backward(Exec{}, kernels::BatchNormArgs<float>{
-                                            .shape = s, .dx = out.data(), .dgamma = stats.data(), .dbeta = stats.data()});
+    kernels::batchnorm_backward(
+        Exec{},
+        kernels::BatchNormArgs<float>{.shape = s, .dx = out.data(), .dgamma = stats.data(), .dbeta = stats.data()});
   }
   REQUIRE(batches == 7);
   for (float v : out) REQUIRE(std::isnan(v));

@@ -22,8 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using test::TempDir;
 using test::read_file;
+using test::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -55,7 +55,8 @@ std::string header_of(const std::string& bytes) {
 }
 std::string with_header(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((uint64_t(header.size()) >> (8 * i)) & 0xFF);
   return out + header + data;
 }
 std::string data_of(const std::string& bytes) { return bytes.substr(8 + header_of(bytes).size()); }
@@ -103,9 +104,9 @@ TEST_CASE("tensors carry PyTorch's names, shapes and dtype, in order, tiling the
   MlpOnCpu m(1);
   m.save(dir.file("m.safetensors"));
   const auto file = SafetensorsFile::read(dir.file("m.safetensors"));
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> want{
-      {"0.weight", {320, 784}}, {"0.bias", {320}}, {"2.weight", {160, 320}},
-      {"2.bias", {160}},        {"4.weight", {10, 160}}, {"4.bias", {10}}};
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> want{{"0.weight", {320, 784}}, {"0.bias", {320}},
+                                                                       {"2.weight", {160, 320}}, {"2.bias", {160}},
+                                                                       {"4.weight", {10, 160}},  {"4.bias", {10}}};
   REQUIRE(file.tensors().size() == want.size());
   uint64_t at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -175,47 +176,71 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
       {"truncated header length", good.substr(0, 5), {"5 bytes", "fewer than the 8-byte header length"}},
       {"header length larger than the file", good.substr(0, 8 + header.size() / 2), {"header length", "larger than"}},
       {"data cut short", good.substr(0, good.size() - 100), {"'4.weight'", "outside the data block"}},
-      {"bad JSON", with_header(replaced(header, "\"shape\":[320,784]", "\"shape\" [320,784]"), data),
+      {"bad JSON",
+       with_header(replaced(header, "\"shape\":[320,784]", "\"shape\" [320,784]"), data),
        {"bad JSON header at byte", "expected ':'"}},
       {"JSON cut short", with_header(header.substr(0, 40), ""), {"bad JSON header"}},
       {"header not an object", with_header("[1, 2]  ", data), {"expected a JSON object"}},
-      {"duplicate tensor", with_header(replaced(header, "\"2.bias\"", "\"2.weight\""), data), {"duplicate member '2.weight'"}},
-      {"unknown dtype", with_header(replaced(header, "\"dtype\":\"F32\",\"shape\":[10]", "\"dtype\":\"Q7\",\"shape\":[10]"), data),
+      {"duplicate tensor",
+       with_header(replaced(header, "\"2.bias\"", "\"2.weight\""), data),
+       {"duplicate member '2.weight'"}},
+      {"unknown dtype",
+       with_header(replaced(header, "\"dtype\":\"F32\",\"shape\":[10]", "\"dtype\":\"Q7\",\"shape\":[10]"), data),
        {"'4.bias'", "unknown dtype 'Q7'"}},
-      {"wrong dtype", with_header(replaced(header, "\"dtype\":\"F32\",\"shape\":[10]", "\"dtype\":\"I32\",\"shape\":[10]"), data),
+      {"wrong dtype",
+       with_header(replaced(header, "\"dtype\":\"F32\",\"shape\":[10]", "\"dtype\":\"I32\",\"shape\":[10]"), data),
        {"'4.bias'", "dtype I32", "F32"}},
-      {"bytes do not match the shape", with_header(replaced(header, "\"shape\":[10]", "\"shape\":[11]"), data),
+      {"bytes do not match the shape",
+       with_header(replaced(header, "\"shape\":[10]", "\"shape\":[11]"), data),
        {"'4.bias'", "needs 44"}},
-      {"shape mismatch", with_header(replaced(header, "\"shape\":[160,320]", "\"shape\":[320,160]"), data),
+      {"shape mismatch",
+       with_header(replaced(header, "\"shape\":[160,320]", "\"shape\":[320,160]"), data),
        {"'2.weight'", "(320, 160)", "expects (160, 320)"}},
-      {"missing tensor", with_header(replaced(header, "," + bias4, ""), data.substr(0, data.size() - 40)),
+      {"missing tensor",
+       with_header(replaced(header, "," + bias4, ""), data.substr(0, data.size() - 40)),
        {"missing tensor '4.bias'"}},
-      {"unexpected tensor", with_header(replaced(header, bias4, bias4 + ",\"6.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
-                                                                    std::to_string(data.size()) + "," + std::to_string(data.size() + 4) + "]}"),
-                                        data + std::string(4, '\0')),
+      {"unexpected tensor",
+       with_header(replaced(header, bias4,
+                            bias4 + ",\"6.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+                                std::to_string(data.size()) + "," + std::to_string(data.size() + 4) + "]}"),
+                   data + std::string(4, '\0')),
        {"unexpected tensor '6.bias'"}},
-      {"offsets out of range", with_header(replaced(header, range("4.bias"), cat("[", data.size(), ",", data.size() + 40, "]")), data),
+      {"offsets out of range",
+       with_header(replaced(header, range("4.bias"), cat("[", data.size(), ",", data.size() + 40, "]")), data),
        {"'4.bias'", "outside the data block"}},
-      {"offsets overlap", with_header(replaced(header, range("4.bias"), overlap_4_weight), data), {"'4.bias'", "overlaps tensor '4.weight'"}},
+      {"offsets overlap",
+       with_header(replaced(header, range("4.bias"), overlap_4_weight), data),
+       {"'4.bias'", "overlaps tensor '4.weight'"}},
       {"trailing bytes", good + "junk", {"after the last tensor"}},
-      {"negative offset", with_header(replaced(header, range("0.weight"), "[-1,1003519]"), data), {"'0.weight'", "data_offsets"}},
-      {"extra member in an entry", with_header(replaced(header, "\"shape\":[10],", "\"shape\":[10],\"scale\":2,"), data),
+      {"negative offset",
+       with_header(replaced(header, range("0.weight"), "[-1,1003519]"), data),
+       {"'0.weight'", "data_offsets"}},
+      {"extra member in an entry",
+       with_header(replaced(header, "\"shape\":[10],", "\"shape\":[10],\"scale\":2,"), data),
        {"'4.bias'", "unexpected member 'scale'"}},
-      {"a dimension that is not an integer", with_header(replaced(header, "\"shape\":[10]", "\"shape\":[10.0]"), data),
+      {"a dimension that is not an integer",
+       with_header(replaced(header, "\"shape\":[10]", "\"shape\":[10.0]"), data),
        {"'4.bias'", "\"shape\" holds '10.0', expected non-negative integers"}},
-      {"a dimension that is a string", with_header(replaced(header, "\"shape\":[10]", "\"shape\":[\"10\"]"), data),
+      {"a dimension that is a string",
+       with_header(replaced(header, "\"shape\":[10]", "\"shape\":[\"10\"]"), data),
        {"'4.bias'", "\"shape\" holds a string"}},
-      {"metadata not a string", with_header(replaced(header, "\"format\":\"pt\"", "\"format\":1"), data),
+      {"metadata not a string",
+       with_header(replaced(header, "\"format\":\"pt\"", "\"format\":1"), data),
        {"metadata 'format' is a number, expected a string"}},
       {"metadata not an object",
        with_header(replaced(header, "{\"format\":\"pt\",\"model\":\"mlp\",\"producer\":\"nanotrain\"}", "[]"), data),
        {"\"__metadata__\" is an array, expected an object"}},
-      {"duplicate metadata key", with_header(replaced(header, "\"format\":\"pt\"", "\"format\":\"pt\",\"format\":\"np\""), data),
+      {"duplicate metadata key",
+       with_header(replaced(header, "\"format\":\"pt\"", "\"format\":\"pt\",\"format\":\"np\""), data),
        {"duplicate member 'format'"}},
-      {"a string that is not UTF-8", with_header(replaced(header, "\"nanotrain\"", "\"nano\xFFtrain\""), data),
+      {"a string that is not UTF-8",
+       with_header(replaced(header, "\"nanotrain\"", "\"nano\xFFtrain\""), data),
        {"bad JSON header at byte", "UTF-8"}},
-      {"a byte order mark", with_header(replaced(header, "{", "\xEF\xBB\xBF{"), data), {"bad JSON header", "byte order mark"}},
-      {"a long string cut short", with_header("{\"__metadata__\":{\"k\":\"" + std::string(100000, 'x'), data),
+      {"a byte order mark",
+       with_header(replaced(header, "{", "\xEF\xBB\xBF{"), data),
+       {"bad JSON header", "byte order mark"}},
+      {"a long string cut short",
+       with_header("{\"__metadata__\":{\"k\":\"" + std::string(100000, 'x'), data),
        {"bad JSON header at byte 100030", "missing closing quote"}},  // and not the 100000 bytes of the string
   };
   for (const auto& c : cases) {
@@ -227,9 +252,9 @@ TEST_CASE("every malformed or mismatched file is an error naming the file and th
       INFO(message);
       CHECK(message.find(path) != std::string::npos);
       for (const auto& s : c.expected) CHECK(message.find(s) != std::string::npos);
-      CHECK(message.find('\n') == std::string::npos);       // one line
-      CHECK(message.size() < 500);                          // and a short one, whatever the input
-      CHECK(same_bits(m.weights(), before));                // a failed load changes nothing
+      CHECK(message.find('\n') == std::string::npos);  // one line
+      CHECK(message.size() < 500);                     // and a short one, whatever the input
+      CHECK(same_bits(m.weights(), before));           // a failed load changes nothing
     }
   }
   SECTION("missing file") {
@@ -272,14 +297,16 @@ TEST_CASE("a header nested 100000 deep is refused in one short line, without rec
   CHECK(message.find("the header is an array, expected a JSON object") != std::string::npos);
 }
 
-TEST_CASE("a name or metadata that is not UTF-8 is refused when saving, and the previous file kept", "[cpu][checkpoint]") {
+TEST_CASE("a name or metadata that is not UTF-8 is refused when saving, and the previous file kept",
+          "[cpu][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
   MlpOnCpu m(1);
   m.save(path);
   const std::string before = read_file(path);
-  const std::string message =
-      error_of([&] { save_safetensors(path, *m.model, m.ctx.exec(), {{"note", "caf\xE9"}}); });  // Latin-1
+  const std::string message = error_of([&] {
+    save_safetensors(path, *m.model, m.ctx.exec(), {{"note", "caf\xE9"}});
+  });  // Latin-1
   INFO(message);
   CHECK(message.find(path) != std::string::npos);
   CHECK(message.find("UTF-8") != std::string::npos);
@@ -348,7 +375,8 @@ TEST_CASE("a failed save leaves the previous checkpoint intact", "[cpu][checkpoi
   }
 }
 
-TEST_CASE("save, load and continue gives the same losses and weights as never stopping", "[cpu][checkpoint][training]") {
+TEST_CASE("save, load and continue gives the same losses and weights as never stopping",
+          "[cpu][checkpoint][training]") {
   TempDir dir;
   auto train = data::subset(test::mnist().train, 0, 960);
   test::RigOptions o;
@@ -396,8 +424,8 @@ TEST_CASE("train --order-out writes the order that bench/nt_order.py reproduces"
     auto r = nanotrain(cat("train --epochs 2 --batch 100 --train-limit 1000 --seed ", seed, " --order-out ", npy));
     INFO(r.out);
     REQUIRE(r.exit_code == 0);
-    auto check = test::run_command(cat("python3 ", (repo_root() / "bench" / "nt_order.py").string(), " --seed ", seed,
-                                       " --n 1000 --check ", npy));
+    auto check = test::run_command(
+        cat("python3 ", (repo_root() / "bench" / "nt_order.py").string(), " --seed ", seed, " --n 1000 --check ", npy));
     INFO(check.out);
     CHECK(check.exit_code == 0);
     CHECK(check.out.find("2 epochs of 1000 indices identical") != std::string::npos);
@@ -416,7 +444,7 @@ TEST_CASE("train --save then eval --load reports the last epoch's test loss and 
   std::smatch t, e;
   REQUIRE(std::regex_search(trained.out, t, std::regex(R"(test loss ([0-9.]+) acc +([0-9.]+)%)")));
   REQUIRE(std::regex_search(evaluated.out, e, std::regex(R"(test loss ([0-9.]+) \| test acc ([0-9.]+)%)")));
-  CHECK(e[2].str() == t[2].str());                                   // accuracy to 0.01 points: the same
+  CHECK(e[2].str() == t[2].str());                                        // accuracy to 0.01 points: the same
   CHECK(std::abs(std::stod(e[1].str()) - std::stod(t[1].str())) < 1e-4);  // train prints 4 decimals
 }
 
@@ -456,15 +484,24 @@ TEST_CASE("checkpoint flags fail early with one line naming the flag, file or te
     std::vector<std::string> expected;
   };
   const Case cases[] = {
-      {"--init-from another model's file", "train --model linear:64,relu,linear:10 --init-from " + dir.file("init.safetensors"), 1,
+      {"--init-from another model's file",
+       "train --model linear:64,relu,linear:10 --init-from " + dir.file("init.safetensors"),
+       1,
        {"init.safetensors", "'0.weight'", "(320, 784)", "(64, 784)"}},
-      {"--init-from a missing file", "train --init-from " + dir.file("absent.safetensors"), 2,
+      {"--init-from a missing file",
+       "train --init-from " + dir.file("absent.safetensors"),
+       2,
        {"--init-from", "absent.safetensors"}},  // a usage error, as eval --load of a missing file
       {"--save into a missing folder", "train --save /no/such/folder/m.safetensors", 2, {"--save", "/no/such/folder"}},
       {"--init-out into a missing folder", "train --init-out /no/such/folder/m.safetensors", 2, {"--init-out"}},
       {"--order-out into a missing folder", "train --order-out /no/such/folder/o.npy", 2, {"--order-out"}},
-      {"eval --load of a missing file", "eval --load " + dir.file("absent.safetensors"), 2, {"--load", "absent.safetensors"}},
-      {"eval --load of another model's file", "eval --model linear:10 --load " + dir.file("init.safetensors"), 1,
+      {"eval --load of a missing file",
+       "eval --load " + dir.file("absent.safetensors"),
+       2,
+       {"--load", "absent.safetensors"}},
+      {"eval --load of another model's file",
+       "eval --model linear:10 --load " + dir.file("init.safetensors"),
+       1,
        {"'0.weight'", "(320, 784)", "(10, 784)"}},
       {"eval without --load", "eval", 2, {"--load"}},
   };

@@ -65,7 +65,7 @@ Bytes batch(const std::vector<uint8_t>& labels, int first, F pattern) {
   return b;
 }
 
-const char* const kNames[10] = {"airplane", "automobile", "bird", "cat", "deer",
+const char* const kNames[10] = {"airplane", "automobile", "bird",  "cat",  "deer",
                                 "dog",      "frog",       "horse", "ship", "truck"};
 
 // A whole folder: train batches of 1, 2, 1, 3 and 1 records (labels 0..7 in order), a test batch of 2, the meta
@@ -107,10 +107,12 @@ TEST_CASE("A CIFAR-10 folder: five train batches in order, the test batch, names
   write_folder(dir);
   for (const bool through_dispatch : {false, true}) {
     INFO((through_dispatch ? "load_dataset_dir(dir, \"cifar10\")" : "load_cifar10_dir(dir)"));
-    const auto split = through_dispatch ? data::load_dataset_dir(dir.path, "cifar10") : data::load_cifar10_dir(dir.path);
+    const auto split =
+        through_dispatch ? data::load_dataset_dir(dir.path, "cifar10") : data::load_cifar10_dir(dir.path);
     const std::vector<std::string> names(std::begin(kNames), std::end(kNames));
     const std::vector<float> want_mean{0.5f, 0.25f, 0.75f};
-    const std::vector<float> want_std{0.5f, static_cast<float>(std::sqrt(0.1875)), static_cast<float>(std::sqrt(0.1875))};
+    const std::vector<float> want_std{0.5f, static_cast<float>(std::sqrt(0.1875)),
+                                      static_cast<float>(std::sqrt(0.1875))};
     for (const auto* d : {&split.train, &split.test}) {
       REQUIRE(d->name == "cifar10");
       REQUIRE(d->channels == 3);
@@ -118,7 +120,7 @@ TEST_CASE("A CIFAR-10 folder: five train batches in order, the test batch, names
       REQUIRE(d->cols == 32);
       REQUIRE(d->classes == 10);
       REQUIRE(d->class_names == names);
-      REQUIRE(d->mean == want_mean);   // from the train split, for both
+      REQUIRE(d->mean == want_mean);  // from the train split, for both
       REQUIRE(d->std == want_std);
     }
     REQUIRE(split.train.count == 8);
@@ -127,7 +129,8 @@ TEST_CASE("A CIFAR-10 folder: five train batches in order, the test batch, names
     REQUIRE(split.test.labels == Bytes{9, 8});
     for (int r = 0; r < 8; ++r)
       for (int c = 0; c < 3; ++c)
-        for (int k : {0, 1, 2, 3, 1023}) REQUIRE(split.train.images[size_t((r * 3 + c) * kPlane + k)] == exact(r, c, k));
+        for (int k : {0, 1, 2, 3, 1023})
+          REQUIRE(split.train.images[size_t((r * 3 + c) * kPlane + k)] == exact(r, c, k));
     REQUIRE(split.test.images[size_t(1 * 3 * kPlane + 2)] == exact(101, 0, 2));
     // The statistics are channel_stats' own, which for each channel is pixel_stats of its planes.
     const auto stats = data::channel_stats(split.train);
@@ -147,15 +150,15 @@ TEST_CASE("CIFAR-10 classes: the format's 10, or N with labels checked; names on
     REQUIRE(split.train.class_names.empty());
   }
   SECTION("a train label >= N names the file, the record and N") {
-    REQUIRE_THROWS_WITH(data::load_dataset_dir(dir.path, "cifar10", 5),
-                        names(dir.file("data_batch_4.bin"), "label out of range at record 1: value 5") &&
-                            Contains("(5 classes)"));
+    REQUIRE_THROWS_WITH(
+        data::load_dataset_dir(dir.path, "cifar10", 5),
+        names(dir.file("data_batch_4.bin"), "label out of range at record 1: value 5") && Contains("(5 classes)"));
   }
   SECTION("a test label outside the trained range names the test file and the label") {
     write_bytes(dir.file("test_batch.bin"), batch({1, 8}, 0, exact));
-    REQUIRE_THROWS_WITH(data::load_dataset_dir(dir.path, "cifar10", 8),
-                        names(dir.file("test_batch.bin"), "test label 8 at record 1") &&
-                            Contains("outside the trained range 0..7"));
+    REQUIRE_THROWS_WITH(
+        data::load_dataset_dir(dir.path, "cifar10", 8),
+        names(dir.file("test_batch.bin"), "test label 8 at record 1") && Contains("outside the trained range 0..7"));
   }
   SECTION("without batches.meta.txt the names are unknown") {
     fs::remove(dir.file("batches.meta.txt"));
@@ -176,16 +179,15 @@ TEST_CASE("CIFAR-10 faults: one line naming the file", "[cpu][data]") {
       INFO("cut " << cut);
       write_bytes(batch3, Bytes(b.begin(), b.end() - static_cast<long>(cut)));
       if (cut == 3073) {
-        REQUIRE(data::read_cifar10_batch(batch3).count == 1);   // one whole record is fine
+        REQUIRE(data::read_cifar10_batch(batch3).count == 1);  // one whole record is fine
         continue;
       }
-      REQUIRE_THROWS_WITH(data::load_cifar10_dir(dir.path),
-                          names(batch3, "is not a multiple of the 3073-byte record"));
+      REQUIRE_THROWS_WITH(data::load_cifar10_dir(dir.path), names(batch3, "is not a multiple of the 3073-byte record"));
     }
     b.push_back(0);
     write_bytes(batch3, b);
-    REQUIRE_THROWS_WITH(data::read_cifar10_batch(batch3), names(batch3, "length 6147 is not a multiple") &&
-                                                              Contains("2 records and 1 bytes over"));
+    REQUIRE_THROWS_WITH(data::read_cifar10_batch(batch3),
+                        names(batch3, "length 6147 is not a multiple") && Contains("2 records and 1 bytes over"));
   }
   SECTION("an empty file") {
     write_bytes(batch3, {});
@@ -202,9 +204,9 @@ TEST_CASE("CIFAR-10 faults: one line naming the file", "[cpu][data]") {
   SECTION("missing files are named, all of them, with the folder") {
     fs::remove(batch3);
     fs::remove(dir.file("test_batch.bin"));
-    REQUIRE_THROWS_WITH(data::load_dataset_dir(dir.path, "cifar10"),
-                        Contains("missing data_batch_3.bin, test_batch.bin in " + dir.path) &&
-                            Contains("scripts/fetch-data cifar10"));
+    REQUIRE_THROWS_WITH(
+        data::load_dataset_dir(dir.path, "cifar10"),
+        Contains("missing data_batch_3.bin, test_batch.bin in " + dir.path) && Contains("scripts/fetch-data cifar10"));
     REQUIRE_THROWS_WITH(data::read_cifar10_batch(batch3), names(batch3, "file not found"));
   }
   SECTION("a folder where a batch should be") {
@@ -247,8 +249,8 @@ TEST_CASE("the cnn preset trains on CIFAR-10's 3x32x32 and its checkpoint names 
   std::string ppm = "P6\n32 32\n255\n";
   for (int i = 0; i < 32 * 32; ++i) ppm += std::string("\xff\x00\x00", 3);
   write_text(image, ppm);
-  const auto predicted = run_command(cat(cli_path(), " predict --device cpu --log-level warn --top 10 --load ", model,
-                                         " ", image));
+  const auto predicted =
+      run_command(cat(cli_path(), " predict --device cpu --log-level warn --top 10 --load ", model, " ", image));
   INFO(predicted.out);
   REQUIRE(predicted.exit_code == 0);
   for (const char* name : kNames) CHECK(predicted.out.find(std::string(" ") + name + " (") != std::string::npos);

@@ -51,7 +51,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --model maxpool:4294967298,flatten,linear:10", "4294967298"},
       {"train --model conv:8:31:1:0,flatten,linear:10", "--model"},  // a spec the data cannot take
       {"train --progress sometimes", "--progress"},
-      {"train --seed -1", "--seed"},                                  // no wrap-around
+      {"train --seed -1", "--seed"},  // no wrap-around
       {"train --seed 18446744073709551616", "--seed"},
       {"train --lr 1e39", "--lr"},  // finite as a double, infinite in the fp32 optimizer
       {"train --weight-decay 1e39", "--weight-decay"},
@@ -76,9 +76,11 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
 
 TEST_CASE("a model and batch whose buffers do not fit in memory are one line naming --batch", "[cpu][cli]") {
   // 60000 x 65536 activations are 15.7 GB, over the 3 GB the process may have.
-  auto r = test::run_command(test::with_memory_limit(3000, test::cli_path() +
-                             " train --device cpu --log-level warn --epochs 1 --batch 60000 --model "
-                             "linear:65536,relu,linear:10 --data " + test::mnist_dir()));
+  auto r = test::run_command(
+      test::with_memory_limit(3000, test::cli_path() +
+                                        " train --device cpu --log-level warn --epochs 1 --batch 60000 --model "
+                                        "linear:65536,relu,linear:10 --data " +
+                                        test::mnist_dir()));
   r.out = test::without_allocator_notes(r.out);
   INFO(r.out);
   CHECK(r.exit_code == 1);
@@ -97,7 +99,7 @@ TEST_CASE("train --device cuda without a usable GPU is one clear line", "[cpu][c
 }
 
 TEST_CASE("train --tf32 without a usable GPU is one clear line", "[cpu][cli]") {
-  if (kernels::cuda_device_count() > 0) return;  // this machine has a GPU: the case cannot arise
+  if (kernels::cuda_device_count() > 0) return;   // this machine has a GPU: the case cannot arise
   auto r = nanotrain("train --tf32 --epochs 1");  // --device auto falls back to the CPU, which has no TF32
   INFO(r.out);
   CHECK(r.exit_code == 1);
@@ -253,12 +255,12 @@ TEST_CASE("on a terminal, train draws the progress line for epochs longer than 2
   REQUIRE(short_run.exit_code == 0);
   REQUIRE(first_epoch_ms(short_run.out) < 1500);
   CHECK(short_run.out.find("left in the epoch") == std::string::npos);
-  CHECK(nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 1280 --progress always").out.find(
-            "left in the epoch") != std::string::npos);
+  CHECK(nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 1280 --progress always")
+            .out.find("left in the epoch") != std::string::npos);
 
   // About 4 s an epoch on two cores (AVX-512); a machine that takes it in under 2.5 s leaves the case unjudged.
-  const auto long_run =
-      nanotrain_on_a_terminal("train --device cpu --epochs 1 --train-limit 3200 --model linear:4096,relu,linear:4096,relu,linear:10");
+  const auto long_run = nanotrain_on_a_terminal(
+      "train --device cpu --epochs 1 --train-limit 3200 --model linear:4096,relu,linear:4096,relu,linear:10");
   INFO(long_run.out);
   REQUIRE(long_run.exit_code == 0);
   const double ms = first_epoch_ms(long_run.out);

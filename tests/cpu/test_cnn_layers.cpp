@@ -39,11 +39,22 @@ TEST_CASE("the cnn has PyTorch's nn.Sequential names and shapes, buffers include
   // nn.Sequential(Conv2d(1,32,3,padding=1,bias=False), BatchNorm2d(32), ReLU(), MaxPool2d(2),
   //               Conv2d(32,64,3,padding=1,bias=False), BatchNorm2d(64), ReLU(), MaxPool2d(2), Flatten(),
   //               Linear(3136,128), ReLU(), Linear(128,10))
-  const std::vector<std::string> want{
-      "0.weight (32, 1, 3, 3)", "1.weight (32)",  "1.bias (32)",   "4.weight (64, 32, 3, 3)",
-      "5.weight (64)",          "5.bias (64)",    "9.weight (128, 3136)", "9.bias (128)",
-      "11.weight (10, 128)",    "11.bias (10)",   "1.running_mean (32)",  "1.running_var (32)",
-      "1.num_batches_tracked ()", "5.running_mean (64)", "5.running_var (64)", "5.num_batches_tracked ()"};
+  const std::vector<std::string> want{"0.weight (32, 1, 3, 3)",
+                                      "1.weight (32)",
+                                      "1.bias (32)",
+                                      "4.weight (64, 32, 3, 3)",
+                                      "5.weight (64)",
+                                      "5.bias (64)",
+                                      "9.weight (128, 3136)",
+                                      "9.bias (128)",
+                                      "11.weight (10, 128)",
+                                      "11.bias (10)",
+                                      "1.running_mean (32)",
+                                      "1.running_var (32)",
+                                      "1.num_batches_tracked ()",
+                                      "5.running_mean (64)",
+                                      "5.running_var (64)",
+                                      "5.num_batches_tracked ()"};
   CHECK(names(*cnn.model) == want);
   CHECK(cnn.model->output_shape() == Shape{10});
   CHECK(cnn.model->params().count() == 32 * 9 + 64 + 64 * 32 * 9 + 128 + 3136 * 128 + 128 + 1280 + 10);
@@ -106,7 +117,7 @@ TEST_CASE("BatchNorm in eval mode uses the running statistics that training move
   const auto mean = buffers[0].value.to_host<float>(net.ctx.exec());
   CHECK(std::any_of(mean.begin(), mean.end(), [](float v) { return v != 0.f; }));
   const auto after = eval_out();
-  CHECK(before != after);  // eval reads the moved statistics
+  CHECK(before != after);      // eval reads the moved statistics
   CHECK(eval_out() == after);  // and does not move them
 }
 
@@ -150,8 +161,7 @@ TEST_CASE("checkpoints carry running statistics (F32) and num_batches_tracked (I
 
   // A model without the buffers refuses the file, naming them.
   CnnOnCpu other("conv:4:3,relu,maxpool:2,flatten,linear:10");
-  REQUIRE_THROWS_WITH(load_safetensors(path, *other.model, other.ctx.exec()),
-                      test::Contains("1.running_mean"));
+  REQUIRE_THROWS_WITH(load_safetensors(path, *other.model, other.ctx.exec()), test::Contains("1.running_mean"));
   std::filesystem::remove_all(dir);
 }
 

@@ -18,7 +18,6 @@ using kernels::Conv2dArgs;
 using kernels::Conv2dShape;
 using kernels::Exec;
 
-
 // ---- the reference: the definition, in double -------------------------------------------------------------
 
 struct Reference {
@@ -123,20 +122,18 @@ void check_shape(const Exec& exec, const Conv2dShape& s, bool with_bias) {
 
 const std::vector<Conv2dShape>& shapes() {
   static const std::vector<Conv2dShape> all = {
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},   // odd sizes, 3x3 same padding
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 0},   // valid
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 2},   // pad larger than needed
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},   // stride 2
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 1},
-      Conv2dShape{3, 5, 8, 9, 6, 3, 3, 2, 2},
-      Conv2dShape{2, 5, 7, 9, 6, 5, 5, 1, 2},   // 5x5
-      Conv2dShape{2, 5, 9, 11, 6, 5, 5, 2, 1},
-      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 1, 0},   // 1x1
-      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},   // 1x1 stride 2 (skips pixels)
-      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},   // non-square kernel, stride 3
-      Conv2dShape{1, 2, 3, 150, 3, 3, 3, 1, 1}, // rows longer than the CPU's 64-column chunk
-      Conv2dShape{2, 3, 2, 2, 5, 3, 3, 1, 2},   // image smaller than the kernel, padded
-      Conv2dShape{2, 1, 28, 28, 8, 3, 3, 1, 1}, // the cnn's first conv (fewer channels)
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},  // odd sizes, 3x3 same padding
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 0},  // valid
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 2},  // pad larger than needed
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},  // stride 2
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 1},    Conv2dShape{3, 5, 8, 9, 6, 3, 3, 2, 2},
+      Conv2dShape{2, 5, 7, 9, 6, 5, 5, 1, 2},                                             // 5x5
+      Conv2dShape{2, 5, 9, 11, 6, 5, 5, 2, 1},   Conv2dShape{3, 5, 7, 9, 6, 1, 1, 1, 0},  // 1x1
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},                                             // 1x1 stride 2 (skips pixels)
+      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},                                             // non-square kernel, stride 3
+      Conv2dShape{1, 2, 3, 150, 3, 3, 3, 1, 1},  // rows longer than the CPU's 64-column chunk
+      Conv2dShape{2, 3, 2, 2, 5, 3, 3, 1, 2},    // image smaller than the kernel, padded
+      Conv2dShape{2, 1, 28, 28, 8, 3, 3, 1, 1},  // the cnn's first conv (fewer channels)
       Conv2dShape{2, 9, 14, 14, 10, 3, 3, 1, 1},
   };
   return all;

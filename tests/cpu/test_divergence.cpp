@@ -12,7 +12,8 @@
 
 using namespace nt;
 
-TEST_CASE("count_nonfinite counts NaN and both infinities, not the largest or smallest finite floats", "[cpu][nonfinite]") {
+TEST_CASE("count_nonfinite counts NaN and both infinities, not the largest or smallest finite floats",
+          "[cpu][nonfinite]") {
   const kernels::Exec cpu;
   constexpr float kNan = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
   std::vector<float> x(100'001, 1.f);
@@ -46,8 +47,8 @@ TEST_CASE("the first non-finite tensor of a model is named in layer order, value
   found = first_nonfinite_tensor(ctx, *model);
   REQUIRE(found.has_value());
   CHECK(found->name == params[2].name);
-  CHECK(found->describe() == params[2].name + ": 2 of " + std::to_string(params[2].value.numel()) +
-                                 " values are NaN or infinite");
+  CHECK(found->describe() ==
+        params[2].name + ": 2 of " + std::to_string(params[2].value.numel()) + " values are NaN or infinite");
 }
 
 TEST_CASE("a diverging run on the CPU stops with exit code 3 and keeps the checkpoint", "[cpu][nonfinite][cli]") {

@@ -30,8 +30,10 @@ TEST_CASE("dropout keeps each element with probability 1 - p", "[cpu][dropout]")
     std::vector<float> y = poisoned(n);
     std::vector<uint8_t> mask(n, 7);
     uint64_t counter[2] = {0, 0};
-    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 1234, .counter = counter,
-                                                                 .x = x.data(), .y = y.data(), .mask = mask.data()});
+    kernels::dropout_forward(
+        Exec{},
+        kernels::DropoutArgs<float>{
+            .n = n, .p = p, .seed = 1234, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
     size_t kept = 0;
     for (uint8_t b : mask) {
       REQUIRE(b <= 1);
@@ -63,13 +65,15 @@ TEST_CASE("dropout scales exactly, follows its hash, and the backward uses the m
       uint64_t counter[2] = {41, 0};
       std::vector<float> y = poisoned(n), dx = poisoned(n);
       std::vector<uint8_t> mask(n, 7);
-      kernels::dropout_forward(execs.serial, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 99, .counter = counter,
-                                                                         .x = x.data(), .y = y.data(),
-                                                                         .mask = mask.data()});
+      kernels::dropout_forward(
+          execs.serial,
+          kernels::DropoutArgs<float>{
+              .n = n, .p = p, .seed = 99, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
       REQUIRE(counter[0] == 42);
       REQUIRE(counter[1] == 0);
-      kernels::dropout_backward(execs.serial, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask.data(),
-                                                                          .dy = dy.data(), .dx = dx.data()});
+      kernels::dropout_backward(
+          execs.serial,
+          kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask.data(), .dy = dy.data(), .dx = dx.data()});
       // The first element that breaks the definition, or n.
       size_t bad = n;
       for (size_t i = 0; i < n && bad == n; ++i) {
@@ -90,11 +94,13 @@ TEST_CASE("dropout scales exactly, follows its hash, and the backward uses the m
       uint64_t counter2[2] = {41, 0};
       std::vector<float> y2 = x, dx2 = dy;
       std::vector<uint8_t> mask2(n, 7);
-      kernels::dropout_forward(execs.pooled, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 99,
-                                                                         .counter = counter2, .x = y2.data(),
-                                                                         .y = y2.data(), .mask = mask2.data()});
-      kernels::dropout_backward(execs.pooled, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask2.data(),
-                                                                          .dy = dx2.data(), .dx = dx2.data()});
+      kernels::dropout_forward(
+          execs.pooled,
+          kernels::DropoutArgs<float>{
+              .n = n, .p = p, .seed = 99, .counter = counter2, .x = y2.data(), .y = y2.data(), .mask = mask2.data()});
+      kernels::dropout_backward(
+          execs.pooled,
+          kernels::DropoutArgs<float>{.n = n, .p = p, .mask = mask2.data(), .dy = dx2.data(), .dx = dx2.data()});
       REQUIRE(counter2[0] == 42);
       REQUIRE(mask2 == mask);
       REQUIRE(same_bits(y2, y));
@@ -109,8 +115,10 @@ TEST_CASE("dropout draws a fresh mask every call, the same one for the same seed
   std::vector<float> y(n);
   auto draw = [&](uint64_t seed, uint64_t* counter) {
     std::vector<uint8_t> mask(n);
-    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed, .counter = counter,
-                                                                 .x = x.data(), .y = y.data(), .mask = mask.data()});
+    kernels::dropout_forward(
+        Exec{},
+        kernels::DropoutArgs<float>{
+            .n = n, .p = p, .seed = seed, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
     return mask;
   };
   auto agreement = [&](const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -136,10 +144,12 @@ TEST_CASE("dropout draws a fresh mask every call, the same one for the same seed
 
   // p == 0 and n == 0 still advance the counter.
   std::vector<uint8_t> mask(n);
-  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = 0.f, .seed = 7, .counter = counter,
-                                                               .x = x.data(), .y = y.data(), .mask = mask.data()});
-  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = 0, .p = p, .seed = 7, .counter = counter,
-                                                               .x = x.data(), .y = y.data(), .mask = mask.data()});
+  kernels::dropout_forward(
+      Exec{}, kernels::DropoutArgs<float>{
+                  .n = n, .p = 0.f, .seed = 7, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
+  kernels::dropout_forward(
+      Exec{}, kernels::DropoutArgs<float>{
+                  .n = 0, .p = p, .seed = 7, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
   REQUIRE(counter[0] == 5);
 }
 
@@ -152,14 +162,16 @@ TEST_CASE("dropout in f64 draws the f32 masks and divides in double", "[cpu][dro
   std::vector<double> y(n), dy(n, 1.0), dx(n);
   std::vector<uint8_t> mf(n), md(n);
   uint64_t cf[2] = {3, 0}, cd[2] = {3, 0};
-  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 5, .counter = cf, .x = xf.data(),
-                                                               .y = yf.data(), .mask = mf.data()});
-  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<double>{.n = n, .p = p, .seed = 5, .counter = cd, .x = x.data(),
-                                                                .y = y.data(), .mask = md.data()});
+  kernels::dropout_forward(
+      Exec{}, kernels::DropoutArgs<float>{
+                  .n = n, .p = p, .seed = 5, .counter = cf, .x = xf.data(), .y = yf.data(), .mask = mf.data()});
+  kernels::dropout_forward(
+      Exec{}, kernels::DropoutArgs<double>{
+                  .n = n, .p = p, .seed = 5, .counter = cd, .x = x.data(), .y = y.data(), .mask = md.data()});
   REQUIRE(md == mf);
   REQUIRE(cd[0] == 4);
-  kernels::dropout_backward(Exec{}, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = md.data(), .dy = dy.data(),
-                                                                 .dx = dx.data()});
+  kernels::dropout_backward(
+      Exec{}, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = md.data(), .dy = dy.data(), .dx = dx.data()});
   const double keep_p = 1.0 - double(p);
   for (size_t i = 0; i < n; ++i) {
     REQUIRE(y[i] == (md[i] ? x[i] / keep_p : 0.0));

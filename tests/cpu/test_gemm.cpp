@@ -32,8 +32,7 @@ nt::test::Tolerance gemm_tolerance(int K) {
 
 // Stores the logical (rows, cols) matrix row-major with leading dimension ld, transposed when asked;
 // the padding is NaN, so a kernel that reads it produces NaN.
-std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int cols, bool transpose,
-                                int ld) {
+std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int cols, bool transpose, int ld) {
   const int stored_rows = transpose ? cols : rows;
   std::vector<float> out(static_cast<size_t>(std::max(stored_rows, 1)) * ld, nt::test::kPoison);
   for (int r = 0; r < rows; ++r)
@@ -43,8 +42,7 @@ std::vector<float> store_matrix(const std::vector<float>& logical, int rows, int
 }
 
 // op(A)·op(B) in double from the logical matrices a (M,K) and b (K,N).
-std::vector<double> reference_product(const std::vector<float>& a, const std::vector<float>& b, int M, int N,
-                                      int K) {
+std::vector<double> reference_product(const std::vector<float>& a, const std::vector<float>& b, int M, int N, int K) {
   std::vector<double> c(size_t(M) * N, 0.0);
   for (int m = 0; m < M; ++m)
     for (int k = 0; k < K; ++k) {
@@ -56,10 +54,14 @@ std::vector<double> reference_product(const std::vector<float>& a, const std::ve
 
 double reference_epilogue(Epilogue e, double v, float bias, float mask) {
   switch (e) {
-    case Epilogue::none: return v;
-    case Epilogue::bias: return v + bias;
-    case Epilogue::bias_relu: return std::max(v + bias, 0.0);
-    case Epilogue::relu_mask: return mask > 0.f ? v : 0.0;
+    case Epilogue::none:
+      return v;
+    case Epilogue::bias:
+      return v + bias;
+    case Epilogue::bias_relu:
+      return std::max(v + bias, 0.0);
+    case Epilogue::relu_mask:
+      return mask > 0.f ? v : 0.0;
   }
   return v;
 }
@@ -69,8 +71,8 @@ struct GemmCase {
   std::vector<float> A, B, C, bias, mask, sums;
   GemmDesc d;
 
-  GemmCase(const std::vector<float>& a, const std::vector<float>& b, int M, int N, int K, bool trans_a,
-           bool trans_b, int pad_a, int pad_b, int pad_c, Epilogue e, bool row_sums) {
+  GemmCase(const std::vector<float>& a, const std::vector<float>& b, int M, int N, int K, bool trans_a, bool trans_b,
+           int pad_a, int pad_b, int pad_c, Epilogue e, bool row_sums) {
     d.M = M, d.N = N, d.K = K, d.trans_a = trans_a, d.trans_b = trans_b, d.epilogue = e;
     d.lda = (trans_a ? M : K) + pad_a;
     d.ldb = (trans_b ? K : N) + pad_b;
@@ -120,10 +122,10 @@ TEST_CASE("gemm matches a double reference over shapes, transposes, epilogues, l
   // A sample of the shape cube: edges around the tile sizes (1, 7, 10, 33, 64, 65, 128), the MLP's
   // training shapes (forward, weight and input gradients) and sizes with several K-blocks.
   const Shape shapes[] = {
-      {1, 1, 1},      {1, 1, 7},       {7, 1, 1},      {1, 7, 10},     {10, 7, 1},     {7, 10, 33},
-      {33, 65, 7},    {64, 64, 64},    {65, 33, 128},  {128, 65, 33},  {1, 320, 784},  {784, 1, 10},
-      {64, 320, 784}, {64, 160, 320},  {64, 10, 160},  {10, 160, 64},  {64, 160, 10},  {160, 320, 64},
-      {64, 320, 160}, {320, 784, 64},  {33, 1000, 65}, {1000, 33, 160}, {257, 129, 513}, {1000, 784, 320},
+      {1, 1, 1},      {1, 1, 7},      {7, 1, 1},      {1, 7, 10},      {10, 7, 1},      {7, 10, 33},
+      {33, 65, 7},    {64, 64, 64},   {65, 33, 128},  {128, 65, 33},   {1, 320, 784},   {784, 1, 10},
+      {64, 320, 784}, {64, 160, 320}, {64, 10, 160},  {10, 160, 64},   {64, 160, 10},   {160, 320, 64},
+      {64, 320, 160}, {320, 784, 64}, {33, 1000, 65}, {1000, 33, 160}, {257, 129, 513}, {1000, 784, 320},
   };
   const Exec exec = cpu_exec(&two_threads());
   for (const Shape& s : shapes) {
@@ -139,16 +141,16 @@ TEST_CASE("gemm matches a double reference over shapes, transposes, epilogues, l
         for (int e = 0; e < 4; ++e) {
           const bool trans_a = trans & 1, trans_b = trans & 2, row_sums = e % 2 == 0;
           const int pad_a = trans_a ? 0 : 5, pad_b = trans_b ? 3 : 0, pad_c = e % 2 ? 2 : 0;
-          INFO("trans_a=" << trans_a << " trans_b=" << trans_b << " epilogue=" << e << " pads=" << pad_a
-                          << "," << pad_b << "," << pad_c);
+          INFO("trans_a=" << trans_a << " trans_b=" << trans_b << " epilogue=" << e << " pads=" << pad_a << "," << pad_b
+                          << "," << pad_c);
           GemmCase c(a, b, s.M, s.N, s.K, trans_a, trans_b, pad_a, pad_b, pad_c, kEpilogues[e], row_sums);
           nt::kernels::gemm(exec, c.d);
 
           std::vector<double> want(product.size());
           for (int m = 0; m < s.M; ++m)
             for (int n = 0; n < s.N; ++n)
-              want[size_t(m) * s.N + n] = reference_epilogue(kEpilogues[e], product[size_t(m) * s.N + n],
-                                                             c.bias[n], c.mask[size_t(m) * c.d.ldc + n]);
+              want[size_t(m) * s.N + n] = reference_epilogue(kEpilogues[e], product[size_t(m) * s.N + n], c.bias[n],
+                                                             c.mask[size_t(m) * c.d.ldc + n]);
           NT_REQUIRE_CLOSE(c.output(), want, tol);
           REQUIRE(c.padding_untouched());
           if (row_sums) NT_REQUIRE_CLOSE(c.sums, want_sums, gemm_tolerance(s.K));
@@ -169,8 +171,7 @@ TEST_CASE("gemm with K == 0 writes epilogue(0) and zero row sums", "[cpu][gemm]"
       nt::kernels::gemm(exec, c.d);
       std::vector<double> want(5 * 7);
       for (int m = 0; m < 5; ++m)
-        for (int n = 0; n < 7; ++n)
-          want[m * 7 + n] = reference_epilogue(e, 0.0, c.bias[n], c.mask[m * c.d.ldc + n]);
+        for (int n = 0; n < 7; ++n) want[m * 7 + n] = reference_epilogue(e, 0.0, c.bias[n], c.mask[m * c.d.ldc + n]);
       NT_REQUIRE_CLOSE(c.output(), want, exact);
       REQUIRE(c.padding_untouched());
       NT_REQUIRE_CLOSE(c.sums, std::vector<double>(5, 0.0), exact);

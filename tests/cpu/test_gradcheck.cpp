@@ -14,14 +14,14 @@
 #include "engine/context.h"
 #include "engine/model.h"
 #include "kernels/activation.h"
-#include "kernels/softmax_xent.h"
 #include "kernels/dropout.h"
-#include "layers/fusion.h"
+#include "kernels/softmax_xent.h"
 #include "layers/batchnorm.h"
 #include "layers/builder.h"
 #include "layers/conv2d.h"
-#include "layers/linear.h"
 #include "layers/conv_batchnorm_pool.h"
+#include "layers/fusion.h"
+#include "layers/linear.h"
 #include "layers/pooling.h"
 #include "layers/relu.h"
 #include "layers/softmax_xent.h"
@@ -112,7 +112,8 @@ struct Problem {
       INFO("parameter " << param.name);
       std::span<double> value(param.value.data<double>(), static_cast<size_t>(param.value.numel()));
       std::vector<double> analytic(param.grad.data<double>(), param.grad.data<double>() + param.grad.numel());
-      check_gradient(value, analytic, [&] { return mean_loss(); }, [&] { return signs(); }, &skipped);
+      check_gradient(
+          value, analytic, [&] { return mean_loss(); }, [&] { return signs(); }, &skipped);
       total += static_cast<int>(value.size());
     }
     INFO(skipped << " of " << total << " coordinates skipped at ReLU kinks");
@@ -199,15 +200,15 @@ TEST_CASE("a two-hidden-layer MLP from a spec matches finite differences end to 
 TEST_CASE("Conv2d gradients match finite differences (stride 1 and 2, padding 0 and 1, 3x3 and 5x5)",
           "[cpu][grad][conv]") {
   std::vector<std::unique_ptr<Layer>> layers;
-  add<layers::Conv2d>(layers, 2, 3, 3, 2, 1, true);    // (2,7,6) -> (3,4,3)
-  add<layers::Conv2d>(layers, 3, 2, 3, 1, 0, false);   // -> (2,2,1): dx of this one is checked by the first
+  add<layers::Conv2d>(layers, 2, 3, 3, 2, 1, true);   // (2,7,6) -> (3,4,3)
+  add<layers::Conv2d>(layers, 3, 2, 3, 1, 0, false);  // -> (2,2,1): dx of this one is checked by the first
   add<layers::Flatten>(layers);
   add<layers::Linear>(layers, 4, 3, false);
   Problem(model_of(std::move(layers), Shape{2, 7, 6}), 2).check_all_parameters();
 
   std::vector<std::unique_ptr<Layer>> wide;
-  add<layers::Conv2d>(wide, 1, 2, 5, 2, 2, true);      // (1,6,5) -> (2,3,3)
-  add<layers::Conv2d>(wide, 2, 2, 3, 1, 1, true);      // -> (2,3,3)
+  add<layers::Conv2d>(wide, 1, 2, 5, 2, 2, true);  // (1,6,5) -> (2,3,3)
+  add<layers::Conv2d>(wide, 2, 2, 3, 1, 1, true);  // -> (2,3,3)
   add<layers::Flatten>(wide);
   add<layers::Linear>(wide, 18, 3, false);
   Problem(model_of(std::move(wide), Shape{1, 6, 5}), 3).check_all_parameters();
@@ -215,15 +216,15 @@ TEST_CASE("Conv2d gradients match finite differences (stride 1 and 2, padding 0 
 
 TEST_CASE("MaxPool2d gradients match finite differences (2/2, overlapping 3/2, odd sizes)", "[cpu][grad][maxpool]") {
   std::vector<std::unique_ptr<Layer>> layers;
-  add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, true);    // (2,7,5) -> (3,7,5)
-  add<layers::MaxPool2d>(layers, 2, 2);                // -> (3,3,2)
+  add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, true);  // (2,7,5) -> (3,7,5)
+  add<layers::MaxPool2d>(layers, 2, 2);              // -> (3,3,2)
   add<layers::Flatten>(layers);
   add<layers::Linear>(layers, 18, 3, false);
   Problem(model_of(std::move(layers), Shape{2, 7, 5}), 2).check_all_parameters();
 
   std::vector<std::unique_ptr<Layer>> overlapping;
   add<layers::Conv2d>(overlapping, 1, 2, 3, 1, 1, true);  // (1,7,7) -> (2,7,7)
-  add<layers::MaxPool2d>(overlapping, 3, 2);               // -> (2,3,3)
+  add<layers::MaxPool2d>(overlapping, 3, 2);              // -> (2,3,3)
   add<layers::Flatten>(overlapping);
   add<layers::Linear>(overlapping, 18, 3, false);
   Problem(model_of(std::move(overlapping), Shape{1, 7, 7}), 2).check_all_parameters();
@@ -234,7 +235,7 @@ TEST_CASE("BatchNorm2d (NCHW) gradients match finite differences in training mod
   for (bool relu : {false, true}) {
     INFO("relu " << relu);
     std::vector<std::unique_ptr<Layer>> layers;
-    add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);   // (2,4,5) -> (3,4,5)
+    add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);  // (2,4,5) -> (3,4,5)
     add<layers::BatchNorm>(layers, 3, true, kernels::Layout::nchw, relu);
     add<layers::Flatten>(layers);
     add<layers::Linear>(layers, 60, 3, false);
@@ -250,7 +251,7 @@ TEST_CASE("BatchNorm2d with a fused max-pool: gradients match finite differences
     for (int window : {2, 3}) {
       INFO("relu " << relu << " window " << window);
       std::vector<std::unique_ptr<Layer>> layers;
-      add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);   // (2,7,5) -> (3,7,5)
+      add<layers::Conv2d>(layers, 2, 3, 3, 1, 1, false);                                   // (2,7,5) -> (3,7,5)
       add<layers::BatchNorm>(layers, 3, true, kernels::Layout::nchw, relu, true, window);  // -> (3, 7/w, 5/w)
       add<layers::Flatten>(layers);
       add<layers::Linear>(layers, 3 * (7 / window) * (5 / window), 3, false);
@@ -262,7 +263,7 @@ TEST_CASE("BatchNorm2d (NHWC) gradients match finite differences in training mod
   for (bool relu : {false, true}) {
     INFO("relu " << relu);
     std::vector<std::unique_ptr<Layer>> layers;
-    add<layers::Linear>(layers, 6, 3 * 2 * 4, false);   // -> (24), viewed as (H,W,C) = (3,2,4)
+    add<layers::Linear>(layers, 6, 3 * 2 * 4, false);  // -> (24), viewed as (H,W,C) = (3,2,4)
     add<Unflatten>(layers, Shape{3, 2, 4});
     add<layers::BatchNorm>(layers, 4, true, kernels::Layout::nhwc, relu);
     add<layers::Flatten>(layers);
@@ -290,7 +291,7 @@ TEST_CASE("the fused conv + BatchNorm + max-pool stem matches finite differences
     Shape input;
   };
   const Case cases[] = {{"conv:2:5:2:2,bn,relu,maxpool:2,flatten,linear:3", Shape{1, 9, 7}},  // (2,5,4) -> (2,2,2)
-                        {"conv:3:3:1:1,bn,maxpool:3,flatten,linear:3", Shape{3, 7, 8}}};     // 27 taps, (3,2,2)
+                        {"conv:3:3:1:1,bn,maxpool:3,flatten,linear:3", Shape{3, 7, 8}}};      // 27 taps, (3,2,2)
   for (const Case& c : cases) {
     INFO(c.spec);
     auto model = layers::build_model(c.spec, c.input, 3);
@@ -319,18 +320,20 @@ TEST_CASE("Dropout's backward is the derivative of its forward for the drawn mas
   uint64_t counter[2] = {0, 0};
   auto loss = [&] {
     counter[0] = 5;  // the same draw every time
-    kernels::dropout_forward(exec, kernels::DropoutArgs<double>{.n = n, .p = p, .seed = 1234, .counter = counter,
-                                                                .x = x.data(), .y = y.data(), .mask = mask.data()});
+    kernels::dropout_forward(
+        exec, kernels::DropoutArgs<double>{
+                  .n = n, .p = p, .seed = 1234, .counter = counter, .x = x.data(), .y = y.data(), .mask = mask.data()});
     double sum = 0;
     for (size_t i = 0; i < n; ++i) sum += w[i] * y[i];
     return sum;
   };
   loss();
   std::vector<double> analytic(n, std::nan(""));
-  kernels::dropout_backward(exec, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = mask.data(), .dy = w.data(),
-                                                               .dx = analytic.data()});
+  kernels::dropout_backward(
+      exec, kernels::DropoutArgs<double>{.n = n, .p = p, .mask = mask.data(), .dy = w.data(), .dx = analytic.data()});
   int skipped = 0;
-  check_gradient(std::span<double>(x), analytic, loss, [] { return 0; }, &skipped);
+  check_gradient(
+      std::span<double>(x), analytic, loss, [] { return 0; }, &skipped);
   CHECK(skipped == 0);
   const auto kept = std::count(mask.begin(), mask.end(), uint8_t{1});
   CHECK(kept > 0);
@@ -346,19 +349,25 @@ TEST_CASE("SoftmaxCrossEntropy's dlogits match finite differences of the mean lo
   auto mean_loss = [&] {
     double sum = 0;
     int64_t correct = 0;
-    kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<double>{.B = B, .C = C, .logits = logits.data(),
-                                                                 .labels = labels.data(), .loss_sum = &sum,
-                                                                 .correct = &correct});
+    kernels::softmax_xent(
+        exec,
+        kernels::SoftmaxXentArgs<double>{
+            .B = B, .C = C, .logits = logits.data(), .labels = labels.data(), .loss_sum = &sum, .correct = &correct});
     return sum / B;
   };
   std::vector<double> dlogits(B * C, std::nan(""));
   double sum = 0;
   int64_t correct = 0;
-  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<double>{.B = B, .C = C, .logits = logits.data(),
-                                                               .labels = labels.data(), .dlogits = dlogits.data(),
-                                                               .loss_sum = &sum, .correct = &correct});
+  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<double>{.B = B,
+                                                               .C = C,
+                                                               .logits = logits.data(),
+                                                               .labels = labels.data(),
+                                                               .dlogits = dlogits.data(),
+                                                               .loss_sum = &sum,
+                                                               .correct = &correct});
   int skipped = 0;
-  check_gradient(std::span<double>(logits), dlogits, mean_loss, [] { return 0; }, &skipped);
+  check_gradient(
+      std::span<double>(logits), dlogits, mean_loss, [] { return 0; }, &skipped);
   CHECK(skipped == 0);
 }
 

@@ -21,12 +21,12 @@
 namespace {
 
 namespace fs = std::filesystem;
-using nt::test::Approx;
-using nt::test::Contains;
-using nt::test::names;
 using nt::data::load_idx_pair;
 using nt::data::read_idx_images;
 using nt::data::read_idx_labels;
+using nt::test::Approx;
+using nt::test::Contains;
+using nt::test::names;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -89,8 +89,10 @@ Bytes read_raw(const std::string& path) {
 }
 
 void write_as(bool gzip, const std::string& path, const Bytes& bytes) {
-  if (gzip) write_gzip(path, bytes);
-  else write_raw(path, bytes);
+  if (gzip)
+    write_gzip(path, bytes);
+  else
+    write_raw(path, bytes);
 }
 
 }  // namespace
@@ -131,7 +133,7 @@ TEST_CASE("IDX gzip is recognised by its magic bytes, not by the file name", "[c
 
 TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu][data]") {
   TempDir dir;
-  Bytes images = images_idx(4, 2, 3);   // 16-byte header + 24 pixels
+  Bytes images = images_idx(4, 2, 3);  // 16-byte header + 24 pixels
   Bytes labels = labels_idx({1, 2, 3, 4});
 
   SECTION("missing file") {
@@ -146,7 +148,7 @@ TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu
   }
   SECTION("truncated header") {
     std::string p = dir / "short-header";
-    write_raw(p, Bytes(images.begin(), images.begin() + 10));   // magic + 6 of the 12 dimension bytes
+    write_raw(p, Bytes(images.begin(), images.begin() + 10));  // magic + 6 of the 12 dimension bytes
     REQUIRE_THROWS_WITH(read_idx_images(p), names(p, "truncated header: 10 bytes, expected 16"));
     write_raw(p, Bytes(images.begin(), images.begin() + 3));
     REQUIRE_THROWS_WITH(read_idx_images(p), names(p, "truncated header: 3 bytes"));
@@ -155,8 +157,8 @@ TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu
     std::string p = dir / "short-payload";
     bool gzip = GENERATE(false, true);
     write_as(gzip, p, Bytes(images.begin(), images.end() - 5));
-    REQUIRE_THROWS_WITH(read_idx_images(p), names(p, "truncated payload") && Contains("promises 24 bytes") &&
-                                                Contains("found 19"));
+    REQUIRE_THROWS_WITH(read_idx_images(p),
+                        names(p, "truncated payload") && Contains("promises 24 bytes") && Contains("found 19"));
   }
   SECTION("trailing bytes, raw and gzip") {
     std::string p = dir / "trailing";
@@ -169,7 +171,7 @@ TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu
   SECTION("wrong magic") {
     std::string p = dir / "not-idx";
     Bytes junk = images;
-    junk[2] = 0x0c;   // type 0x0c (int32), rank 3: an IDX file, but not of bytes
+    junk[2] = 0x0c;  // type 0x0c (int32), rank 3: an IDX file, but not of bytes
     write_raw(p, junk);
     REQUIRE_THROWS_WITH(read_idx_images(p), names(p, "wrong magic number 3075") && Contains("expected 2051"));
   }
@@ -194,7 +196,7 @@ TEST_CASE("IDX reader names the file and the fault for each damaged file", "[cpu
   }
   SECTION("corrupt gzip: a valid gzip header followed by garbage") {
     std::string p = dir / "garbage.gz";
-    Bytes b = {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03};   // gzip header: deflate, no flags, Unix
+    Bytes b = {0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03};  // gzip header: deflate, no flags, Unix
     for (int i = 0; i < 64; ++i) b.push_back(0xff);              // 0xff: final block of reserved type 3
     write_raw(p, b);
     REQUIRE_THROWS_WITH(read_idx_images(p), names(p, "corrupt gzip data (Z_DATA_ERROR"));
@@ -273,11 +275,12 @@ TEST_CASE("Data set folders: standard names, .gz fallback, missing pieces, stati
     write_raw(dir / "train-images-idx3-ubyte", train);
     REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(dir.path.string(), "toy"),
                         Contains("missing train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                                 "t10k-labels-idx1-ubyte (raw or .gz) in " + dir.path.string()));
+                                 "t10k-labels-idx1-ubyte (raw or .gz) in " +
+                                 dir.path.string()));
   }
   SECTION("raw and gzip files mix; raw wins when both exist; statistics come from train") {
     write_raw(dir / "train-images-idx3-ubyte", train);
-    write_gzip(dir / "train-images-idx3-ubyte.gz", images_idx(2, 1, 2));   // shadowed by the raw file
+    write_gzip(dir / "train-images-idx3-ubyte.gz", images_idx(2, 1, 2));  // shadowed by the raw file
     write_gzip(dir / "train-labels-idx1-ubyte.gz", labels_idx({3, 4}));
     write_gzip(dir / "t10k-images-idx3-ubyte.gz", images_idx(3, 1, 2));
     write_raw(dir / "t10k-labels-idx1-ubyte", labels_idx({0, 1, 2}));
@@ -315,9 +318,9 @@ TEST_CASE("Real MNIST loads with its shape, labels and statistics", "[cpu][data]
     REQUIRE(d->images.size() == size_t(d->count) * 784);
     REQUIRE(d->labels.size() == size_t(d->count));
     REQUIRE(std::all_of(d->labels.begin(), d->labels.end(), [](uint8_t label) { return label < 10; }));
-    REQUIRE(d->mean == std::vector<float>{0.1307f});   // "mnist" uses the standard constants for both splits
+    REQUIRE(d->mean == std::vector<float>{0.1307f});  // "mnist" uses the standard constants for both splits
     REQUIRE(d->std == std::vector<float>{0.3081f});
-    REQUIRE(d->classes == 10);   // the largest train label + 1
+    REQUIRE(d->classes == 10);  // the largest train label + 1
     REQUIRE(d->class_names.empty());
   }
   // Every digit occurs in both splits (a shuffled or truncated read would skew this).
@@ -335,7 +338,7 @@ TEST_CASE("Real MNIST loads with its shape, labels and statistics", "[cpu][data]
   REQUIRE(computed.train.mean.size() == 1);
   REQUIRE(computed.train.mean[0] == Approx(0.1307).margin(5e-5));
   REQUIRE(computed.test.std[0] == Approx(0.3081).margin(5e-5));
-  REQUIRE(computed.train.mean[0] == static_cast<float>(stats.mean));   // exactly the single-channel statistics
+  REQUIRE(computed.train.mean[0] == static_cast<float>(stats.mean));  // exactly the single-channel statistics
   REQUIRE(computed.train.std[0] == static_cast<float>(stats.std));
 }
 
@@ -385,14 +388,14 @@ TEST_CASE("A rank-4 IDX images file reads channels last and loads planar", "[cpu
   REQUIRE(img.rows == int(H));
   REQUIRE(img.cols == int(W));
   REQUIRE(img.channels == int(C));
-  REQUIRE(img.pixels == Bytes(file.begin() + 20, file.end()));   // as stored
+  REQUIRE(img.pixels == Bytes(file.begin() + 20, file.end()));  // as stored
 
   const auto d = load_idx_pair(dir / "images", dir / "labels", 0, "rgb");
   REQUIRE(d.channels == int(C));
   REQUIRE(d.rows == int(H));
   REQUIRE(d.cols == int(W));
   REQUIRE(d.image_size() == int64_t(C * H * W));
-  REQUIRE(d.classes == 3);   // the largest label + 1
+  REQUIRE(d.classes == 3);  // the largest label + 1
   REQUIRE(d.mean.size() == C);
   REQUIRE(d.std.size() == C);
   REQUIRE(d.class_names.empty());
@@ -417,7 +420,7 @@ TEST_CASE("Rank-4 IDX faults name the file: zero or too many channels, bounded r
   }
   SECTION("more channels than the batch kernels take") {
     write_raw(dir / "images", images4_idx(2, 2, 2, 5, mixed_pixel));
-    REQUIRE(read_idx_images(dir / "images").channels == 5);   // the format allows it
+    REQUIRE(read_idx_images(dir / "images").channels == 5);  // the format allows it
     REQUIRE_THROWS_WITH(load_idx_pair(dir / "images", dir / "labels", 0, "toy"),
                         names(dir / "images", "5 channels; the batch kernels take 1 to 4"));
   }
@@ -435,7 +438,7 @@ TEST_CASE("Rank-4 IDX faults name the file: zero or too many channels, bounded r
   }
   SECTION("a raw file promising more than it holds fails on its size, a gzip after reading its bytes") {
     Bytes b;
-    for (uint32_t v : {2052u, 0x00ffffffu, 4u, 4u, 3u}) put_u32(b, v);   // 768 MiB promised
+    for (uint32_t v : {2052u, 0x00ffffffu, 4u, 4u, 3u}) put_u32(b, v);  // 768 MiB promised
     b.insert(b.end(), {1, 2, 3});
     bool gzip = GENERATE(false, true);
     CAPTURE(gzip);
@@ -474,13 +477,16 @@ TEST_CASE("Per-channel statistics: exact per channel, the single-channel numbers
   REQUIRE(split.train.images[(1 * 3 + 1) * 2 + 1] == 255);
 
   // On arbitrary bytes each channel's statistics are exactly pixel_stats of that channel's plane bytes.
-  const auto d = load_idx_pair([&] {
-    write_raw(dir / "big-images", images4_idx(17, 5, 7, 3, mixed_pixel));
-    return dir / "big-images";
-  }(), [&] {
-    write_raw(dir / "big-labels", labels_idx(Bytes(17, 1)));
-    return dir / "big-labels";
-  }(), 0, "rgb");
+  const auto d = load_idx_pair(
+      [&] {
+        write_raw(dir / "big-images", images4_idx(17, 5, 7, 3, mixed_pixel));
+        return dir / "big-images";
+      }(),
+      [&] {
+        write_raw(dir / "big-labels", labels_idx(Bytes(17, 1)));
+        return dir / "big-labels";
+      }(),
+      0, "rgb");
   const auto stats = nt::data::channel_stats(d);
   REQUIRE(stats.size() == 3);
   for (int ch = 0; ch < 3; ++ch) {
@@ -495,9 +501,9 @@ TEST_CASE("Per-channel statistics: exact per channel, the single-channel numbers
 
   SECTION("a channel with one value everywhere cannot be normalized") {
     TempDir flat;
-    write_set(flat, images4_idx(2, 1, 2, 2, [](uint32_t i, uint32_t, uint32_t, uint32_t ch) {
-                return uint8_t(ch == 0 ? 255 * i : 9);
-              }),
+    write_set(flat,
+              images4_idx(2, 1, 2, 2,
+                          [](uint32_t i, uint32_t, uint32_t, uint32_t ch) { return uint8_t(ch == 0 ? 255 * i : 9); }),
               {0, 1}, images4_idx(1, 1, 2, 2, mixed_pixel), {1});
     REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(flat.path.string(), "flat"),
                         Contains("every train pixel of channel 1") && Contains(flat.path.string()));
@@ -530,15 +536,15 @@ TEST_CASE("The class count comes from the train labels unless given; test labels
   }
   SECTION("N: a train label >= N names the file, the index and N") {
     write_set(dir, train, {0, 6, 2, 9}, test, {6, 0});
-    REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(dir.path.string(), "toy", 9),
-                        names(dir / "train-labels-idx1-ubyte", "label out of range at index 3: value 9") &&
-                            Contains("(9 classes)"));
+    REQUIRE_THROWS_WITH(
+        nt::data::load_dataset_dir(dir.path.string(), "toy", 9),
+        names(dir / "train-labels-idx1-ubyte", "label out of range at index 3: value 9") && Contains("(9 classes)"));
   }
   SECTION("a test label outside the trained range names the test file and the label") {
     write_set(dir, train, {0, 6, 2, 6}, test, {3, 7});
-    REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(dir.path.string(), "toy"),
-                        names(dir / "t10k-labels-idx1-ubyte", "test label 7 at index 1") &&
-                            Contains("outside the trained range 0..6"));
+    REQUIRE_THROWS_WITH(
+        nt::data::load_dataset_dir(dir.path.string(), "toy"),
+        names(dir / "t10k-labels-idx1-ubyte", "test label 7 at index 1") && Contains("outside the trained range 0..6"));
     REQUIRE_THROWS_WITH(nt::data::load_dataset_dir(dir.path.string(), "toy", 7),
                         names(dir / "t10k-labels-idx1-ubyte", "test label 7"));
     REQUIRE(nt::data::load_dataset_dir(dir.path.string(), "toy", 8).test.classes == 8);

@@ -86,7 +86,7 @@ struct PngSpec {
   int color_type = PNG_COLOR_TYPE_GRAY, bit_depth = 8;
   bool interlaced = false;
   std::vector<png_color> palette = {};
-  std::vector<png_byte> trans = {};   // tRNS of a palette image
+  std::vector<png_byte> trans = {};  // tRNS of a palette image
 };
 
 // What the setjmp frame below touches: trivially destructible.
@@ -105,7 +105,7 @@ bool encode_direct(DirectPng& w, const PngSpec& spec, png_bytepp rows) {
   if (!spec.palette.empty()) png_set_PLTE(w.png, w.info, spec.palette.data(), static_cast<int>(spec.palette.size()));
   if (!spec.trans.empty()) png_set_tRNS(w.png, w.info, spec.trans.data(), static_cast<int>(spec.trans.size()), nullptr);
   png_write_info(w.png, w.info);
-  png_write_image(w.png, rows);   // Adam7 passes are made by libpng
+  png_write_image(w.png, rows);  // Adam7 passes are made by libpng
   png_write_end(w.png, nullptr);
   return true;
 }
@@ -151,7 +151,7 @@ void write_png_direct(const std::string& path, const PngSpec& spec, const std::v
 
 // ---- PNG chunks, for damaging files --------------------------------------------------------------------------------
 struct Chunk {
-  size_t offset = 0;   // of its length field
+  size_t offset = 0;  // of its length field
   uint32_t length = 0;
   std::string type;
   size_t data() const { return offset + 8; }
@@ -257,7 +257,7 @@ TEST_CASE("write_png replaces a file whole and refuses what PNG cannot hold", "[
   Image short_one = pattern(1, 3, 3);
   short_one.pixels.pop_back();
   CHECK_THAT(error_of(short_one), Contains("image '" + path + "': cannot write an image of 1 channels x 3 rows"));
-  require_equal(read_image(path), pattern(1, 2, 3));   // untouched by the refusals
+  require_equal(read_image(path), pattern(1, 2, 3));  // untouched by the refusals
 }
 
 TEST_CASE("the format is chosen by the magic bytes, not the name", "[cpu][image]") {
@@ -269,19 +269,22 @@ TEST_CASE("the format is chosen by the magic bytes, not the name", "[cpu][image]
   require_equal(read_image(pgm_named_png), planar(1, 2, 3, {1, 2, 3, 4, 5, 6}));
 }
 
-// ---- PNG kinds that write_png never makes ----------------------------------------------------------------------------
+// ---- PNG kinds that write_png never makes
+// ----------------------------------------------------------------------------
 
 TEST_CASE("palette PNGs expand to RGB, with 8 and 2 bits per index, and a tRNS is dropped", "[cpu][image]") {
   const TempDir dir;
   const std::vector<png_color> palette = {{0, 0, 0}, {255, 0, 0}, {10, 200, 30}, {255, 255, 255}};
-  const std::vector<int> indexes = {0, 1, 2, 3, 3, 2, 1, 0, 2, 2, 1, 3, 0, 0, 1};   // 3 rows x 5 columns
+  const std::vector<int> indexes = {0, 1, 2, 3, 3, 2, 1, 0, 2, 2, 1, 3, 0, 0, 1};  // 3 rows x 5 columns
   std::vector<int> rgb;
-  for (int i : indexes) rgb.insert(rgb.end(), {palette[size_t(i)].red, palette[size_t(i)].green, palette[size_t(i)].blue});
+  for (int i : indexes)
+    rgb.insert(rgb.end(), {palette[size_t(i)].red, palette[size_t(i)].green, palette[size_t(i)].blue});
   const Image want = planar(3, 3, 5, rgb);
   for (int depth : {8, 2}) {
     for (bool with_trns : {false, true}) {
       INFO("bit depth " << depth << (with_trns ? ", with tRNS" : ""));
-      PngSpec spec{.width = 5, .height = 3, .color_type = PNG_COLOR_TYPE_PALETTE, .bit_depth = depth, .palette = palette};
+      PngSpec spec{
+          .width = 5, .height = 3, .color_type = PNG_COLOR_TYPE_PALETTE, .bit_depth = depth, .palette = palette};
       if (with_trns) spec.trans = {0, 128};
       const std::string path = dir.file(cat("palette-", depth, with_trns ? "-trns" : "", ".png"));
       write_png_direct(path, spec, indexes);
@@ -296,9 +299,9 @@ TEST_CASE("gray PNGs of 1, 2 and 4 bits expand to 0..255", "[cpu][image]") {
     INFO("bit depth " << depth);
     const int levels = 1 << depth;
     std::vector<int> values, want;
-    for (int i = 0; i < 9 * 3; ++i) {   // 3 rows x 9 columns: rows that end inside a byte
+    for (int i = 0; i < 9 * 3; ++i) {  // 3 rows x 9 columns: rows that end inside a byte
       values.push_back((i * 7 + 1) % levels);
-      want.push_back(values.back() * 255 / (levels - 1));   // 1 bit: 0, 255; 2: x 85; 4: x 17
+      want.push_back(values.back() * 255 / (levels - 1));  // 1 bit: 0, 255; 2: x 85; 4: x 17
     }
     const std::string path = dir.file(cat("gray-", depth, ".png"));
     write_png_direct(path, PngSpec{.width = 9, .height = 3, .bit_depth = depth}, values);
@@ -343,7 +346,8 @@ TEST_CASE("interlaced (Adam7) PNGs read like plain ones", "[cpu][image]") {
   require_equal(read_image(path), want);
 }
 
-// ---- Netpbm ----------------------------------------------------------------------------------------------------------
+// ---- Netpbm
+// ----------------------------------------------------------------------------------------------------------
 
 TEST_CASE("PGM and PPM, binary and ASCII, with comments and maxvals 15, 255 and 65535", "[cpu][image]") {
   const TempDir dir;
@@ -353,19 +357,20 @@ TEST_CASE("PGM and PPM, binary and ASCII, with comments and maxvals 15, 255 and 
       const int channels = magic == '3' || magic == '6' ? 3 : 1, rows = 5, cols = 7;
       std::vector<int> samples, scaled;
       for (int i = 0; i < rows * cols * channels; ++i) {
-        const int v = (i == 0) ? maxval : int((int64_t(i) * 7919) % (maxval + 1));   // maxval itself, then a spread
+        const int v = (i == 0) ? maxval : int((int64_t(i) * 7919) % (maxval + 1));  // maxval itself, then a spread
         samples.push_back(v);
-        scaled.push_back(int(std::lround(v * 255.0 / maxval)));   // no ties for these maxvals
+        scaled.push_back(int(std::lround(v * 255.0 / maxval)));  // no ties for these maxvals
       }
       const std::string path = dir.file(cat("p", magic, "-", maxval));
       write_bytes(path, netpbm(magic, rows, cols, maxval, samples));
       const Image got = read_image(path);
       require_equal(got, planar(channels, rows, cols, scaled));
-      CHECK(int(got.pixels[0]) == 255);   // maxval is white
+      CHECK(int(got.pixels[0]) == 255);  // maxval is white
     }
 }
 
-TEST_CASE("Netpbm samples scale as documented: maxval 15 x 17, maxval 65535 / 257, maxval 2 halves up", "[cpu][image]") {
+TEST_CASE("Netpbm samples scale as documented: maxval 15 x 17, maxval 65535 / 257, maxval 2 halves up",
+          "[cpu][image]") {
   const TempDir dir;
   const std::string p = dir.file("scale");
   write_bytes(p, "P2 4 1 15 0 1 7 15");
@@ -374,22 +379,23 @@ TEST_CASE("Netpbm samples scale as documented: maxval 15 x 17, maxval 65535 / 25
   require_equal(read_image(p), planar(1, 1, 3, {19, 1, 128}));
   write_bytes(p, "P3\n1 1\n2\n0 1 2\n");
   require_equal(read_image(p), planar(3, 1, 1, {0, 128, 255}));
-  write_bytes(p, "P2 2 1 255 0 255 and trailing text, ignored");   // only the first image is read
+  write_bytes(p, "P2 2 1 255 0 255 and trailing text, ignored");  // only the first image is read
   require_equal(read_image(p), planar(1, 1, 2, {0, 255}));
 }
 
-// ---- conversions -----------------------------------------------------------------------------------------------------
+// ---- conversions
+// -----------------------------------------------------------------------------------------------------
 
 TEST_CASE("to_channels: BT.601 luma rounded to nearest, replication, refusals", "[cpu][image]") {
   // red, green, blue, white, black, yellow, (10, 200, 30), and (0, 0, 250): 0.114 * 250 = 28.5 rounds up to 29.
-  const Image rgb = planar(3, 2, 4, {255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 255, 255, 0, 10, 200, 30,
-                                     0, 0, 250});
+  const Image rgb =
+      planar(3, 2, 4, {255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255, 0, 0, 0, 255, 255, 0, 10, 200, 30, 0, 0, 250});
   const Image gray = nt::data::to_channels(rgb, 1);
   require_equal(gray, planar(1, 2, 4, {76, 150, 29, 255, 0, 226, 124, 29}));
 
   const Image back = nt::data::to_channels(gray, 3);
-  require_equal(back, planar(3, 2, 4, {76, 76, 76, 150, 150, 150, 29, 29, 29, 255, 255, 255, 0, 0, 0, 226, 226, 226,
-                                       124, 124, 124, 29, 29, 29}));
+  require_equal(back, planar(3, 2, 4, {76, 76, 76, 150, 150, 150, 29,  29,  29,  255, 255, 255,
+                                       0,  0,  0,  226, 226, 226, 124, 124, 124, 29,  29,  29}));
   require_equal(nt::data::to_channels(rgb, 3), rgb);
   require_equal(nt::data::to_channels(gray, 1), gray);
   CHECK_THROWS_AS(nt::data::to_channels(rgb, 2), nt::Error);
@@ -433,7 +439,8 @@ TEST_CASE("invert maps v to 255 - v", "[cpu][image]") {
   require_equal(rgb, pattern(3, 4, 3));
 }
 
-// ---- bad files -------------------------------------------------------------------------------------------------------
+// ---- bad files
+// -------------------------------------------------------------------------------------------------------
 
 TEST_CASE("missing, empty and unknown files are one-line errors naming the file", "[cpu][image]") {
   const TempDir dir;
@@ -444,7 +451,7 @@ TEST_CASE("missing, empty and unknown files are one-line errors naming the file"
   CHECK_THAT(read_error(p), Contains("empty file"));
   write_bytes(p, "GIF89a\x01\x00\x01\x00");
   CHECK_THAT(read_error(p), Contains("not a PNG, PGM (P2, P5) or PPM (P3, P6) file: it starts with bytes 47 49 46 38"));
-  write_bytes(p, "P4\n1 1\n\x80");   // PBM: not read
+  write_bytes(p, "P4\n1 1\n\x80");  // PBM: not read
   CHECK_THAT(read_error(p), Contains("not a PNG, PGM"));
   write_bytes(p, "P");
   CHECK_THAT(read_error(p), Contains("not a PNG, PGM"));
@@ -499,7 +506,8 @@ TEST_CASE("a PNG with a bad CRC or bad compressed data is an error", "[cpu][imag
   // A palette image without its palette.
   const std::string palette_path = dir.file("palette.png");
   write_png_direct(palette_path,
-                   PngSpec{.width = 2, .height = 1, .color_type = PNG_COLOR_TYPE_PALETTE, .palette = {{1, 2, 3}}}, {0, 0});
+                   PngSpec{.width = 2, .height = 1, .color_type = PNG_COLOR_TYPE_PALETTE, .palette = {{1, 2, 3}}},
+                   {0, 0});
   std::string no_plte = nt::test::read_file(palette_path);
   const Chunk plte = find_chunk(no_plte, "PLTE");
   no_plte.erase(plte.offset, plte.length + 12);
@@ -563,7 +571,8 @@ TEST_CASE("bad Netpbm headers and data are errors naming the fault", "[cpu][imag
   CHECK_THAT(error_for("P2 3 2 255\n1 2 3 4 x 6"), Contains("bad PGM (P2) sample 4: expected a number, found 'x'"));
   CHECK_THAT(error_for("P2 3 2 15\n1 2 3 4 16 6"), Contains("bad PGM (P2): sample 4 is 16, over maxval 15"));
   CHECK_THAT(error_for("P3 1 1 255\n1 2 99999999"), Contains("bad PPM (P3): sample 2 is over 65535"));
-  CHECK_THAT(error_for(std::string("P5 2 1 1000\n\x03\xe9\x00\x00", 16)), Contains("sample 0 is 1001, over maxval 1000"));
+  CHECK_THAT(error_for(std::string("P5 2 1 1000\n\x03\xe9\x00\x00", 16)),
+             Contains("sample 0 is 1001, over maxval 1000"));
 }
 
 }  // namespace

@@ -50,8 +50,9 @@ TEST_CASE("sgd_update matches PyTorch's SGD in double", "[cpu][optim]") {
         const bool momentum = h.momentum != 0.f;
         std::vector<float> v(momentum ? n : 0, 0.f);  // velocity starts at 0; absent without momentum
         for (const auto& g : grads)
-          kernels::sgd_update(*exec, {.n = n, .params = p.data(), .grads = g.data(),
-                                      .velocity = momentum ? v.data() : nullptr, .hyper = h});
+          kernels::sgd_update(
+              *exec,
+              {.n = n, .params = p.data(), .grads = g.data(), .velocity = momentum ? v.data() : nullptr, .hyper = h});
 
         // Each step rounds g, v and p a few times (relative eps of values of order 1) and the errors add
         // over the steps; 16 eps per step of the largest value bounds them without hiding a wrong formula.
@@ -65,7 +66,10 @@ TEST_CASE("sgd_update without momentum never touches velocity", "[cpu][optim]") 
   const size_t n = 100;
   auto p = random_floats(n), g = random_floats(n);
   std::vector<float> v = random_floats(n), v_before = v;
-  kernels::sgd_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .velocity = v.data(),
+  kernels::sgd_update(Exec{}, {.n = n,
+                               .params = p.data(),
+                               .grads = g.data(),
+                               .velocity = v.data(),
                                .hyper = {.lr = 0.1f, .momentum = 0.f, .weight_decay = 1e-3f}});
   REQUIRE(same_bits(v, v_before));
 }
@@ -76,10 +80,10 @@ TEST_CASE("sgd_update is the same on one thread and on a pool", "[cpu][optim]") 
   auto p1 = random_floats(n), g = random_floats(n), v1 = random_floats(n);
   auto p2 = p1, v2 = v1;
   kernels::SgdHyper h{0.05f, 0.9f, 5e-4f};
-  kernels::sgd_update(execs.serial, {.n = n, .params = p1.data(), .grads = g.data(), .velocity = v1.data(),
-                                     .hyper = h});
-  kernels::sgd_update(execs.pooled, {.n = n, .params = p2.data(), .grads = g.data(), .velocity = v2.data(),
-                                     .hyper = h});
+  kernels::sgd_update(execs.serial,
+                      {.n = n, .params = p1.data(), .grads = g.data(), .velocity = v1.data(), .hyper = h});
+  kernels::sgd_update(execs.pooled,
+                      {.n = n, .params = p2.data(), .grads = g.data(), .velocity = v2.data(), .hyper = h});
   REQUIRE(same_bits(p1, p2));
   REQUIRE(same_bits(v1, v2));
 }
@@ -126,8 +130,8 @@ AdamReference adam_reference(const std::vector<float>& p, const std::vector<floa
 }
 
 // |got - want| <= allowed element by element; NaN never passes.
-void require_within(const std::vector<float>& got, const std::vector<double>& want,
-                    const std::vector<double>& allowed, const char* what) {
+void require_within(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& allowed,
+                    const char* what) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (!(std::abs(double(got[i]) - want[i]) <= allowed[i])) {
       INFO(what << "[" << i << "]: got " << got[i] << ", want " << want[i] << ", allowed " << allowed[i]
@@ -174,10 +178,16 @@ TEST_CASE("adam_update and AdamW follow the PyTorch formulas step by step", "[cp
         if (t == 3 && n > 1) g[0] = 0.f;  // an element whose gradient vanishes for a step
         for (size_t i : pad) g[i] = 0.f;
         const AdamReference ref = adam_reference(p, g, m, v, k.h, t);
-        kernels::adam_update(execs.serial, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(),
-                                            .hyper = k.h, .step = step});
-        kernels::adam_update(execs.pooled, {.n = n, .params = p2.data(), .grads = g.data(), .m = m2.data(),
-                                            .v = v2.data(), .hyper = k.h, .step = step_pooled});
+        kernels::adam_update(
+            execs.serial,
+            {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(), .hyper = k.h, .step = step});
+        kernels::adam_update(execs.pooled, {.n = n,
+                                            .params = p2.data(),
+                                            .grads = g.data(),
+                                            .m = m2.data(),
+                                            .v = v2.data(),
+                                            .hyper = k.h,
+                                            .step = step_pooled});
         REQUIRE(step[0] == t);  // the counter advances once per call and holds the steps taken
         REQUIRE(step[1] == 0);
         require_within(m, ref.m, ref.allowed_m, "m");
@@ -204,8 +214,8 @@ TEST_CASE("adam_update takes t from the counter's value", "[cpu][adam]") {
                      v = random_floats(n, 0.f, 0.01f);
   const AdamReference ref = adam_reference(p, g, m, v, h, 100);
   uint64_t step[2] = {99, 0};
-  kernels::adam_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(), .hyper = h,
-                                .step = step});
+  kernels::adam_update(
+      Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(), .hyper = h, .step = step});
   REQUIRE(step[0] == 100);
   require_within(p, ref.p, ref.allowed_p, "p");
 
@@ -213,8 +223,9 @@ TEST_CASE("adam_update takes t from the counter's value", "[cpu][adam]") {
   std::vector<float> q = random_floats(n), z(n, 0.f), w(n, 0.f), g1 = random_floats(n, 0.5f, 1.f);
   const std::vector<float> q0 = q;
   uint64_t fresh[2] = {0, 0};
-  kernels::adam_update(Exec{}, {.n = n, .params = q.data(), .grads = g1.data(), .m = z.data(), .v = w.data(),
-                                .hyper = h, .step = fresh});
+  kernels::adam_update(
+      Exec{},
+      {.n = n, .params = q.data(), .grads = g1.data(), .m = z.data(), .v = w.data(), .hyper = h, .step = fresh});
   for (size_t i = 0; i < n; ++i) REQUIRE(std::abs((q0[i] - q[i]) - h.lr) <= 1e-3 * h.lr);
 }
 

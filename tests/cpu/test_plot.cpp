@@ -39,8 +39,9 @@ void write_text(const std::string& path, const std::string& text) {
 
 std::string epoch_line(int epoch, const char* train_loss, double train_acc, const char* test_loss, double test_acc,
                        bool nonfinite = false) {
-  return "{\"epoch\": " + std::to_string(epoch) + ", \"train_loss\": " + train_loss + ", \"train_acc\": " +
-         std::to_string(train_acc) + ", \"test_loss\": " + test_loss + ", \"test_acc\": " + std::to_string(test_acc) +
+  return "{\"epoch\": " + std::to_string(epoch) + ", \"train_loss\": " + train_loss +
+         ", \"train_acc\": " + std::to_string(train_acc) + ", \"test_loss\": " + test_loss +
+         ", \"test_acc\": " + std::to_string(test_acc) +
          ", \"epoch_ms\": 117.6, \"eval_ms\": 10.0, \"samples_per_s\": 509787.0" +
          (nonfinite ? ", \"nonfinite\": true" : "") + "}\n";
 }
@@ -54,8 +55,9 @@ struct MetricsFiles {
     write_text(a, epoch_line(1, "0.452", 0.871, "0.221", 0.934) + epoch_line(2, "0.198", 0.942, "0.150", 0.955) +
                       epoch_line(3, "0.140", 0.958, "0.118", 0.964));
     write_text(b, epoch_line(1, "0.610", 0.820, "0.330", 0.901) + epoch_line(2, "0.280", 0.915, "0.210", 0.936) +
-                      epoch_line(3, "null", 0.098, "null", 0.098, true) + epoch_line(4, "2.300", 0.110, "2.301", 0.113) +
-                      epoch_line(4, "0.190", 0.940, "0.160", 0.951) + epoch_line(5, "0.150", 0.952, "0.131", 0.960));
+                      epoch_line(3, "null", 0.098, "null", 0.098, true) +
+                      epoch_line(4, "2.300", 0.110, "2.301", 0.113) + epoch_line(4, "0.190", 0.940, "0.160", 0.951) +
+                      epoch_line(5, "0.150", 0.952, "0.131", 0.960));
   }
 };
 

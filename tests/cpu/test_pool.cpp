@@ -37,8 +37,10 @@ PoolReference pool_reference(const kernels::Pool2dShape& s, const std::vector<fl
           for (int b = 0; b < s.window; ++b) {
             const int idx = (i * s.stride + a) * s.w + (j * s.stride + b);
             const float v = x[size_t(plane) * s.h * s.w + idx];
-            if (std::isnan(v)) last_nan = idx;
-            else if (best < 0 || v > x[size_t(plane) * s.h * s.w + best]) best = idx;
+            if (std::isnan(v))
+              last_nan = idx;
+            else if (best < 0 || v > x[size_t(plane) * s.h * s.w + best])
+              best = idx;
           }
         const int arg = last_nan >= 0 ? last_nan : best;
         r.argmax.push_back(arg);
@@ -63,8 +65,8 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
   struct Case {
     int n, c, h, w, window, stride;
   };
-  const Case cases[] = {{2, 3, 8, 8, 2, 2}, {3, 5, 7, 9, 2, 2},  {3, 5, 7, 9, 3, 2}, {3, 5, 7, 9, 3, 3},
-                        {2, 2, 9, 7, 3, 1}, {1, 1, 5, 5, 2, 3},  {1, 1, 1, 1, 1, 1}, {4, 8, 28, 28, 2, 2},
+  const Case cases[] = {{2, 3, 8, 8, 2, 2}, {3, 5, 7, 9, 2, 2},   {3, 5, 7, 9, 3, 2}, {3, 5, 7, 9, 3, 3},
+                        {2, 2, 9, 7, 3, 1}, {1, 1, 5, 5, 2, 3},   {1, 1, 1, 1, 1, 1}, {4, 8, 28, 28, 2, 2},
                         {1, 2, 2, 5, 3, 2}, {64, 4, 14, 14, 2, 2}};
   for (const Case& k : cases)
     for (PoolInput kind : {PoolInput::uniform, PoolInput::ties, PoolInput::nan}) {
@@ -77,8 +79,8 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
 
       std::vector<float> y = poisoned(out), dx = poisoned(in);
       std::vector<int32_t> argmax(out, -7);
-      kernels::maxpool2d_forward(execs.serial, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
-                                                                             .argmax = argmax.data()});
+      kernels::maxpool2d_forward(execs.serial, kernels::MaxPool2dArgs<float>{
+                                                   .shape = s, .x = x.data(), .y = y.data(), .argmax = argmax.data()});
       REQUIRE(argmax == ref.argmax);
       for (size_t o = 0; o < out; ++o) {
         if (std::isnan(ref.y[o]))
@@ -86,16 +88,19 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
         else
           REQUIRE(y[o] == ref.y[o]);
       }
-      kernels::maxpool2d_backward(execs.serial, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
-                                                                              .dy = dy.data(), .dx = dx.data()});
+      kernels::maxpool2d_backward(
+          execs.serial,
+          kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(), .dy = dy.data(), .dx = dx.data()});
       REQUIRE(same_bits(dx, pool_backward_reference(s, dy, argmax)));  // same additions, same order
 
       std::vector<float> y2 = poisoned(out), dx2 = poisoned(in);
       std::vector<int32_t> argmax2(out, -7);
-      kernels::maxpool2d_forward(execs.pooled, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y2.data(),
-                                                                             .argmax = argmax2.data()});
-      kernels::maxpool2d_backward(execs.pooled, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax2.data(),
-                                                                              .dy = dy.data(), .dx = dx2.data()});
+      kernels::maxpool2d_forward(
+          execs.pooled,
+          kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y2.data(), .argmax = argmax2.data()});
+      kernels::maxpool2d_backward(
+          execs.pooled,
+          kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax2.data(), .dy = dy.data(), .dx = dx2.data()});
       REQUIRE(same_bits(y2, y));
       REQUIRE(argmax2 == argmax);
       REQUIRE(same_bits(dx2, dx));
@@ -104,14 +109,16 @@ TEST_CASE("maxpool2d matches the naive loops", "[cpu][maxpool]") {
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
       std::vector<double> yd(out), dxd(in);
       std::vector<int32_t> argmaxd(out, -7);
-      kernels::maxpool2d_forward(execs.serial, kernels::MaxPool2dArgs<double>{.shape = s, .x = xd.data(),
-                                                                              .y = yd.data(),
-                                                                              .argmax = argmaxd.data()});
-      kernels::maxpool2d_backward(execs.serial, kernels::MaxPool2dArgs<double>{.shape = s, .argmax = argmaxd.data(),
-                                                                               .dy = dyd.data(), .dx = dxd.data()});
+      kernels::maxpool2d_forward(
+          execs.serial,
+          kernels::MaxPool2dArgs<double>{.shape = s, .x = xd.data(), .y = yd.data(), .argmax = argmaxd.data()});
+      kernels::maxpool2d_backward(
+          execs.serial,
+          kernels::MaxPool2dArgs<double>{.shape = s, .argmax = argmaxd.data(), .dy = dyd.data(), .dx = dxd.data()});
       REQUIRE(argmaxd == argmax);
       const auto dx_ref = pool_backward_reference(s, dy, argmax);
-      for (size_t e = 0; e < in; ++e) REQUIRE(std::abs(dxd[e] - double(dx_ref[e])) <= 16 * kEps);  // <= 9 fp32 sums of |dy| <= 1
+      for (size_t e = 0; e < in; ++e)
+        REQUIRE(std::abs(dxd[e] - double(dx_ref[e])) <= 16 * kEps);  // <= 9 fp32 sums of |dy| <= 1
     }
 }
 
@@ -120,14 +127,14 @@ TEST_CASE("maxpool2d ties pick the first maximum and NaN propagates, as PyTorch"
   // Window (0,0): all equal -> index 0. Window (0,1): max 3 at (0,3) and (1,2) -> (0,3) = 3.
   // Window (1,0): a NaN at (3,1) -> chosen. Window (1,1): -inf everywhere -> index (2,2) = 10, y = -inf.
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> x = {1, 1, 2, 3,  //
-                                1, 1, 3, 0,  //
-                                5, 9, -inf, -inf,  //
+  const std::vector<float> x = {1, 1,    2,    3,     //
+                                1, 1,    3,    0,     //
+                                5, 9,    -inf, -inf,  //
                                 0, kNaN, -inf, -inf};
   std::vector<float> y = poisoned(4);
   std::vector<int32_t> argmax(4, -7);
-  kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
-                                                                   .argmax = argmax.data()});
+  kernels::maxpool2d_forward(
+      Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(), .argmax = argmax.data()});
   REQUIRE(argmax == std::vector<int32_t>{0, 3, 13, 10});
   REQUIRE(y[0] == 1.f);
   REQUIRE(y[1] == 3.f);
@@ -137,8 +144,8 @@ TEST_CASE("maxpool2d ties pick the first maximum and NaN propagates, as PyTorch"
   // Backward: each window's gradient lands on its choice; every other element gets exactly 0.
   const std::vector<float> dy = {0.5f, -2.f, 4.f, 8.f};
   std::vector<float> dx = poisoned(16);
-  kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
-                                                                    .dy = dy.data(), .dx = dx.data()});
+  kernels::maxpool2d_backward(
+      Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(), .dy = dy.data(), .dx = dx.data()});
   for (int e = 0; e < 16; ++e) {
     const float want = e == 0 ? 0.5f : e == 3 ? -2.f : e == 13 ? 4.f : e == 10 ? 8.f : 0.f;
     REQUIRE(dx[e] == want);
@@ -152,14 +159,14 @@ TEST_CASE("maxpool2d backward sums overlapping windows that chose the same eleme
   x[12] = 10.f;
   std::vector<float> y(9);
   std::vector<int32_t> argmax(9);
-  kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(),
-                                                                   .argmax = argmax.data()});
+  kernels::maxpool2d_forward(
+      Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = y.data(), .argmax = argmax.data()});
   REQUIRE(std::all_of(argmax.begin(), argmax.end(), [](int32_t a) { return a == 12; }));
   std::vector<float> dy(9);
   for (int o = 0; o < 9; ++o) dy[o] = float(o + 1);
   std::vector<float> dx = poisoned(25);
-  kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(),
-                                                                    .dy = dy.data(), .dx = dx.data()});
+  kernels::maxpool2d_backward(
+      Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = argmax.data(), .dy = dy.data(), .dx = dx.data()});
   for (int e = 0; e < 25; ++e) REQUIRE(dx[e] == (e == 12 ? 45.f : 0.f));
 }
 

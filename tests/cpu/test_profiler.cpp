@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "counting_observer.h"
 #include "profile/cupti_tracer.h"
 #include "profile/kernel_profiler.h"
 #include "profile/report.h"
-#include "counting_observer.h"
 #include "rig.h"
 
 using namespace nt;
@@ -63,8 +63,8 @@ TEST_CASE("launches aggregate per kernel, phase and layer", "[cpu][profile]") {
   CHECK(r.min_us == 10);
   CHECK(r.max_us == 30);
   CHECK(r.avg_us() == 20);
-  CHECK(r.gb_per_s() == test::Approx(8000 / 40e-6 / 1e9));     // bytes over time: 8 kB in 40 us = 0.2 GB/s
-  CHECK(r.gflop_per_s() == test::Approx(4e6 / 40e-6 / 1e9));   // 4 MFLOP in 40 us = 100 GFLOP/s
+  CHECK(r.gb_per_s() == test::Approx(8000 / 40e-6 / 1e9));    // bytes over time: 8 kB in 40 us = 0.2 GB/s
+  CHECK(r.gflop_per_s() == test::Approx(4e6 / 40e-6 / 1e9));  // 4 MFLOP in 40 us = 100 GFLOP/s
   CHECK(d.kernel_us() == 52);
   CHECK(d.launch_count() == 4);
   CHECK(d.launches().size() == 4);
@@ -99,7 +99,8 @@ TEST_CASE("the table has every column, rows in order, blank rates where the op r
   CHECK(!std::getline(in, extra));
   CHECK(header.find("Kernel") == 0);
   size_t at = 0;
-  for (const char* title : {"Phase", "Layer", "Time %", "Total ms", "Calls", "Avg us", "Min us", "Max us", "GB/s", "GFLOP/s"}) {
+  for (const char* title :
+       {"Phase", "Layer", "Time %", "Total ms", "Calls", "Avg us", "Min us", "Max us", "GB/s", "GFLOP/s"}) {
     const size_t found = header.find(title, at);
     CHECK(found != std::string::npos);
     at = found;
@@ -107,13 +108,13 @@ TEST_CASE("the table has every column, rows in order, blank rates where the op r
   CHECK(rule.find_first_not_of("-+ ") == std::string::npos);
   CHECK(first.find("gemm_bias_relu") == 0);
   CHECK(first.find("0 linear 784->320 +relu") != std::string::npos);
-  CHECK(first.find("83.3") != std::string::npos);    // 12.5 of 15 us
-  CHECK(first.find("12.50") != std::string::npos);   // avg us
-  CHECK(first.find("80.0") != std::string::npos);    // 1 MB in 12.5 us = 80 GB/s
+  CHECK(first.find("83.3") != std::string::npos);   // 12.5 of 15 us
+  CHECK(first.find("12.50") != std::string::npos);  // avg us
+  CHECK(first.find("80.0") != std::string::npos);   // 1 MB in 12.5 us = 80 GB/s
   CHECK(second.find("sgd_update") == 0);
-  CHECK(second.find(" - ") != std::string::npos);    // no layer
+  CHECK(second.find(" - ") != std::string::npos);                    // no layer
   CHECK(second.find_last_not_of(" |") == second.rfind("2.50") + 3);  // GB/s and GFLOP/s blank
-  CHECK(header.size() == first.size());              // columns line up
+  CHECK(header.size() == first.size());                              // columns line up
 
   const std::string totals = profile::format_totals(d);
   INFO(totals);
@@ -160,7 +161,7 @@ TEST_CASE("the JSON files keep the table's precision: times to the timer's, byte
   CHECK(r["bytes"].is_number_unsigned());
   CHECK(r["bytes"] == 1000000);
   CHECK(r["flops"] == 3000000000u);
-  CHECK(r["gb_per_s"] == 81.0);      // 1 MB in 12.3457 us, 3 decimals
+  CHECK(r["gb_per_s"] == 81.0);  // 1 MB in 12.3457 us, 3 decimals
   CHECK(json["wall_ms"].is_null());
   const auto trace = nlohmann::json::parse(profile::to_trace_json(d));
   INFO(trace.dump());
@@ -207,8 +208,7 @@ TEST_CASE("scopes nest, label what is open, and tell the listener about outermos
   profile::set_step_listener(nullptr);
 }
 
-TEST_CASE("a profiled CPU training step and evaluation: every launch is in the table and the files",
-          "[cpu][profile]") {
+TEST_CASE("a profiled CPU training step and evaluation: every launch is in the table and the files", "[cpu][profile]") {
   test::Rig rig(small_train(), {});
   data::DeviceBatcher eval_data(rig.ctx, data::subset(test::mnist().test, 0, 100), false, 1);  // 2 batches
   profile::ProfilerOptions options;
@@ -285,8 +285,8 @@ TEST_CASE("a profiled CPU training step and evaluation: every launch is in the t
     CHECK(seen["json"] == counter.calls);
     CHECK(seen["csv"] == counter.calls);
     CHECK(seen["trace"] == counter.calls);
-    CHECK(ranges["step"] == 3 + 2);         // 3 training steps, 2 evaluation batches
-    CHECK(ranges["phase"] == 3 * 5 + 1);    // data, forward, loss, backward, update per step; one eval
+    CHECK(ranges["step"] == 3 + 2);       // 3 training steps, 2 evaluation batches
+    CHECK(ranges["phase"] == 3 * 5 + 1);  // data, forward, loss, backward, update per step; one eval
     // Per step the first 2 layers forward and backward, and the fused classifier head (the last layer's forward,
     // loss and backward in one range); per evaluation batch the 2 layers and the head.
     CHECK(ranges["layer"] == 3 * 5 + 2 * 3);
@@ -360,8 +360,9 @@ TEST_CASE("profile files go to an existing folder, or the error names --profile-
 }
 
 TEST_CASE("nanotrain profile prints the table on the CPU", "[cpu][profile][cli]") {
-  const auto r = test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 3 --warmup 1 --data " +
-                                   test::mnist_dir());
+  const auto r =
+      test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 3 --warmup 1 --data " +
+                        test::mnist_dir());
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
   for (const char* text : {"Kernel", "GFLOP/s", "gemm_bias_relu", "sgd_update", "eval", "kernel time", "wall clock"})
@@ -439,10 +440,9 @@ TEST_CASE("CUPTI's search order: the named library only, else next to the execut
   profile::CuptiSearch s;
   s.exe_dir = "/opt/nt/bin";
   s.toolkit_dir = "/toolkit/lib64";
-  const std::vector<std::string> expected{"/opt/nt/bin/" + so,        "/opt/nt/bin/libcupti.so",
-                                          "/opt/nt/bin/../lib/" + so, "/opt/nt/bin/../lib/libcupti.so",
-                                          so,                         "libcupti.so",
-                                          "/toolkit/lib64/" + so,     "/toolkit/lib64/libcupti.so"};
+  const std::vector<std::string> expected{
+      "/opt/nt/bin/" + so, "/opt/nt/bin/libcupti.so", "/opt/nt/bin/../lib/" + so,  "/opt/nt/bin/../lib/libcupti.so", so,
+      "libcupti.so",       "/toolkit/lib64/" + so,    "/toolkit/lib64/libcupti.so"};
   CHECK(profile::cupti_candidates(s) == expected);
   s.env_library = "/my/libcupti.so";
   CHECK(profile::cupti_candidates(s) == std::vector<std::string>{"/my/libcupti.so"});
@@ -548,8 +548,8 @@ TEST_CASE("CUPTI records match launches in stream order", "[cpu][profile][cupti]
   }
 
   SECTION("records without timestamps are ignored") {
-    const auto m = profile::match_in_stream_order(
-        1, {kernel_record(1000, 2000), kernel_record(0, 0), kernel_record(900, 800)});
+    const auto m =
+        profile::match_in_stream_order(1, {kernel_record(1000, 2000), kernel_record(0, 0), kernel_record(900, 800)});
     CHECK(m.invalid == 2);
     CHECK(m.missing == 0);
     CHECK(m.launches[0].start_ns == 1000);
@@ -593,15 +593,18 @@ TEST_CASE("the profile timer flag: bad values are one line naming it, and events
           "[cpu][profile][cli][cupti]") {
   for (const char* command : {"profile", "train"})
     check_flag_refused(std::string(command) + " --device cpu --profile-timer nvtx", "--profile-timer");
-  const auto r = test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 2 --warmup 0 " +
-                                   "--profile-timer cupti --data " + test::mnist_dir());
+  const auto r =
+      test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 2 --warmup 0 " +
+                        "--profile-timer cupti --data " + test::mnist_dir());
   INFO(r.out);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("timer host") != std::string::npos);  // the CPU is timed by the host clock
 }
 
-TEST_CASE("the profile sampling flag: out of range or with --profile-graphs is one line naming it, else a sampled "
-          "table", "[cpu][profile][cli]") {
+TEST_CASE(
+    "the profile sampling flag: out of range or with --profile-graphs is one line naming it, else a sampled "
+    "table",
+    "[cpu][profile][cli]") {
   for (const char* flags : {"--profile-every 0", "--profile-every 2000000", "--profile-every 4 --profile-graphs"})
     check_flag_refused(std::string("train --device cpu ") + flags, "--profile-every");
   const auto r = test::run_command(test::cli_path() + " train --device cpu --epochs 1 --batch 64 --train-limit 640 " +

@@ -62,10 +62,13 @@ XentResult run_xent(const Exec& exec, const std::vector<float>& logits, const st
                     int C, bool with_grad) {
   XentResult r;
   r.dlogits = poisoned(with_grad ? size_t(B) * C : 0);
-  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
+  kernels::softmax_xent(exec, kernels::SoftmaxXentArgs<float>{.B = B,
+                                                              .C = C,
+                                                              .logits = logits.data(),
                                                               .labels = labels.data(),
                                                               .dlogits = with_grad ? r.dlogits.data() : nullptr,
-                                                              .loss_sum = &r.loss_sum, .correct = &r.correct});
+                                                              .loss_sum = &r.loss_sum,
+                                                              .correct = &r.correct});
   return r;
 }
 
@@ -92,8 +95,8 @@ TEST_CASE("softmax_xent matches a double-precision reference", "[cpu][xent]") {
   };
   // Shapes: a single row, odd sizes, the training batch, a wide row (C > 32 lanes), a large batch that
   // takes the parallel path; logits of ±80 and ±200 overflow exp() unless the row max is subtracted.
-  const Case cases[] = {{1, 10, -3, 3},     {7, 10, -3, 3},   {64, 10, -3, 3},   {65, 33, -3, 3},
-                        {5, 1000, -3, 3},   {64, 10, -80, 80}, {9, 1000, -80, 80}, {16, 10, -200, 200},
+  const Case cases[] = {{1, 10, -3, 3},    {7, 10, -3, 3},    {64, 10, -3, 3},    {65, 33, -3, 3},
+                        {5, 1000, -3, 3},  {64, 10, -80, 80}, {9, 1000, -80, 80}, {16, 10, -200, 200},
                         {4000, 10, -5, 5}, {40, 1000, -3, 3}};
   for (const Case& k : cases) {
     auto logits = random_floats(size_t(k.B) * k.C, k.lo, k.hi);
@@ -137,9 +140,13 @@ TEST_CASE("softmax_xent accumulates loss_sum and correct across calls", "[cpu][x
   int64_t correct = 3;
   std::vector<float> dlogits = poisoned(size_t(B) * C);
   for (int call = 0; call < 2; ++call)
-    kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
-                                                                  .labels = labels.data(), .dlogits = dlogits.data(),
-                                                                  .loss_sum = &loss_sum, .correct = &correct});
+    kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B,
+                                                                  .C = C,
+                                                                  .logits = logits.data(),
+                                                                  .labels = labels.data(),
+                                                                  .dlogits = dlogits.data(),
+                                                                  .loss_sum = &loss_sum,
+                                                                  .correct = &correct});
   REQUIRE(loss_sum == (1.25 + once.loss_sum) + once.loss_sum);  // each call adds the same double
   REQUIRE(correct == 3 + 2 * once.correct);
 }
@@ -171,7 +178,8 @@ TEST_CASE("softmax_xent does not hide NaN logits or bad labels", "[cpu][xent]") 
 TEST_CASE("softmax_xent with B == 0 touches nothing", "[cpu][xent]") {
   double loss_sum = 2.5;
   int64_t correct = 7;
-  kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = 0, .C = 10, .loss_sum = &loss_sum, .correct = &correct});
+  kernels::softmax_xent(Exec{},
+                        kernels::SoftmaxXentArgs<float>{.B = 0, .C = 10, .loss_sum = &loss_sum, .correct = &correct});
   REQUIRE(loss_sum == 2.5);
   REQUIRE(correct == 7);
 }

@@ -78,12 +78,12 @@ TEST_CASE("softmax cross-entropy absorbs the last layer only where the fused hea
   };
   CHECK(absorbs("mlp", 10));
   CHECK(absorbs("cnn", 10));
-  CHECK(absorbs("linear:10", 10));                       // a single layer: the head is the whole model
-  CHECK(absorbs("linear:16,relu,linear:32", 32));        // kernels::kHeadMaxClasses
-  CHECK_FALSE(absorbs("linear:16,relu,linear:33", 33));  // more classes than a warp's lanes
+  CHECK(absorbs("linear:10", 10));                            // a single layer: the head is the whole model
+  CHECK(absorbs("linear:16,relu,linear:32", 32));             // kernels::kHeadMaxClasses
+  CHECK_FALSE(absorbs("linear:16,relu,linear:33", 33));       // more classes than a warp's lanes
   CHECK_FALSE(absorbs("linear:16,relu,linear:10,relu", 10));  // a ReLU after the logits
   CHECK_FALSE(absorbs("linear:16,relu,linear:10,dropout:0.1", 10));
-  CHECK_FALSE(absorbs("mlp", 10, DType::f64));           // gradient checks keep the separate ops
+  CHECK_FALSE(absorbs("mlp", 10, DType::f64));  // gradient checks keep the separate ops
 }
 
 TEST_CASE("progress is told at every mark of an epoch, and changes no bit", "[cpu][training][progress]") {

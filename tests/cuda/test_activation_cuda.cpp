@@ -34,8 +34,8 @@ TEST_CASE("relu on CUDA is bit-identical to the CPU twin, in place and misaligne
       }
       std::vector<float> cpu_y(n), cpu_dx(n);
       kernels::relu_forward(Exec{}, kernels::ReluArgs<float>{.n = n, .x = x.data(), .y = cpu_y.data()});
-      kernels::relu_backward(Exec{}, kernels::ReluArgs<float>{.n = n, .y = cpu_y.data(), .dy = dy.data(),
-                                                              .dx = cpu_dx.data()});
+      kernels::relu_backward(Exec{},
+                             kernels::ReluArgs<float>{.n = n, .y = cpu_y.data(), .dy = dy.data(), .dx = cpu_dx.data()});
 
       // Out of place; dx stays aligned while y and dy may not be, so the paths mix.
       DeviceBuffer<float> d_x(gpu, padded(x, offset, 0.f));
@@ -46,8 +46,8 @@ TEST_CASE("relu on CUDA is bit-identical to the CPU twin, in place and misaligne
       const auto got_y = d_y.download();
       REQUIRE(same_bits(got_y.data() + offset, cpu_y.data(), n));
       REQUIRE(got_y.back() == 0.f);  // nothing written past the end
-      kernels::relu_backward(gpu, kernels::ReluArgs<float>{.n = n, .y = d_y.get() + offset, .dy = d_dy.get() + offset,
-                                                           .dx = d_dx.get()});
+      kernels::relu_backward(
+          gpu, kernels::ReluArgs<float>{.n = n, .y = d_y.get() + offset, .dy = d_dy.get() + offset, .dx = d_dx.get()});
       const auto got_dx = d_dx.download();
       REQUIRE(same_bits(got_dx.data(), cpu_dx.data(), n));
       REQUIRE(got_dx.back() == 0.f);
@@ -55,8 +55,9 @@ TEST_CASE("relu on CUDA is bit-identical to the CPU twin, in place and misaligne
       // In place: y over x, then dx over dy.
       kernels::relu_forward(gpu, kernels::ReluArgs<float>{.n = n, .x = d_x.get() + offset, .y = d_x.get() + offset});
       REQUIRE(same_bits(d_x.download().data() + offset, cpu_y.data(), n));
-      kernels::relu_backward(gpu, kernels::ReluArgs<float>{.n = n, .y = d_x.get() + offset, .dy = d_dy.get() + offset,
-                                                           .dx = d_dy.get() + offset});
+      kernels::relu_backward(
+          gpu, kernels::ReluArgs<float>{
+                   .n = n, .y = d_x.get() + offset, .dy = d_dy.get() + offset, .dx = d_dy.get() + offset});
       REQUIRE(same_bits(d_dy.download().data() + offset, cpu_dx.data(), n));
     }
 }

@@ -25,11 +25,13 @@ using kernels::Exec;
 void check_gather_twice(const Exec& gpu, const kernels::BatchSource& src, int64_t first, int B, size_t x_offset,
                         const std::vector<float>& cpu_x, const std::vector<int32_t>& cpu_y) {
   const size_t n = cpu_x.size();
-  DeviceBuffer<float> d_x(gpu, padded(poisoned(n), x_offset, kPoison)), d_x2(gpu, padded(poisoned(n), x_offset, kPoison));
+  DeviceBuffer<float> d_x(gpu, padded(poisoned(n), x_offset, kPoison)),
+      d_x2(gpu, padded(poisoned(n), x_offset, kPoison));
   DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(B, -1)), d_y2(gpu, std::vector<int32_t>(B, -1));
   kernels::gather_batch(gpu, {.src = src, .first = first, .B = B, .x = d_x.get() + x_offset, .y = d_y.get()});
-  kernels::gather_batch(gpu, {.src = src, .first = first, .B = B, .x = d_x2.get() + x_offset, .y = d_y2.get(),
-                              .overlaps_previous = true});
+  kernels::gather_batch(
+      gpu,
+      {.src = src, .first = first, .B = B, .x = d_x2.get() + x_offset, .y = d_y2.get(), .overlaps_previous = true});
   for (const auto* out : {&d_x, &d_x2}) {
     const auto got_x = out->download();
     REQUIRE(same_bits(got_x.data() + x_offset, cpu_x.data(), n));
@@ -47,11 +49,11 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     int64_t first;
     size_t image_offset, x_offset;  // bytes into the image buffer, floats into x: breaks the vector path
   };
-  const Case cases[] = {{300, 784, 64, 100, 0, 0}, {300, 784, 64, 7, 0, 1}, {300, 784, 33, 0, 1, 0},
+  const Case cases[] = {{300, 784, 64, 100, 0, 0}, {300, 784, 64, 7, 0, 1},      {300, 784, 33, 0, 1, 0},
                         {50, 13, 17, 20, 0, 0},    {10000, 784, 10000, 0, 0, 0}, {5, 1, 5, 0, 0, 0}};
   for (const Case& k : cases) {
-    INFO("N=" << k.N << " D=" << k.D << " B=" << k.B << " first=" << k.first << " offsets " << k.image_offset
-              << "/" << k.x_offset);
+    INFO("N=" << k.N << " D=" << k.D << " B=" << k.B << " first=" << k.first << " offsets " << k.image_offset << "/"
+              << k.x_offset);
     std::vector<uint8_t> images(size_t(k.N) * k.D), labels(k.N);
     std::uniform_int_distribution<int> byte(0, 255), digit(0, 9);
     for (auto& px : images) px = static_cast<uint8_t>(byte(rng()));
@@ -64,8 +66,8 @@ TEST_CASE("gather_batch on CUDA is bit-identical to the CPU twin", "[cuda][batch
     const size_t n = size_t(k.B) * k.D;
     std::vector<float> cpu_x(n);
     std::vector<int32_t> cpu_y(k.B);
-    const kernels::BatchSource cpu_src{.images = images.data(), .labels = labels.data(), .perm = perm.data(),
-                                       .D = k.D, .mean = mean, .std = std_dev};
+    const kernels::BatchSource cpu_src{
+        .images = images.data(), .labels = labels.data(), .perm = perm.data(), .D = k.D, .mean = mean, .std = std_dev};
     kernels::gather_batch(Exec{}, {.src = cpu_src, .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
 
     DeviceBuffer<uint8_t> d_images(gpu, padded(images, k.image_offset, uint8_t{0}));
@@ -97,8 +99,8 @@ struct ShiftInputs {
   }
 };
 
-kernels::BatchSource shift_source(const ShiftCase& k, const uint8_t* images, const uint8_t* labels,
-                                  const int32_t* perm, const uint64_t* key) {
+kernels::BatchSource shift_source(const ShiftCase& k, const uint8_t* images, const uint8_t* labels, const int32_t* perm,
+                                  const uint64_t* key) {
   kernels::BatchSource s{images, labels, perm, k.C * k.H * k.W, 0.1307f, 0.3081f};
   s.height = k.H, s.width = k.W, s.shift = k.k, s.shift_key = key;
   return s;
@@ -109,11 +111,10 @@ TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU t
   const Exec& gpu = cuda.exec;
   // MNIST's shape at two offsets; odd planes; channels; a shift beyond the image; one column; rows wider
   // than a block's x threads (the column loop strides); a batch past the grid's y limit (rows stride).
-  const ShiftCase cases[] = {{300, 1, 28, 28, 2, 64, 100, 0}, {300, 1, 28, 28, 4, 64, 7, 1},
-                             {50, 1, 7, 5, 3, 17, 20, 0},     {40, 3, 9, 11, 1, 33, 0, 1},
-                             {30, 1, 4, 3, 8, 25, 5, 0},      {20, 2, 13, 1, 2, 20, 0, 0},
-                             {40, 1, 5, 300, 3, 9, 3, 1},     {10000, 1, 28, 28, 2, 10000, 0, 0},
-                             {70001, 1, 3, 5, 1, 70001, 0, 0}};
+  const ShiftCase cases[] = {
+      {300, 1, 28, 28, 2, 64, 100, 0}, {300, 1, 28, 28, 4, 64, 7, 1},      {50, 1, 7, 5, 3, 17, 20, 0},
+      {40, 3, 9, 11, 1, 33, 0, 1},     {30, 1, 4, 3, 8, 25, 5, 0},         {20, 2, 13, 1, 2, 20, 0, 0},
+      {40, 1, 5, 300, 3, 9, 3, 1},     {10000, 1, 28, 28, 2, 10000, 0, 0}, {70001, 1, 3, 5, 1, 70001, 0, 0}};
   for (const ShiftCase& k : cases) {
     INFO("N=" << k.N << " C=" << k.C << " H=" << k.H << " W=" << k.W << " k=" << k.k << " B=" << k.B
               << " first=" << k.first << " x offset " << k.x_offset);
@@ -124,7 +125,10 @@ TEST_CASE("gather_batch with random shifts on CUDA is bit-identical to the CPU t
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(k.B, -1);
     kernels::gather_batch(Exec{}, {.src = shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key),
-                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
+                                   .first = k.first,
+                                   .B = k.B,
+                                   .x = cpu_x.data(),
+                                   .y = cpu_y.data()});
 
     DeviceBuffer<uint8_t> d_images(gpu, in.images), d_labels(gpu, in.labels);
     DeviceBuffer<int32_t> d_perm(gpu, in.perm);
@@ -163,7 +167,10 @@ TEST_CASE("a captured shifted gather reads each epoch's key from device memory o
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(k.B, -1);
     kernels::gather_batch(Exec{}, {.src = shift_source(k, in.images.data(), in.labels.data(), in.perm.data(), &key),
-                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
+                                   .first = k.first,
+                                   .B = k.B,
+                                   .x = cpu_x.data(),
+                                   .y = cpu_y.data()});
     const auto got_x = d_x.download();
     REQUIRE(same_bits(got_x, cpu_x));
     REQUIRE(d_y.download() == cpu_y);
@@ -229,13 +236,12 @@ TEST_CASE("gather_batch with channels, flip and shift on CUDA is bit-identical t
   const Exec& gpu = cuda.exec;
   // Per-channel plain gathers (vector path, then misaligned x, misaligned images, an odd plane); flip alone; flip
   // with shifts; 4 channels in rows wider than a block; one column; MNIST's shape; past the grid's y limit.
-  const AugmentCase cases[] = {
-      {300, 3, 32, 32, 0, false, 64, 100, 0, 0}, {300, 3, 32, 32, 0, false, 33, 7, 0, 1},
-      {300, 3, 32, 32, 0, false, 17, 0, 1, 0},   {50, 3, 5, 7, 0, false, 17, 20, 0, 0},
-      {300, 3, 32, 32, 0, true, 64, 100, 0, 0},  {90, 3, 7, 5, 2, true, 90, 0, 0, 1},
-      {40, 4, 3, 300, 3, true, 9, 3, 0, 1},      {20, 2, 13, 1, 2, true, 20, 0, 0, 0},
-      {60, 2, 4, 9, 12, true, 41, 19, 0, 0},     {10000, 1, 28, 28, 2, true, 10000, 0, 0, 0},
-      {70001, 3, 2, 3, 1, true, 70001, 0, 0, 0}};
+  const AugmentCase cases[] = {{300, 3, 32, 32, 0, false, 64, 100, 0, 0}, {300, 3, 32, 32, 0, false, 33, 7, 0, 1},
+                               {300, 3, 32, 32, 0, false, 17, 0, 1, 0},   {50, 3, 5, 7, 0, false, 17, 20, 0, 0},
+                               {300, 3, 32, 32, 0, true, 64, 100, 0, 0},  {90, 3, 7, 5, 2, true, 90, 0, 0, 1},
+                               {40, 4, 3, 300, 3, true, 9, 3, 0, 1},      {20, 2, 13, 1, 2, true, 20, 0, 0, 0},
+                               {60, 2, 4, 9, 12, true, 41, 19, 0, 0},     {10000, 1, 28, 28, 2, true, 10000, 0, 0, 0},
+                               {70001, 3, 2, 3, 1, true, 70001, 0, 0, 0}};
   for (const AugmentCase& k : cases) {
     INFO("N=" << k.N << " C=" << k.C << " H=" << k.H << " W=" << k.W << " k=" << k.k << " flip=" << k.flip
               << " B=" << k.B << " first=" << k.first << " offsets " << k.image_offset << "/" << k.x_offset);
@@ -245,9 +251,12 @@ TEST_CASE("gather_batch with channels, flip and shift on CUDA is bit-identical t
 
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(size_t(k.B), -1);
-    kernels::gather_batch(Exec{}, {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(),
-                                                         keys.data()),
-                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
+    kernels::gather_batch(Exec{},
+                          {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(), keys.data()),
+                           .first = k.first,
+                           .B = k.B,
+                           .x = cpu_x.data(),
+                           .y = cpu_y.data()});
     REQUIRE(std::none_of(cpu_x.begin(), cpu_x.end(), [](float v) { return std::isnan(v); }));
 
     DeviceBuffer<uint8_t> d_images(gpu, placed(in.images, k.image_offset, uint8_t{0})), d_labels(gpu, in.labels);
@@ -258,7 +267,11 @@ TEST_CASE("gather_batch with channels, flip and shift on CUDA is bit-identical t
     DeviceBuffer<int32_t> d_y(gpu, std::vector<int32_t>(size_t(k.B), -1));
     for (bool overlap : {false, true}) {
       INFO("overlaps_previous " << overlap);
-      kernels::gather_batch(gpu, {.src = src, .first = k.first, .B = k.B, .x = d_x.get() + k.x_offset, .y = d_y.get(),
+      kernels::gather_batch(gpu, {.src = src,
+                                  .first = k.first,
+                                  .B = k.B,
+                                  .x = d_x.get() + k.x_offset,
+                                  .y = d_y.get(),
                                   .overlaps_previous = overlap});
       const auto got_x = d_x.download();
       REQUIRE(same_bits(got_x.data() + k.x_offset, cpu_x.data(), n));
@@ -302,9 +315,12 @@ TEST_CASE("a captured flipped gather reads each epoch's flip key from device mem
     graph.launch(capture_exec);
     std::vector<float> cpu_x = poisoned(n);
     std::vector<int32_t> cpu_y(size_t(k.B), -1);
-    kernels::gather_batch(Exec{}, {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(),
-                                                         keys.data()),
-                                   .first = k.first, .B = k.B, .x = cpu_x.data(), .y = cpu_y.data()});
+    kernels::gather_batch(Exec{},
+                          {.src = augment_source(k, in.images.data(), in.labels.data(), in.perm.data(), keys.data()),
+                           .first = k.first,
+                           .B = k.B,
+                           .x = cpu_x.data(),
+                           .y = cpu_y.data()});
     const auto got_x = d_x.download();
     REQUIRE(same_bits(got_x, cpu_x));
     REQUIRE(d_y.download() == cpu_y);

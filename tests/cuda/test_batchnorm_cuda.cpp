@@ -39,7 +39,6 @@ using kernels::BatchNormShape;
 using kernels::Exec;
 using kernels::Layout;
 
-
 size_t index_of(const BatchNormShape& s, int64_t n, int64_t c, int64_t i) {
   return static_cast<size_t>(s.layout == Layout::nchw ? (n * s.c + c) * s.hw + i : (n * s.hw + i) * s.c + c);
 }
@@ -136,7 +135,8 @@ Results run_cuda(const Exec& gpu, const BatchNormShape& s, const BatchNormHyper&
   DeviceBuffer<float> x(gpu, padded(in.x, offset)), dy(gpu, padded(in.dy, offset));
   DeviceBuffer<float> y(gpu, padded(poisoned(count), offset)), y_eval(gpu, padded(poisoned(count), offset));
   DeviceBuffer<float> dx(gpu, padded(poisoned(count), offset)), y_cpu(gpu, padded(bwd_from.y, offset));
-  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)), beta(gpu, affine ? in.beta : std::vector<float>(1));
+  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)),
+      beta(gpu, affine ? in.beta : std::vector<float>(1));
   DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
   DeviceBuffer<float> mean_cpu(gpu, bwd_from.mean), invstd_cpu(gpu, bwd_from.invstd);
   DeviceBuffer<float> rm_cpu(gpu, bwd_from.rm), rv_cpu(gpu, bwd_from.rv);
@@ -181,7 +181,8 @@ Results run_cuda(const Exec& gpu, const BatchNormShape& s, const BatchNormHyper&
 // The training forward's statistics: save_*, running_*, num_batches_tracked.
 void compare_statistics(const Inputs& in, const Results& cpu, const Results& gpu) {
   const double x_unit = max_abs(in.x);
-  NT_REQUIRE_CLOSE(gpu.mean, cpu.mean, (Tolerance{16 * kEps * x_unit, 16 * kEps, "mean: fp32 sums, a few eps of max|x|"}));
+  NT_REQUIRE_CLOSE(gpu.mean, cpu.mean,
+                   (Tolerance{16 * kEps * x_unit, 16 * kEps, "mean: fp32 sums, a few eps of max|x|"}));
   NT_REQUIRE_CLOSE(gpu.invstd, cpu.invstd, (Tolerance{0, 2e-5, "invstd: fp32 M2 (per-thread sums + Chan tree)"}));
   NT_REQUIRE_CLOSE(gpu.rm, cpu.rm, (Tolerance{16 * kEps * x_unit, 16 * kEps, "running_mean: as the mean"}));
   NT_REQUIRE_CLOSE(gpu.rv, cpu.rv, (Tolerance{0, 2e-5, "running_var: as invstd"}));
@@ -234,7 +235,7 @@ struct ShapeCase {
 
 // Odd sizes (no multiple of anything), the vector paths (hw % 4 == 0, C % 4 == 0), BatchNorm1d (hw = 1),
 // one sample, NHWC with several column groups (C > 256 scalar and C > 1024 vector), the cnn's shapes.
-const ShapeCase kShapes[] = {{3, 5, 49},  {2, 3, 7},    {2, 1, 1},   {7, 33, 1},  {200, 10, 1}, {64, 128, 1},
+const ShapeCase kShapes[] = {{3, 5, 49},   {2, 3, 7},    {2, 1, 1},    {7, 33, 1},  {200, 10, 1},  {64, 128, 1},
                              {1, 3, 1000}, {5, 1030, 9}, {4, 2048, 4}, {9, 12, 20}, {64, 32, 784}, {64, 64, 196}};
 
 TEST_CASE("batchnorm on CUDA matches the CPU twin", "[cuda][batchnorm]") {
@@ -318,9 +319,11 @@ PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernel
   DeviceBuffer<float> x(gpu, padded(in.x, offset)), dy(gpu, padded(dy_pooled, offset));
   DeviceBuffer<float> y(gpu, padded(poisoned(pooled), offset)), y_eval(gpu, padded(poisoned(pooled), offset));
   DeviceBuffer<float> dx(gpu, padded(poisoned(count), offset)), y_cpu(gpu, padded(bwd_from.r.y, offset));
-  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)), argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)),
+      argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
   DeviceBuffer<int32_t> argmax_cpu(gpu, bwd_from.argmax);
-  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)), beta(gpu, affine ? in.beta : std::vector<float>(1));
+  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)),
+      beta(gpu, affine ? in.beta : std::vector<float>(1));
   DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
   DeviceBuffer<float> mean_cpu(gpu, bwd_from.r.mean), invstd_cpu(gpu, bwd_from.r.invstd);
   DeviceBuffer<float> rm_cpu(gpu, bwd_from.r.rm), rv_cpu(gpu, bwd_from.r.rv);
@@ -413,15 +416,16 @@ void check_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, 
   a.y = full_eval.data(), a.running_mean = rm.data(), a.running_var = rv.data();
   kernels::batchnorm_forward_eval(Exec{}, a);
   CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(full))) == 0);
-  CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval, 2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
+  CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval,
+                    2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
 }
 
 TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda][batchnorm]") {
   // Odd planes (rows and columns outside every window; 7x10 with 8-byte pairs), windows 2, 3 and 4, a 2x2 plane,
   // the vector path of the backward (w % 4 == 0), and the cnn's two shapes.
   CudaExec cuda;
-  const PoolCase cases[] = {{3, 5, 7, 9, 2}, {3, 4, 7, 10, 2}, {2, 3, 7, 5, 3}, {4, 6, 8, 8, 2}, {2, 2, 2, 2, 2},
-                            {5, 4, 9, 12, 4}, {64, 32, 28, 28, 2}, {64, 64, 14, 14, 2}};
+  const PoolCase cases[] = {{3, 5, 7, 9, 2}, {3, 4, 7, 10, 2}, {2, 3, 7, 5, 3},     {4, 6, 8, 8, 2},
+                            {2, 2, 2, 2, 2}, {5, 4, 9, 12, 4}, {64, 32, 28, 28, 2}, {64, 64, 14, 14, 2}};
   for (const PoolCase& k : cases)
     for (bool relu : {false, true})
       for (bool affine : {true, false})
@@ -482,12 +486,12 @@ void check_given_statistics(const Exec& cuda, const GivenCase& k, bool tf32, boo
   REQUIRE((stats_floats > 0) == k.gives);
   DeviceBuffer<float> stats(gpu, poisoned(std::max<size_t>(stats_floats, 1)));
   const int chunks = kernels::conv2d_forward(gpu, kernels::Conv2dArgs<float>{.shape = cs,
-                                                                            .x = x.get(),
-                                                                            .w = w.get(),
-                                                                            .bias = k.bias ? bias.get() : nullptr,
-                                                                            .y = conv_y.get(),
-                                                                            .workspace = conv_ws.get(),
-                                                                            .statistics = stats.get()});
+                                                                             .x = x.get(),
+                                                                             .w = w.get(),
+                                                                             .bias = k.bias ? bias.get() : nullptr,
+                                                                             .y = conv_y.get(),
+                                                                             .workspace = conv_ws.get(),
+                                                                             .statistics = stats.get()});
   REQUIRE((chunks > 0) == k.gives);
   REQUIRE(size_t(3) * C * size_t(chunks) <= stats_floats);
 
@@ -605,11 +609,14 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   const size_t C = static_cast<size_t>(s.c);
   DeviceBuffer<float> image(gpu, x), filters(gpu, w), dy_dev(gpu, dy);
   DeviceBuffer<float> y(gpu, poisoned(pooled + 1)), y_eval(gpu, poisoned(pooled + 1)), y_cpu(gpu, cpu.r.y);
-  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)), argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)),
+      argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
   DeviceBuffer<int32_t> argmax_cpu(gpu, cpu.argmax);
-  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)), beta(gpu, affine ? in.beta : std::vector<float>(1));
+  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)),
+      beta(gpu, affine ? in.beta : std::vector<float>(1));
   DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
-  DeviceBuffer<float> mean_cpu(gpu, cpu.r.mean), invstd_cpu(gpu, cpu.r.invstd), rm_cpu(gpu, cpu.r.rm), rv_cpu(gpu, cpu.r.rv);
+  DeviceBuffer<float> mean_cpu(gpu, cpu.r.mean), invstd_cpu(gpu, cpu.r.invstd), rm_cpu(gpu, cpu.r.rm),
+      rv_cpu(gpu, cpu.r.rv);
   DeviceBuffer<float> dw(gpu, poisoned(cs.w_size() + 1)), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
   DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{5});
   const size_t ws_floats = std::max<size_t>(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem), 1);
@@ -656,9 +663,11 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   // The convolution's own error, in units of its output.
   const double conv_err = fp32_dot(stem.taps()).rel_tol * max_abs(in.x);
   const double x_unit = max_abs(in.x), scale = output_scale(s, in, cpu.r);
-  NT_REQUIRE_CLOSE(g.r.mean, cpu.r.mean, (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "mean: fp32 sums, + conv"}));
+  NT_REQUIRE_CLOSE(g.r.mean, cpu.r.mean,
+                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "mean: fp32 sums, + conv"}));
   NT_REQUIRE_CLOSE(g.r.invstd, cpu.r.invstd, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "invstd: fp32 M2, + conv"}));
-  NT_REQUIRE_CLOSE(g.r.rm, cpu.r.rm, (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean"}));
+  NT_REQUIRE_CLOSE(g.r.rm, cpu.r.rm,
+                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean"}));
   NT_REQUIRE_CLOSE(g.r.rv, cpu.r.rv, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "running_var: as invstd"}));
   REQUIRE(g.r.batches == 6);
   Tolerance y_tol = train_y_tolerance(scale, x_unit), eval_tol = eval_y_tolerance(scale, x_unit);
@@ -668,8 +677,9 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   check_choices(s, pool, h, in, cpu, g, y_tol, eval_tol);
 
   const double count = double(s.n * s.hw), dconv_unit = max_abs(cpu.r.dx), xs = max_abs(x);
-  const Tolerance dw_tol{64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
-                         8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 rounding flips)"};
+  const Tolerance dw_tol{
+      64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
+      8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 rounding flips)"};
   NT_REQUIRE_CLOSE(dw_all, dw_cpu, dw_tol);
   if (affine) {
     double xhat = 1;
@@ -690,8 +700,9 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
   // padding (18 taps), 7 planes that a window of 2 does not cover, x around 40 (padding zeros far from the data),
   // and the cnn's first layer; fp32 and TF32.
   CudaExec cuda;
-  const StemCase cases[] = {{3, 1, 9, 7, 5, 3, 1, 1, 2},     {2, 3, 8, 9, 4, 3, 1, 1, 3},   {2, 1, 11, 10, 3, 5, 2, 2, 2},
-                            {4, 2, 7, 7, 6, 3, 2, 0, 2},     {5, 1, 7, 7, 3, 3, 1, 1, 2},   {16, 1, 12, 12, 8, 3, 1, 1, 2, 40.f},
+  const StemCase cases[] = {{3, 1, 9, 7, 5, 3, 1, 1, 2},    {2, 3, 8, 9, 4, 3, 1, 1, 3},
+                            {2, 1, 11, 10, 3, 5, 2, 2, 2},  {4, 2, 7, 7, 6, 3, 2, 0, 2},
+                            {5, 1, 7, 7, 3, 3, 1, 1, 2},    {16, 1, 12, 12, 8, 3, 1, 1, 2, 40.f},
                             {64, 1, 28, 28, 32, 3, 1, 1, 2}};
   for (const StemCase& k : cases)
     for (bool relu : {false, true})
@@ -699,8 +710,10 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
         for (bool tf32 : tf32_modes()) check_stem(cuda.exec, k, relu, affine, tf32);
 }
 
-TEST_CASE("the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
-          "per channel", "[cuda][batchnorm]") {
+TEST_CASE(
+    "the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
+    "per channel",
+    "[cuda][batchnorm]") {
   CudaExec cuda;
   const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{16, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
   const auto x = random_floats(stem.conv.x_size()), w = random_floats(stem.conv.w_size(), -0.3f, 0.3f);
@@ -943,7 +956,8 @@ TEST_CASE("batchnorm on CUDA agrees with PyTorch's BatchNorm2d", "[cuda][batchno
       auto to_layout = [&](const std::vector<float>& v) { return relayout(v, nchw, layout); };
       auto to_nchw = [&](const std::vector<float>& v) { return relayout(v, s, Layout::nchw); };
       const size_t count = ref.x.size(), C = static_cast<size_t>(ref.c);
-      DeviceBuffer<float> x(gpu, to_layout(ref.x)), dy(gpu, to_layout(ref.dy)), gamma(gpu, ref.gamma), beta(gpu, ref.beta);
+      DeviceBuffer<float> x(gpu, to_layout(ref.x)), dy(gpu, to_layout(ref.dy)), gamma(gpu, ref.gamma),
+          beta(gpu, ref.beta);
       DeviceBuffer<float> y(gpu, poisoned(count)), y_eval(gpu, poisoned(count)), dx(gpu, poisoned(count));
       DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, ref.rm_in), rv(gpu, ref.rv_in);
       DeviceBuffer<float> dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));

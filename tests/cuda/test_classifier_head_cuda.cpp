@@ -95,8 +95,8 @@ HeadOutputs run_cuda(const Exec& gpu, const HeadCase& c) {
     h.dx = c.dx ? dx.get() : nullptr, h.mask_dx = c.dx && c.mask;
   }
   kernels::classifier_head(gpu, h);
-  return {logits.download(), dlogits.download(), dweight.download(), dbias.download(), dx.download(),
-          loss.download()[0], correct.download()[0]};
+  return {logits.download(), dlogits.download(), dweight.download(),   dbias.download(),
+          dx.download(),     loss.download()[0], correct.download()[0]};
 }
 
 // Rows whose two largest CPU logits lie within `gap`: the GPU's logits may order them the other way.
@@ -165,10 +165,10 @@ void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& wa
     const double dx_terms = max_term_sum(
         c.B, c.K, c.C, [&](int b, int j) { return want.dlogits[size_t(b) * c.C + j]; },
         [&](int k, int j) { return c.weight[size_t(j) * c.K + k]; });
-    NT_REQUIRE_CLOSE(got.dx, want.dx,
-                     (Tolerance{c.C * dl_abs * max_abs(c.weight) + fp32_dot(c.C).rel_tol * dx_terms,
-                                fp32_dot(c.C).rel_tol,
-                                "dx: C dlogit errors times max|W|, and a C-term fp32 sum of its terms' magnitude"}));
+    NT_REQUIRE_CLOSE(
+        got.dx, want.dx,
+        (Tolerance{c.C * dl_abs * max_abs(c.weight) + fp32_dot(c.C).rel_tol * dx_terms, fp32_dot(c.C).rel_tol,
+                   "dx: C dlogit errors times max|W|, and a C-term fp32 sum of its terms' magnitude"}));
   }
 }
 

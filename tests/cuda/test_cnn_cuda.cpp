@@ -32,8 +32,10 @@ double compare_backends(test::RigOptions o, int steps, double bound) {
 test::RigOptions cnn_options(const OptimizerConfig& optimizer) {
   test::RigOptions o;
   o.model = "cnn";
-  if (optimizer.name == "sgd") o.sgd = {float(optimizer.lr), float(optimizer.momentum), 0.f};
-  else o.optimizer = optimizer;
+  if (optimizer.name == "sgd")
+    o.sgd = {float(optimizer.lr), float(optimizer.momentum), 0.f};
+  else
+    o.optimizer = optimizer;
   return o;
 }
 const OptimizerConfig kSgd{"sgd", 0.03}, kMomentum{"sgd", 0.03, 0.9}, kAdam{"adam", 1e-3};
@@ -149,8 +151,7 @@ TEST_CASE("50 cnn steps on GPU and CPU from the same weights and data drift apar
        << compare_backends(cnn_options(kSgd), 50, 0.1));
   WARN("cnn, sgd momentum 0.9: largest relative loss difference over 50 steps "
        << compare_backends(cnn_options(kMomentum), 50, 0.5));
-  WARN("cnn, adam: largest relative loss difference over 50 steps "
-       << compare_backends(cnn_options(kAdam), 50, 0.02));
+  WARN("cnn, adam: largest relative loss difference over 50 steps " << compare_backends(cnn_options(kAdam), 50, 0.02));
 }
 
 TEST_CASE("dropout draws the same masks on GPU and CPU, step after step", "[cuda][cnn][dropout]") {

@@ -25,7 +25,6 @@ using kernels::Conv2dArgs;
 using kernels::Conv2dShape;
 using kernels::Exec;
 
-
 // Device buffers are never empty (a zero-size allocation is not what is being tested).
 std::vector<float> at_least_one(std::vector<float> v) {
   if (v.empty()) v.push_back(kPoison);
@@ -129,19 +128,18 @@ void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, b
 TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]") {
   CudaExec cuda;
   const std::vector<Conv2dShape> shapes = {
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},      // odd sizes
-      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},      // stride 2: backward_data skips taps
-      Conv2dShape{3, 5, 9, 8, 6, 3, 3, 2, 2},
-      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},     // 5x5
-      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},      // 1x1 stride 2
-      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},      // non-square kernel, stride 3
-      Conv2dShape{2, 64, 5, 5, 8, 3, 3, 1, 1},     // few tiles, long K: split-K in all passes
-      Conv2dShape{1, 3, 70, 90, 40, 3, 3, 1, 1},   // many pixel tiles, M > 32
-      Conv2dShape{5, 1, 11, 13, 5, 3, 3, 2, 1},    // 1x3x3, K = 5: the direct kernels, a partial channel group
-      Conv2dShape{3, 1, 9, 9, 12, 5, 5, 1, 2},     // 1x5x5: 25 taps, the direct kernels with tap guards
-      Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1},  // cnn conv1, batch 64
-      Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}, // cnn conv2, batch 64
-      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // a partial last batch
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},  // odd sizes
+      Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},  // stride 2: backward_data skips taps
+      Conv2dShape{3, 5, 9, 8, 6, 3, 3, 2, 2},      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},  // 5x5
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},                                                // 1x1 stride 2
+      Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},       // non-square kernel, stride 3
+      Conv2dShape{2, 64, 5, 5, 8, 3, 3, 1, 1},      // few tiles, long K: split-K in all passes
+      Conv2dShape{1, 3, 70, 90, 40, 3, 3, 1, 1},    // many pixel tiles, M > 32
+      Conv2dShape{5, 1, 11, 13, 5, 3, 3, 2, 1},     // 1x3x3, K = 5: the direct kernels, a partial channel group
+      Conv2dShape{3, 1, 9, 9, 12, 5, 5, 1, 2},      // 1x5x5: 25 taps, the direct kernels with tap guards
+      Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1},   // cnn conv1, batch 64
+      Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1},  // cnn conv2, batch 64
+      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},   // a partial last batch
   };
   for (const bool tf32 : tf32_modes()) {
     for (const auto& s : shapes) {
@@ -226,7 +224,7 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
     DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
     CHECK_THROWS_WITH(
         kernels::conv2d_forward(gpu, Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get()}),
-                      Contains("need sm_80 code"));
+        Contains("need sm_80 code"));
     return;
   }
   std::vector<float> x(s.x_size(), 0.f), w(s.w_size(), 0.f);
@@ -271,7 +269,8 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
       const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
       std::vector<float> ws_host(ws + 4096, guard);
       DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy), d_ws(gpu, ws_host);
-      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())), d_dw(gpu, poisoned(s.w_size()));
+      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())),
+          d_dw(gpu, poisoned(s.w_size()));
       DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
       for (const bool tf32 : {true, false}) {  // fp32 last: its dw is checked below
         if (tf32 && !cuda_device().has_tf32()) continue;

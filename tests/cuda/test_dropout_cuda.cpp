@@ -58,22 +58,32 @@ TEST_CASE("dropout on CUDA draws the CPU twin's masks bit for bit", "[cuda][drop
           }
           std::vector<float> cpu_y(n), cpu_dx(n);
           std::vector<uint8_t> cpu_mask(n);
-          kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed,
-                                                                       .counter = cpu_counter, .x = x.data(),
-                                                                       .y = cpu_y.data(), .mask = cpu_mask.data()});
-          kernels::dropout_backward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = cpu_mask.data(),
-                                                                        .dy = dy.data(), .dx = cpu_dx.data()});
+          kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n,
+                                                                       .p = p,
+                                                                       .seed = seed,
+                                                                       .counter = cpu_counter,
+                                                                       .x = x.data(),
+                                                                       .y = cpu_y.data(),
+                                                                       .mask = cpu_mask.data()});
+          kernels::dropout_backward(Exec{},
+                                    kernels::DropoutArgs<float>{
+                                        .n = n, .p = p, .mask = cpu_mask.data(), .dy = dy.data(), .dx = cpu_dx.data()});
 
           d_x.upload(padded(x, off.xy, 0.f));
           d_y.upload(padded(poisoned(n), off.xy, 0.f));
           d_mask.upload(padded(std::vector<uint8_t>(n, 7), off.mask, uint8_t{9}));
           d_dy.upload(padded(dy, off.xy, 0.f));
           d_dx.upload(padded(poisoned(n), off.xy, 0.f));
-          kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = seed,
-                                                                    .counter = d_counter.get(), .x = d_x.get() + off.xy,
+          kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n,
+                                                                    .p = p,
+                                                                    .seed = seed,
+                                                                    .counter = d_counter.get(),
+                                                                    .x = d_x.get() + off.xy,
                                                                     .y = d_y.get() + off.xy,
                                                                     .mask = d_mask.get() + off.mask});
-          kernels::dropout_backward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = d_mask.get() + off.mask,
+          kernels::dropout_backward(gpu, kernels::DropoutArgs<float>{.n = n,
+                                                                     .p = p,
+                                                                     .mask = d_mask.get() + off.mask,
                                                                      .dy = d_dy.get() + off.xy,
                                                                      .dx = d_dx.get() + off.xy});
 
@@ -101,19 +111,28 @@ TEST_CASE("dropout on CUDA runs in place and with n == 0 advances the counter", 
   std::vector<float> cpu_y(n), cpu_dx(n);
   std::vector<uint8_t> cpu_mask(n);
   uint64_t cpu_counter[2] = {0, 0};
-  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 3, .counter = cpu_counter,
-                                                               .x = x.data(), .y = cpu_y.data(),
+  kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n,
+                                                               .p = p,
+                                                               .seed = 3,
+                                                               .counter = cpu_counter,
+                                                               .x = x.data(),
+                                                               .y = cpu_y.data(),
                                                                .mask = cpu_mask.data()});
-  kernels::dropout_backward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = cpu_mask.data(),
-                                                                .dy = dy.data(), .dx = cpu_dx.data()});
+  kernels::dropout_backward(Exec{}, kernels::DropoutArgs<float>{
+                                        .n = n, .p = p, .mask = cpu_mask.data(), .dy = dy.data(), .dx = cpu_dx.data()});
 
   DeviceBuffer<float> d_xy(gpu, x), d_d(gpu, dy);
   DeviceBuffer<uint8_t> d_mask(gpu, n);
   DeviceBuffer<uint64_t> d_counter(gpu, counter_at(0));
-  kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 3, .counter = d_counter.get(),
-                                                            .x = d_xy.get(), .y = d_xy.get(), .mask = d_mask.get()});
-  kernels::dropout_backward(gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = d_mask.get(), .dy = d_d.get(),
-                                                             .dx = d_d.get()});
+  kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = n,
+                                                            .p = p,
+                                                            .seed = 3,
+                                                            .counter = d_counter.get(),
+                                                            .x = d_xy.get(),
+                                                            .y = d_xy.get(),
+                                                            .mask = d_mask.get()});
+  kernels::dropout_backward(
+      gpu, kernels::DropoutArgs<float>{.n = n, .p = p, .mask = d_mask.get(), .dy = d_d.get(), .dx = d_d.get()});
   REQUIRE(same_bits(d_xy.download().data(), cpu_y.data(), n));
   REQUIRE(same_bits(d_d.download().data(), cpu_dx.data(), n));
   kernels::dropout_forward(gpu, kernels::DropoutArgs<float>{.n = 0, .p = p, .seed = 3, .counter = d_counter.get()});

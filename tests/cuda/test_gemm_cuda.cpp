@@ -27,7 +27,6 @@
 #include "kernels/runtime.h"
 #include "support/test_support.h"
 
-
 namespace {
 
 using nt::kernels::Epilogue;
@@ -59,9 +58,9 @@ struct Problem {
   bool trans_a = false, trans_b = false;
   Epilogue epilogue = Epilogue::none;
   bool row_sums = true;
-  int pad_a = 0, pad_b = 0, pad_c = 0;           // leading dimension = minimum + pad
-  int off_a = 0, off_b = 0, off_c = 0;           // floats added to the device pointers (1 → misaligned)
-  int workspace_split = 0;                       // a forced workspace split's factor (0: the launcher's plan)
+  int pad_a = 0, pad_b = 0, pad_c = 0;  // leading dimension = minimum + pad
+  int off_a = 0, off_b = 0, off_c = 0;  // floats added to the device pointers (1 → misaligned)
+  int workspace_split = 0;              // a forced workspace split's factor (0: the launcher's plan)
 
   int rows_a() const { return trans_a ? K : M; }  // A as stored
   int lda() const { return (trans_a ? M : K) + pad_a; }
@@ -115,10 +114,17 @@ std::vector<double> reference_output(const Problem& p, const Inputs& in, const s
     for (int n = 0; n < p.N; ++n) {
       double& v = c[static_cast<size_t>(m) * p.N + n];
       switch (p.epilogue) {
-        case Epilogue::none: break;
-        case Epilogue::bias: v += in.bias[n]; break;
-        case Epilogue::bias_relu: v = std::max(v + in.bias[n], 0.0); break;
-        case Epilogue::relu_mask: v = in.mask[static_cast<size_t>(m) * p.ldc() + n] > 0.f ? v : 0.0; break;
+        case Epilogue::none:
+          break;
+        case Epilogue::bias:
+          v += in.bias[n];
+          break;
+        case Epilogue::bias_relu:
+          v = std::max(v + in.bias[n], 0.0);
+          break;
+        case Epilogue::relu_mask:
+          v = in.mask[static_cast<size_t>(m) * p.ldc() + n] > 0.f ? v : 0.0;
+          break;
       }
     }
   return c;
@@ -135,8 +141,7 @@ std::vector<double> reference_row_sums(const Problem& p, const Inputs& in) {
 struct Placed {
   DeviceBuffer<float> buf;
   int offset;
-  Placed(const Exec& exec, const std::vector<float>& host, int off)
-      : buf(exec, host.size() + off + 1), offset(off) {
+  Placed(const Exec& exec, const std::vector<float>& host, int off) : buf(exec, host.size() + off + 1), offset(off) {
     std::vector<float> staged = nt::test::random_floats(host.size() + off + 1);
     std::copy(host.begin(), host.end(), staged.begin() + off);
     buf.upload(staged);
@@ -158,9 +163,9 @@ Outputs run_gemm(const Exec& exec, const Problem& p, const Inputs& in, const Gem
   Placed mask(exec, in.mask, p.off_c);  // shares C's leading dimension (and its alignment)
   Placed C(exec, nt::test::poisoned(static_cast<size_t>(p.M) * p.ldc()), p.off_c);
   Placed sums(exec, nt::test::poisoned(static_cast<size_t>(p.M)), 0);
-  const size_t workspace_floats = p.workspace_split
-                                      ? nt::kernels::cuda::lab::gemm_workspace_variant_floats(p.M, p.N, p.workspace_split)
-                                      : nt::kernels::gemm_workspace_floats(exec.backend, p.M, p.N, p.K);
+  const size_t workspace_floats =
+      p.workspace_split ? nt::kernels::cuda::lab::gemm_workspace_variant_floats(p.M, p.N, p.workspace_split)
+                        : nt::kernels::gemm_workspace_floats(exec.backend, p.M, p.N, p.K);
   Placed workspace(exec, nt::test::poisoned(workspace_floats), 0);
 
   GemmDesc d;
@@ -237,10 +242,9 @@ struct Shape {
 // gradients; the cnn's 3136->128 forward (split through the workspace); then edges: single elements, sizes
 // around the tile multiples, long K (with few tiles: the workspace split, odd K), thin matrices.
 constexpr Shape kTable[] = {
-    {64, 320, 784}, {64, 160, 320}, {64, 10, 160},  {320, 784, 64}, {160, 320, 64},  {10, 160, 64},
-    {64, 320, 160}, {64, 160, 10},  {64, 128, 3136}, {1, 1, 1},      {7, 10, 33},    {33, 65, 7},
-    {65, 128, 1000}, {37, 75, 2051}, {1, 10, 4099},  {1000, 33, 65}, {128, 128, 128}, {784, 1000, 10},
-    {1, 1000, 784}, {1000, 1, 7},   {160, 7, 320},
+    {64, 320, 784}, {64, 160, 320},  {64, 10, 160},   {320, 784, 64},  {160, 320, 64}, {10, 160, 64},   {64, 320, 160},
+    {64, 160, 10},  {64, 128, 3136}, {1, 1, 1},       {7, 10, 33},     {33, 65, 7},    {65, 128, 1000}, {37, 75, 2051},
+    {1, 10, 4099},  {1000, 33, 65},  {128, 128, 128}, {784, 1000, 10}, {1, 1000, 784}, {1000, 1, 7},    {160, 7, 320},
 };
 
 }  // namespace
@@ -259,7 +263,9 @@ TEST_CASE("cuda gemm matches a double reference on the MLP shapes and edge shape
 TEST_CASE("cuda gemm matches a double reference on random shapes, layouts and epilogues", "[cuda][gemm]") {
   CudaExec cuda;
   std::mt19937 pick(20261122u);
-  auto size = [&] { return kSizes[std::uniform_int_distribution<int>(0, static_cast<int>(std::size(kSizes)) - 1)(pick)]; };
+  auto size = [&] {
+    return kSizes[std::uniform_int_distribution<int>(0, static_cast<int>(std::size(kSizes)) - 1)(pick)];
+  };
   auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(pick) == 1; };
   auto pad = [&] { return coin() ? 0 : std::uniform_int_distribution<int>(1, 5)(pick); };
   int checked = 0;
@@ -380,8 +386,7 @@ TEST_CASE("vector and scalar load paths give bit-identical results", "[cuda][gem
     const Outputs scalar = run_gemm(cuda.exec, shifted, in, kAuto);
     INFO(p.describe());
     REQUIRE(std::memcmp(aligned.C.data(), scalar.C.data(), aligned.C.size() * sizeof(float)) == 0);
-    REQUIRE(std::memcmp(aligned.row_sums.data(), scalar.row_sums.data(), aligned.row_sums.size() * sizeof(float)) ==
-            0);
+    REQUIRE(std::memcmp(aligned.row_sums.data(), scalar.row_sums.data(), aligned.row_sums.size() * sizeof(float)) == 0);
   }
 }
 
@@ -435,8 +440,7 @@ TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
       const Outputs second = run_gemm(cuda.exec, p, in, c.gemm);
       REQUIRE(std::none_of(first.C.begin(), first.C.end(), [](float v) { return std::isnan(v); }));
       REQUIRE(std::memcmp(first.C.data(), second.C.data(), first.C.size() * sizeof(float)) == 0);
-      REQUIRE(std::memcmp(first.row_sums.data(), second.row_sums.data(), first.row_sums.size() * sizeof(float)) ==
-              0);
+      REQUIRE(std::memcmp(first.row_sums.data(), second.row_sums.data(), first.row_sums.size() * sizeof(float)) == 0);
     }
 }
 
@@ -487,18 +491,22 @@ struct BackwardChain {
 
   void run(bool overlap) {
     GemmDesc above{kRows, kOut, kAbove};  // dz (64,160) = h·w_above
-    above.A = h.get(), above.lda = kAbove, above.B = w_above.get(), above.ldb = kOut, above.C = dz.get(), above.ldc = kOut;
-    GemmDesc grad_w{kOut, kIn, kRows};    // dW (160,320) = dzᵀ·x, db = Σ_rows dz
+    above.A = h.get(), above.lda = kAbove, above.B = w_above.get(), above.ldb = kOut, above.C = dz.get(),
+    above.ldc = kOut;
+    GemmDesc grad_w{kOut, kIn, kRows};  // dW (160,320) = dzᵀ·x, db = Σ_rows dz
     grad_w.trans_a = true, grad_w.A = dz.get(), grad_w.lda = kOut, grad_w.B = x.get(), grad_w.ldb = kIn;
     grad_w.C = dw.get(), grad_w.ldc = kIn, grad_w.a_row_sums = db.get();
-    GemmDesc grad_x{kRows, kIn, kOut};    // dx (64,320) = dz·W through x > 0
+    GemmDesc grad_x{kRows, kIn, kOut};  // dx (64,320) = dz·W through x > 0
     grad_x.A = dz.get(), grad_x.lda = kOut, grad_x.B = w.get(), grad_x.ldb = kIn, grad_x.C = dx.get(), grad_x.ldc = kIn;
     grad_x.epilogue = Epilogue::relu_mask, grad_x.mask = x.get(), grad_x.overlaps_previous = overlap;
-    GemmDesc below{kRows, kBelow, kIn};   // out (64,50) = dx·w_below: must find dx complete
-    below.A = dx.get(), below.lda = kIn, below.B = w_below.get(), below.ldb = kBelow, below.C = out.get(), below.ldc = kBelow;
+    GemmDesc below{kRows, kBelow, kIn};  // out (64,50) = dx·w_below: must find dx complete
+    below.A = dx.get(), below.lda = kIn, below.B = w_below.get(), below.ldb = kBelow, below.C = out.get(),
+    below.ldc = kBelow;
     for (const GemmDesc* d : {&above, &grad_w, &grad_x, &below}) nt::kernels::gemm(exec, *d);
   }
-  std::vector<std::vector<float>> results() const { return {dz.download(), dw.download(), db.download(), dx.download(), out.download()}; }
+  std::vector<std::vector<float>> results() const {
+    return {dz.download(), dw.download(), db.download(), dx.download(), out.download()};
+  }
 };
 
 }  // namespace

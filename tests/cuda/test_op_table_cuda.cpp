@@ -67,7 +67,7 @@ Expect custom(std::string output, const char* why, std::function<void(const Outp
 
 // One random case of a row: its inputs live in the lambdas' captures, so every run sees the same ones.
 struct RowCase {
-  std::function<Outputs(const Exec&)> run;                     // uploads, poisons, runs the op, downloads
+  std::function<Outputs(const Exec&)> run;                        // uploads, poisons, runs the op, downloads
   std::function<std::vector<Expect>(const Outputs& cpu)> expect;  // the tolerances, from the case and the CPU run
 };
 
@@ -98,7 +98,8 @@ std::vector<float> at_least_one(std::vector<float> v) {  // device buffers are n
 }
 
 const char* kBitsSmallOps = "bit for bit: same fp32 operations (test_activation_cuda.cpp, test_optim_cuda.cpp)";
-const char* kBitsCnnSmallOps = "bit for bit: integer hash, selects, fixed-order sums (test_dropout_cuda.cpp, test_pool_cuda.cpp)";
+const char* kBitsCnnSmallOps =
+    "bit for bit: integer hash, selects, fixed-order sums (test_dropout_cuda.cpp, test_pool_cuda.cpp)";
 const char* kIntegerCount = "an integer count: exact whatever the order (test_nonfinite_cuda.cpp)";
 
 // ---- elementwise, dropout, pooling -----------------------------------------------------------------------
@@ -112,8 +113,8 @@ std::vector<Row> elementwise_rows() {
                     auto in = keep(values);
                     return RowCase{[in](const Exec& e) {
                                      Buf<float> x(e, *in), y(e, poisoned(in->size()));
-                                     kernels::relu_forward(e, kernels::ReluArgs<float>{.n = in->size(), .x = x.get(),
-                                                                                       .y = y.get()});
+                                     kernels::relu_forward(
+                                         e, kernels::ReluArgs<float>{.n = in->size(), .x = x.get(), .y = y.get()});
                                      Outputs o;
                                      o.add("y", y.download());
                                      return o;
@@ -129,8 +130,9 @@ std::vector<Row> elementwise_rows() {
                     auto in = keep(In{forward, random_floats(n)});
                     return RowCase{[in](const Exec& e) {
                                      Buf<float> y(e, in->y), dy(e, in->dy), dx(e, poisoned(in->y.size()));
-                                     kernels::relu_backward(e, kernels::ReluArgs<float>{.n = in->y.size(), .y = y.get(),
-                                                                                        .dy = dy.get(), .dx = dx.get()});
+                                     kernels::relu_backward(
+                                         e, kernels::ReluArgs<float>{
+                                                .n = in->y.size(), .y = y.get(), .dy = dy.get(), .dx = dx.get()});
                                      Outputs o;
                                      o.add("dx", dx.download());
                                      return o;
@@ -144,10 +146,13 @@ std::vector<Row> elementwise_rows() {
                                      Buf<float> x(e, *in), y(e, poisoned(count));
                                      Buf<uint8_t> mask(e, std::vector<uint8_t>(count, uint8_t(kMaskPoison)));
                                      Buf<uint64_t> counter(e, std::vector<uint64_t>{5, 0});
-                                     kernels::dropout_forward(
-                                         e, kernels::DropoutArgs<float>{.n = count, .p = 0.3f, .seed = 0x5EED,
-                                                                        .counter = counter.get(), .x = x.get(),
-                                                                        .y = y.get(), .mask = mask.get()});
+                                     kernels::dropout_forward(e, kernels::DropoutArgs<float>{.n = count,
+                                                                                             .p = 0.3f,
+                                                                                             .seed = 0x5EED,
+                                                                                             .counter = counter.get(),
+                                                                                             .x = x.get(),
+                                                                                             .y = y.get(),
+                                                                                             .mask = mask.get()});
                                      Outputs o;
                                      o.add("y", y.download());
                                      o.add_ints("mask", mask.download(), kMaskPoison);
@@ -168,65 +173,66 @@ std::vector<Row> elementwise_rows() {
                     std::vector<uint8_t> bytes(n);
                     for (auto& m : bytes) m = uint8_t(rng()() % 2);
                     auto in = keep(In{bytes, random_floats(n)});
-                    return RowCase{[in](const Exec& e) {
-                                     const size_t count = in->dy.size();
-                                     Buf<uint8_t> mask(e, in->mask);
-                                     Buf<float> dy(e, in->dy), dx(e, poisoned(count));
-                                     kernels::dropout_backward(e, kernels::DropoutArgs<float>{
-                                                                      .n = count, .p = 0.3f, .mask = mask.get(),
-                                                                      .dy = dy.get(), .dx = dx.get()});
-                                     Outputs o;
-                                     o.add("dx", dx.download());
-                                     return o;
-                                   },
-                                   [](const Outputs&) { return std::vector<Expect>{exact("dx", kBitsCnnSmallOps)}; }};
+                    return RowCase{
+                        [in](const Exec& e) {
+                          const size_t count = in->dy.size();
+                          Buf<uint8_t> mask(e, in->mask);
+                          Buf<float> dy(e, in->dy), dx(e, poisoned(count));
+                          kernels::dropout_backward(
+                              e, kernels::DropoutArgs<float>{
+                                     .n = count, .p = 0.3f, .mask = mask.get(), .dy = dy.get(), .dx = dx.get()});
+                          Outputs o;
+                          o.add("dx", dx.download());
+                          return o;
+                        },
+                        [](const Outputs&) { return std::vector<Expect>{exact("dx", kBitsCnnSmallOps)}; }};
                   }});
 
   const kernels::Pool2dShape ps{5, 3, 9, 7, 3, 2};  // overlapping windows; a row and a column outside them
   const size_t pin = size_t(ps.n) * ps.c * ps.h * ps.w, pout = size_t(ps.n) * ps.c * ps.p() * ps.q();
-  rows.push_back({"maxpool2d_forward", "N=5 C=3 9x7 window 3 stride 2", [ps, pin] {
-                    auto in = keep(random_floats(pin, -2, 2));
-                    return RowCase{[in, ps](const Exec& e) {
-                                     const size_t out = size_t(ps.n) * ps.c * ps.p() * ps.q();
-                                     Buf<float> x(e, *in), y(e, poisoned(out));
-                                     Buf<int32_t> argmax(e, std::vector<int32_t>(out, int32_t(kIntPoison)));
-                                     kernels::maxpool2d_forward(e, kernels::MaxPool2dArgs<float>{
-                                                                       .shape = ps, .x = x.get(), .y = y.get(),
-                                                                       .argmax = argmax.get()});
-                                     Outputs o;
-                                     o.add("y", y.download());
-                                     o.add_ints("argmax", argmax.download(), kIntPoison);
-                                     return o;
-                                   },
-                                   [](const Outputs&) {
-                                     return std::vector<Expect>{exact("y", kBitsCnnSmallOps),
-                                                                exact("argmax", kBitsCnnSmallOps)};
-                                   }};
-                  }});
-  rows.push_back({"maxpool2d_backward", "N=5 C=3 9x7 window 3 stride 2", [ps, pin, pout] {
-                    struct In {
-                      std::vector<int32_t> argmax;
-                      std::vector<float> dy;
-                    };
-                    const auto x = random_floats(pin, -2, 2);
-                    std::vector<float> y(pout);
-                    std::vector<int32_t> chosen(pout);
-                    kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = ps, .x = x.data(),
-                                                                                     .y = y.data(),
-                                                                                     .argmax = chosen.data()});
-                    auto in = keep(In{chosen, random_floats(pout)});
-                    return RowCase{[in, ps, pin](const Exec& e) {
-                                     Buf<int32_t> argmax(e, in->argmax);
-                                     Buf<float> dy(e, in->dy), dx(e, poisoned(pin));
-                                     kernels::maxpool2d_backward(e, kernels::MaxPool2dArgs<float>{
-                                                                        .shape = ps, .argmax = argmax.get(),
-                                                                        .dy = dy.get(), .dx = dx.get()});
-                                     Outputs o;
-                                     o.add("dx", dx.download());
-                                     return o;
-                                   },
-                                   [](const Outputs&) { return std::vector<Expect>{exact("dx", kBitsCnnSmallOps)}; }};
-                  }});
+  rows.push_back(
+      {"maxpool2d_forward", "N=5 C=3 9x7 window 3 stride 2", [ps, pin] {
+         auto in = keep(random_floats(pin, -2, 2));
+         return RowCase{
+             [in, ps](const Exec& e) {
+               const size_t out = size_t(ps.n) * ps.c * ps.p() * ps.q();
+               Buf<float> x(e, *in), y(e, poisoned(out));
+               Buf<int32_t> argmax(e, std::vector<int32_t>(out, int32_t(kIntPoison)));
+               kernels::maxpool2d_forward(
+                   e, kernels::MaxPool2dArgs<float>{.shape = ps, .x = x.get(), .y = y.get(), .argmax = argmax.get()});
+               Outputs o;
+               o.add("y", y.download());
+               o.add_ints("argmax", argmax.download(), kIntPoison);
+               return o;
+             },
+             [](const Outputs&) {
+               return std::vector<Expect>{exact("y", kBitsCnnSmallOps), exact("argmax", kBitsCnnSmallOps)};
+             }};
+       }});
+  rows.push_back(
+      {"maxpool2d_backward", "N=5 C=3 9x7 window 3 stride 2", [ps, pin, pout] {
+         struct In {
+           std::vector<int32_t> argmax;
+           std::vector<float> dy;
+         };
+         const auto x = random_floats(pin, -2, 2);
+         std::vector<float> y(pout);
+         std::vector<int32_t> chosen(pout);
+         kernels::maxpool2d_forward(
+             Exec{}, kernels::MaxPool2dArgs<float>{.shape = ps, .x = x.data(), .y = y.data(), .argmax = chosen.data()});
+         auto in = keep(In{chosen, random_floats(pout)});
+         return RowCase{[in, ps, pin](const Exec& e) {
+                          Buf<int32_t> argmax(e, in->argmax);
+                          Buf<float> dy(e, in->dy), dx(e, poisoned(pin));
+                          kernels::maxpool2d_backward(
+                              e, kernels::MaxPool2dArgs<float>{
+                                     .shape = ps, .argmax = argmax.get(), .dy = dy.get(), .dx = dx.get()});
+                          Outputs o;
+                          o.add("dx", dx.download());
+                          return o;
+                        },
+                        [](const Outputs&) { return std::vector<Expect>{exact("dx", kBitsCnnSmallOps)}; }};
+       }});
   return rows;
 }
 
@@ -235,8 +241,9 @@ std::vector<Row> elementwise_rows() {
 // test_optim_cuda.cpp, kAdamTolerance: the backends run the same correctly rounded operations and are
 // expected to agree bit for bit; one ulp of a sqrt or division, should the device's differ, stays within 4 eps
 // of the scale.
-const Tolerance kAdamTolerance{0, 4 * kEps, "sqrt/div rounding may differ by an ulp: 4 eps of the scale "
-                                            "(test_optim_cuda.cpp, kAdamTolerance)"};
+const Tolerance kAdamTolerance{0, 4 * kEps,
+                               "sqrt/div rounding may differ by an ulp: 4 eps of the scale "
+                               "(test_optim_cuda.cpp, kAdamTolerance)"};
 
 std::vector<Row> optimizer_rows() {
   std::vector<Row> rows;
@@ -246,24 +253,26 @@ std::vector<Row> optimizer_rows() {
                       std::vector<float> p, g, v;
                     };
                     auto in = keep(In{random_floats(n), random_floats(n), random_floats(n)});
-                    return RowCase{[in](const Exec& e) {
-                                     const size_t count = in->p.size();
-                                     Buf<float> p(e, in->p), g(e, in->g), v(e, in->v);
-                                     kernels::sgd_update(e, {.n = count, .params = p.get(), .grads = g.get(),
-                                                             .velocity = v.get(), .hyper = {0.05f, 0.9f, 5e-4f}});
-                                     Outputs o;
-                                     o.add("params", p.download());
-                                     o.add("velocity", v.download());
-                                     return o;
-                                   },
-                                   [](const Outputs&) {
-                                     return std::vector<Expect>{exact("params", kBitsSmallOps),
-                                                                exact("velocity", kBitsSmallOps)};
-                                   }};
+                    return RowCase{
+                        [in](const Exec& e) {
+                          const size_t count = in->p.size();
+                          Buf<float> p(e, in->p), g(e, in->g), v(e, in->v);
+                          kernels::sgd_update(e, {.n = count,
+                                                  .params = p.get(),
+                                                  .grads = g.get(),
+                                                  .velocity = v.get(),
+                                                  .hyper = {0.05f, 0.9f, 5e-4f}});
+                          Outputs o;
+                          o.add("params", p.download());
+                          o.add("velocity", v.download());
+                          return o;
+                        },
+                        [](const Outputs&) {
+                          return std::vector<Expect>{exact("params", kBitsSmallOps), exact("velocity", kBitsSmallOps)};
+                        }};
                   }});
   for (const bool decoupled : {false, true}) {
-    rows.push_back({decoupled ? "adam_update (AdamW)" : "adam_update (Adam)", "n=1001 wd 0.01 step 3",
-                    [n, decoupled] {
+    rows.push_back({decoupled ? "adam_update (AdamW)" : "adam_update (Adam)", "n=1001 wd 0.01 step 3", [n, decoupled] {
                       struct In {
                         std::vector<float> p, g, m, v;
                       };
@@ -275,8 +284,12 @@ std::vector<Row> optimizer_rows() {
                                        Buf<uint64_t> step(e, std::vector<uint64_t>{2, 0});  // this call: t = 3
                                        kernels::AdamHyper h;
                                        h.weight_decay = 0.01, h.decoupled = decoupled;
-                                       kernels::adam_update(e, {.n = count, .params = p.get(), .grads = g.get(),
-                                                                .m = m.get(), .v = v.get(), .hyper = h,
+                                       kernels::adam_update(e, {.n = count,
+                                                                .params = p.get(),
+                                                                .grads = g.get(),
+                                                                .m = m.get(),
+                                                                .v = v.get(),
+                                                                .hyper = h,
                                                                 .step = step.get()});
                                        Outputs o;
                                        o.add("params", p.download());
@@ -286,9 +299,9 @@ std::vector<Row> optimizer_rows() {
                                        return o;
                                      },
                                      [](const Outputs&) {
-                                       return std::vector<Expect>{close("params", kAdamTolerance),
-                                                                  close("m", kAdamTolerance), close("v", kAdamTolerance),
-                                                                  exact("step", "the step counter: exact")};
+                                       return std::vector<Expect>{
+                                           close("params", kAdamTolerance), close("m", kAdamTolerance),
+                                           close("v", kAdamTolerance), exact("step", "the step counter: exact")};
                                      }};
                     }});
   }
@@ -307,8 +320,19 @@ struct GatherIn {
 };
 
 GatherIn make_gather(int N, int C, int H, int W, int B, int64_t first, int shift, bool flip) {
-  GatherIn g{N, C, H, W, B, shift, flip, first, std::vector<uint8_t>(size_t(N) * C * H * W), std::vector<uint8_t>(N),
-             std::vector<int32_t>(N), kernels::counter_key(rng()(), 3), kernels::counter_key(rng()(), 3)};
+  GatherIn g{N,
+             C,
+             H,
+             W,
+             B,
+             shift,
+             flip,
+             first,
+             std::vector<uint8_t>(size_t(N) * C * H * W),
+             std::vector<uint8_t>(N),
+             std::vector<int32_t>(N),
+             kernels::counter_key(rng()(), 3),
+             kernels::counter_key(rng()(), 3)};
   for (auto& px : g.images) px = uint8_t(rng()() % 256);
   for (auto& l : g.labels) l = uint8_t(rng()() % 10);
   std::iota(g.perm.begin(), g.perm.end(), 0);
@@ -328,23 +352,26 @@ Row gather_row(std::string op, std::string shape, int N, int C, int H, int W, in
                              Buf<float> x(e, poisoned(size_t(in->B) * D));
                              Buf<int32_t> y(e, std::vector<int32_t>(size_t(in->B), int32_t(kIntPoison)));
                              const float mean[3] = {0.49f, 0.48f, 0.45f}, std_dev[3] = {0.25f, 0.24f, 0.26f};
-                             kernels::BatchSource src{.images = images.get(), .labels = labels.get(),
-                                                      .perm = perm.get(), .D = D,
+                             kernels::BatchSource src{.images = images.get(),
+                                                      .labels = labels.get(),
+                                                      .perm = perm.get(),
+                                                      .D = D,
                                                       .mean = kernels::ChannelValues(mean, in->C),
                                                       .std = kernels::ChannelValues(std_dev, in->C)};
                              if (in->shift > 0 || in->flip) src.height = in->H, src.width = in->W;
                              src.shift = in->shift, src.shift_key = keys.get();
                              src.flip = in->flip, src.flip_key = keys.get() + 1;
-                             kernels::gather_batch(e, {.src = src, .first = in->first, .B = in->B, .x = x.get(),
-                                                       .y = y.get()});
+                             kernels::gather_batch(
+                                 e, {.src = src, .first = in->first, .B = in->B, .x = x.get(), .y = y.get()});
                              Outputs o;
                              o.add("x", x.download());
                              o.add_ints("y", y.download(), kIntPoison);
                              return o;
                            },
                            [](const Outputs&) {
-                             const char* why = "bit for bit: ToTensor/Normalize in fp32, integer hashes shared by "
-                                               "host and device (test_batch_cuda.cpp)";
+                             const char* why =
+                                 "bit for bit: ToTensor/Normalize in fp32, integer hashes shared by "
+                                 "host and device (test_batch_cuda.cpp)";
                              return std::vector<Expect>{exact("x", why), exact("y", why)};
                            }};
           }};
@@ -360,7 +387,8 @@ Row nonfinite_row() {
             return RowCase{[in](const Exec& e) {
                              Buf<float> x(e, *in);
                              Buf<int64_t> count(e, std::vector<int64_t>{41});  // accumulated into
-                             kernels::count_nonfinite(e, {.x = x.get(), .n = int64_t(in->size()), .count = count.get()});
+                             kernels::count_nonfinite(e,
+                                                      {.x = x.get(), .n = int64_t(in->size()), .count = count.get()});
                              Outputs o;
                              o.add_ints("count", count.download());
                              return o;
@@ -393,11 +421,14 @@ Row xent_row(bool with_gradient) {
                              Buf<int32_t> labels(e, in->labels);
                              Buf<double> loss(e, std::vector<double>{kLossBefore});
                              Buf<int64_t> correct(e, std::vector<int64_t>{kCorrectBefore});
-                             kernels::softmax_xent(e, kernels::SoftmaxXentArgs<float>{
-                                                          .B = B, .C = C, .logits = logits.get(),
-                                                          .labels = labels.get(),
-                                                          .dlogits = with_gradient ? dlogits.get() : nullptr,
-                                                          .loss_sum = loss.get(), .correct = correct.get()});
+                             kernels::softmax_xent(
+                                 e, kernels::SoftmaxXentArgs<float>{.B = B,
+                                                                    .C = C,
+                                                                    .logits = logits.get(),
+                                                                    .labels = labels.get(),
+                                                                    .dlogits = with_gradient ? dlogits.get() : nullptr,
+                                                                    .loss_sum = loss.get(),
+                                                                    .correct = correct.get()});
                              Outputs o;
                              if (with_gradient) o.add("dlogits", dlogits.download());
                              o.add("loss_sum", loss.download());
@@ -415,8 +446,9 @@ Row xent_row(bool with_gradient) {
                                                   INFO("loss: cuda " << g << ", cpu " << w);
                                                   REQUIRE(std::abs(g - w) <= xent_loss_allowed(B, C, w - kLossBefore));
                                                 }));
-                             x.push_back(exact("correct", "argmax with the lowest index on ties: exact "
-                                                          "(test_softmax_xent_cuda.cpp)"));
+                             x.push_back(exact("correct",
+                                               "argmax with the lowest index on ties: exact "
+                                               "(test_softmax_xent_cuda.cpp)"));
                              return x;
                            }};
           }};
@@ -424,8 +456,9 @@ Row xent_row(bool with_gradient) {
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
 
-const char* kGemmSource = "fp32_dot(K), as test_gemm_cuda.cpp (there against double; against the CPU's fp32 as "
-                          "test_conv_cuda.cpp)";
+const char* kGemmSource =
+    "fp32_dot(K), as test_gemm_cuda.cpp (there against double; against the CPU's fp32 as "
+    "test_conv_cuda.cpp)";
 
 Tolerance gemm_tolerance(int K) {
   Tolerance t = fp32_dot(K);
@@ -452,7 +485,8 @@ Row gemm_row(std::string op, const GemmCase& g) {
             return RowCase{[in, g](const Exec& e) {
                              Buf<float> A(e, in->A), B(e, in->B), bias(e, in->bias), mask(e, in->mask);
                              Buf<float> C(e, poisoned(size_t(g.M) * g.N)), sums(e, poisoned(size_t(g.M)));
-                             const size_t ws = g.workspace ? kernels::gemm_workspace_floats(e.backend, g.M, g.N, g.K) : 0;
+                             const size_t ws =
+                                 g.workspace ? kernels::gemm_workspace_floats(e.backend, g.M, g.N, g.K) : 0;
                              Buf<float> workspace(e, at_least_one(poisoned(ws)));
                              kernels::GemmDesc d;
                              d.M = g.M, d.N = g.N, d.K = g.K, d.trans_a = g.trans_a, d.trans_b = g.trans_b;
@@ -478,12 +512,13 @@ Row gemm_row(std::string op, const GemmCase& g) {
 
 std::vector<Row> gemm_rows() {
   using kernels::Epilogue;
-  return {gemm_row("gemm (none)", {7, 9, 33, false, false, false, false, Epilogue::none}),
-          gemm_row("gemm (bias_relu, Linear forward)", {5, 13, 37, false, true, false, false, Epilogue::bias_relu}),
-          gemm_row("gemm (bias)", {9, 7, 21, false, true, false, false, Epilogue::bias}),
-          gemm_row("gemm (weight gradient, row sums)", {9, 11, 65, true, false, true, false, Epilogue::none}),
-          gemm_row("gemm (relu_mask, input gradient)", {7, 12, 10, false, false, false, false, Epilogue::relu_mask}),
-          gemm_row("gemm (long K, split through the workspace)", {3, 5, 4099, false, false, true, true, Epilogue::bias})};
+  return {
+      gemm_row("gemm (none)", {7, 9, 33, false, false, false, false, Epilogue::none}),
+      gemm_row("gemm (bias_relu, Linear forward)", {5, 13, 37, false, true, false, false, Epilogue::bias_relu}),
+      gemm_row("gemm (bias)", {9, 7, 21, false, true, false, false, Epilogue::bias}),
+      gemm_row("gemm (weight gradient, row sums)", {9, 11, 65, true, false, true, false, Epilogue::none}),
+      gemm_row("gemm (relu_mask, input gradient)", {7, 12, 10, false, false, false, false, Epilogue::relu_mask}),
+      gemm_row("gemm (long K, split through the workspace)", {3, 5, 4099, false, false, true, true, Epilogue::bias})};
 }
 
 // ---- classifier head -----------------------------------------------------------------------------------------
@@ -598,27 +633,27 @@ Row head_row(bool backward) {
                   const double dw_terms = max_term_sum(
                       C, K, B, [&](int j, int b) { return dlogits[size_t(b) * C + j]; },
                       [&](int k, int b) { return x[size_t(b) * K + k]; });
-                  out.push_back(close("dweight", {B * dl_abs * max_abs(x) + fp32_dot(B).rel_tol * dw_terms,
-                                                  fp32_dot(B).rel_tol,
-                                                  "dW: B dlogit errors times max|x|, and a B-term fp32 sum "
-                                                  "(test_classifier_head_cuda.cpp)"}));
+                  out.push_back(
+                      close("dweight", {B * dl_abs * max_abs(x) + fp32_dot(B).rel_tol * dw_terms, fp32_dot(B).rel_tol,
+                                        "dW: B dlogit errors times max|x|, and a B-term fp32 sum "
+                                        "(test_classifier_head_cuda.cpp)"}));
                   out.push_back(close("dbias", {B * dl_abs, fp32_dot(B).rel_tol,
                                                 "db: B dlogit errors, and a B-term fp32 sum "
                                                 "(test_classifier_head_cuda.cpp)"}));
                   const double dx_terms = max_term_sum(
                       B, K, C, [&](int b, int j) { return dlogits[size_t(b) * C + j]; },
                       [&](int k, int j) { return weight[size_t(j) * K + k]; });
-                  out.push_back(close("dx", {C * dl_abs * max_abs(weight) + fp32_dot(C).rel_tol * dx_terms,
-                                             fp32_dot(C).rel_tol,
-                                             "dx: C dlogit errors times max|W|, and a C-term fp32 sum "
-                                             "(test_classifier_head_cuda.cpp)"}));
+                  out.push_back(
+                      close("dx", {C * dl_abs * max_abs(weight) + fp32_dot(C).rel_tol * dx_terms, fp32_dot(C).rel_tol,
+                                   "dx: C dlogit errors times max|W|, and a C-term fp32 sum "
+                                   "(test_classifier_head_cuda.cpp)"}));
                   return out;
                 }};
           },
           [] {
             if (cuda_device().has_clusters()) return std::string();
-            return "classifier_head: the fused kernel needs thread-block clusters (sm_90 code); " +
-                   cuda_device().name + " runs " + cuda_device().code_path() +
+            return "classifier_head: the fused kernel needs thread-block clusters (sm_90 code); " + cuda_device().name +
+                   " runs " + cuda_device().code_path() +
                    ", so the CUDA op takes its unfused fallback (gemm, softmax_xent, gemm, gemm), which this row "
                    "checks instead";
           }};
@@ -645,49 +680,50 @@ Row conv_row(ConvPass pass, const kernels::Conv2dShape& s, const std::string& sh
             };
             auto in = keep(In{random_floats(s.x_size()), random_floats(s.w_size()), random_floats(size_t(s.k)),
                               random_floats(s.y_size())});
-            return RowCase{[in, pass, s](const Exec& e) {
-                             Buf<float> x(e, in->x), w(e, in->w), bias(e, in->bias), dy(e, in->dy);
-                             Buf<float> y(e, poisoned(s.y_size())), dx(e, poisoned(s.x_size()));
-                             Buf<float> dw(e, poisoned(s.w_size())), dbias(e, poisoned(size_t(s.k)));
-                             Buf<float> ws(e, at_least_one(poisoned(kernels::conv2d_workspace_floats(e.backend, s))));
-                             kernels::Conv2dArgs<float> a{.shape = s, .workspace = ws.get()};
-                             Outputs o;
-                             switch (pass) {
-                               case ConvPass::forward:
-                                 a.x = x.get(), a.w = w.get(), a.bias = bias.get(), a.y = y.get();
-                                 kernels::conv2d_forward(e, a);
-                                 o.add("y", y.download());
-                                 break;
-                               case ConvPass::backward_data:
-                                 a.dy = dy.get(), a.w = w.get(), a.dx = dx.get();
-                                 kernels::conv2d_backward_data(e, a);
-                                 o.add("dx", dx.download());
-                                 break;
-                               case ConvPass::backward_weight:
-                                 a.x = x.get(), a.dy = dy.get(), a.dw = dw.get(), a.dbias = dbias.get();
-                                 kernels::conv2d_backward_weight(e, a);
-                                 o.add("dw", dw.download());
-                                 o.add("dbias", dbias.download());
-                                 break;
-                               case ConvPass::backward:
-                                 a.x = x.get(), a.dy = dy.get(), a.w = w.get(), a.dx = dx.get(), a.dw = dw.get();
-                                 a.dbias = dbias.get();
-                                 kernels::conv2d_backward(e, a);
-                                 o.add("dx", dx.download());
-                                 o.add("dw", dw.download());
-                                 o.add("dbias", dbias.download());
-                                 break;
-                             }
-                             return o;
-                           },
-                           [s](const Outputs&) {
-                             const int npq = s.n * s.p() * s.q();
-                             return std::vector<Expect>{
-                                 close("y", conv_tolerance(s.c * s.r * s.s, "y: fp32_dot(C*R*S) (test_conv_cuda.cpp)")),
-                                 close("dx", conv_tolerance(s.k * s.r * s.s, "dx: fp32_dot(K*R*S) (test_conv_cuda.cpp)")),
-                                 close("dw", conv_tolerance(npq, "dw: fp32_dot(N*P*Q) (test_conv_cuda.cpp)")),
-                                 close("dbias", conv_tolerance(npq, "dbias: fp32_dot(N*P*Q) (test_conv_cuda.cpp)"))};
-                           }};
+            return RowCase{
+                [in, pass, s](const Exec& e) {
+                  Buf<float> x(e, in->x), w(e, in->w), bias(e, in->bias), dy(e, in->dy);
+                  Buf<float> y(e, poisoned(s.y_size())), dx(e, poisoned(s.x_size()));
+                  Buf<float> dw(e, poisoned(s.w_size())), dbias(e, poisoned(size_t(s.k)));
+                  Buf<float> ws(e, at_least_one(poisoned(kernels::conv2d_workspace_floats(e.backend, s))));
+                  kernels::Conv2dArgs<float> a{.shape = s, .workspace = ws.get()};
+                  Outputs o;
+                  switch (pass) {
+                    case ConvPass::forward:
+                      a.x = x.get(), a.w = w.get(), a.bias = bias.get(), a.y = y.get();
+                      kernels::conv2d_forward(e, a);
+                      o.add("y", y.download());
+                      break;
+                    case ConvPass::backward_data:
+                      a.dy = dy.get(), a.w = w.get(), a.dx = dx.get();
+                      kernels::conv2d_backward_data(e, a);
+                      o.add("dx", dx.download());
+                      break;
+                    case ConvPass::backward_weight:
+                      a.x = x.get(), a.dy = dy.get(), a.dw = dw.get(), a.dbias = dbias.get();
+                      kernels::conv2d_backward_weight(e, a);
+                      o.add("dw", dw.download());
+                      o.add("dbias", dbias.download());
+                      break;
+                    case ConvPass::backward:
+                      a.x = x.get(), a.dy = dy.get(), a.w = w.get(), a.dx = dx.get(), a.dw = dw.get();
+                      a.dbias = dbias.get();
+                      kernels::conv2d_backward(e, a);
+                      o.add("dx", dx.download());
+                      o.add("dw", dw.download());
+                      o.add("dbias", dbias.download());
+                      break;
+                  }
+                  return o;
+                },
+                [s](const Outputs&) {
+                  const int npq = s.n * s.p() * s.q();
+                  return std::vector<Expect>{
+                      close("y", conv_tolerance(s.c * s.r * s.s, "y: fp32_dot(C*R*S) (test_conv_cuda.cpp)")),
+                      close("dx", conv_tolerance(s.k * s.r * s.s, "dx: fp32_dot(K*R*S) (test_conv_cuda.cpp)")),
+                      close("dw", conv_tolerance(npq, "dw: fp32_dot(N*P*Q) (test_conv_cuda.cpp)")),
+                      close("dbias", conv_tolerance(npq, "dbias: fp32_dot(N*P*Q) (test_conv_cuda.cpp)"))};
+                }};
           }};
 }
 
@@ -732,8 +768,10 @@ std::vector<Expect> bn_statistics_expect(double x_unit, double conv_err = 0) {
   const double conv_rel = x_unit > 0 ? 4 * conv_err / x_unit : 0;
   return {close("save_mean", {16 * kEps * x_unit + conv_err, 16 * kEps,
                               "mean: fp32 sums, a few eps of max|x| (test_batchnorm_cuda.cpp)"}),
-          close("save_invstd", {0, 2e-5 + conv_rel, "invstd: fp32 M2, per-thread sums + Chan tree (test_batchnorm_cuda.cpp)"}),
-          close("running_mean", {16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean (test_batchnorm_cuda.cpp)"}),
+          close("save_invstd",
+                {0, 2e-5 + conv_rel, "invstd: fp32 M2, per-thread sums + Chan tree (test_batchnorm_cuda.cpp)"}),
+          close("running_mean",
+                {16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean (test_batchnorm_cuda.cpp)"}),
           close("running_var", {0, 2e-5 + conv_rel, "running_var: as invstd (test_batchnorm_cuda.cpp)"}),
           exact("num_batches_tracked", "an integer counter: exact")};
 }
@@ -781,9 +819,19 @@ struct BnIn {
 
 // Random inputs, and the backward's from the CPU twin's training forward (pooled: y and argmax pooled).
 BnIn make_bn(const BatchNormShape& s, const kernels::BatchNormPool& pool, bool relu, bool pooled) {
-  BnIn in{s, {}, pool, random_floats(size_t(s.n * s.c * s.hw)), random_floats(size_t(s.c), 0.5f, 1.5f),
-          random_floats(size_t(s.c), -0.5f, 0.5f), random_floats(size_t(s.c), -0.2f, 0.2f),
-          random_floats(size_t(s.c), 0.5f, 1.5f), {}, {}, {}, {}, {}};
+  BnIn in{s,
+          {},
+          pool,
+          random_floats(size_t(s.n * s.c * s.hw)),
+          random_floats(size_t(s.c), 0.5f, 1.5f),
+          random_floats(size_t(s.c), -0.5f, 0.5f),
+          random_floats(size_t(s.c), -0.2f, 0.2f),
+          random_floats(size_t(s.c), 0.5f, 1.5f),
+          {},
+          {},
+          {},
+          {},
+          {}};
   in.h.relu = relu;
   const size_t out = pooled ? size_t(s.n * s.c) * pool.p() * pool.q() : in.x.size();
   in.save_mean.resize(size_t(s.c)), in.save_invstd.resize(size_t(s.c)), in.y.resize(out), in.argmax.resize(out);
@@ -875,8 +923,13 @@ Row bn_row(BnOp op, const BatchNormShape& s, const kernels::BatchNormPool& pool,
                   const size_t ws_floats = pooled ? kernels::batchnorm_pool_workspace_floats(e.backend, bs, in->pool)
                                                   : kernels::batchnorm_workspace_floats(e.backend, bs);
                   Buf<float> ws(e, at_least_one(poisoned(ws_floats)));
-                  kernels::BatchNormArgs<float> a{.shape = bs, .hyper = in->h, .pool = in->pool, .x = x.get(),
-                                                  .gamma = gamma.get(), .beta = beta.get(), .workspace = ws.get()};
+                  kernels::BatchNormArgs<float> a{.shape = bs,
+                                                  .hyper = in->h,
+                                                  .pool = in->pool,
+                                                  .x = x.get(),
+                                                  .gamma = gamma.get(),
+                                                  .beta = beta.get(),
+                                                  .workspace = ws.get()};
                   Outputs o;
                   switch (op) {
                     case BnOp::forward_train:
@@ -946,8 +999,8 @@ std::vector<Row> batchnorm_rows() {
   for (const Layout layout : {Layout::nchw, Layout::nhwc}) {
     const BatchNormShape s{5, 3, 63, layout};
     const bool relu = layout == Layout::nchw;
-    const std::string shape = std::string("n=5 c=3 hw=63 ") + (layout == Layout::nchw ? "NCHW" : "NHWC") +
-                              (relu ? " relu" : "") + " affine";
+    const std::string shape =
+        std::string("n=5 c=3 hw=63 ") + (layout == Layout::nchw ? "NCHW" : "NHWC") + (relu ? " relu" : "") + " affine";
     for (BnOp op : {BnOp::forward_train, BnOp::forward_eval, BnOp::backward})
       rows.push_back(bn_row(op, s, {}, relu, false, shape));
   }
@@ -976,166 +1029,175 @@ StemIn make_stem(const kernels::ConvBatchNormPoolShape& stem) {
   const kernels::Conv2dShape& cs = stem.conv;
   const BatchNormShape s = stem.batchnorm();
   const float bound = 1.f / std::sqrt(float(stem.taps()));  // nn.Conv2d's init range
-  StemIn in{stem, {}, random_floats(cs.x_size()), random_floats(cs.w_size(), -bound, bound),
-            random_floats(size_t(s.c), 0.5f, 1.5f), random_floats(size_t(s.c), -0.5f, 0.5f),
-            random_floats(size_t(s.c), -0.2f, 0.2f), random_floats(size_t(s.c), 0.5f, 1.5f), {}, {}, {}, {}, {}, {}};
+  StemIn in{stem,
+            {},
+            random_floats(cs.x_size()),
+            random_floats(cs.w_size(), -bound, bound),
+            random_floats(size_t(s.c), 0.5f, 1.5f),
+            random_floats(size_t(s.c), -0.5f, 0.5f),
+            random_floats(size_t(s.c), -0.2f, 0.2f),
+            random_floats(size_t(s.c), 0.5f, 1.5f),
+            {},
+            {},
+            {},
+            {},
+            {},
+            {}};
   in.h.relu = true;
   in.conv.resize(cs.y_size());
-  kernels::conv2d_forward(Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = in.x.data(), .w = in.w.data(),
-                                                             .y = in.conv.data()});
+  kernels::conv2d_forward(
+      Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = in.x.data(), .w = in.w.data(), .y = in.conv.data()});
   const kernels::BatchNormPool pool = stem.pool();
   const size_t pooled = size_t(s.n * s.c) * pool.p() * pool.q();
   in.y.resize(pooled), in.argmax.resize(pooled), in.save_mean.resize(size_t(s.c)), in.save_invstd.resize(size_t(s.c));
   std::vector<float> rm = in.rm, rv = in.rv;
   std::vector<float> ws(kernels::conv_batchnorm_pool_workspace_floats(Backend::cpu, stem) + 2);
-  kernels::conv_batchnorm_pool_forward_train(Exec{}, kernels::ConvBatchNormPoolArgs<float>{
-                                                         .shape = stem,
-                                                         .hyper = in.h,
-                                                         .x = in.x.data(),
-                                                         .w = in.w.data(),
-                                                         .gamma = in.gamma.data(),
-                                                         .beta = in.beta.data(),
-                                                         .y = in.y.data(),
-                                                         .argmax = in.argmax.data(),
-                                                         .save_mean = in.save_mean.data(),
-                                                         .save_invstd = in.save_invstd.data(),
-                                                         .running_mean = rm.data(),
-                                                         .running_var = rv.data(),
-                                                         .workspace = ws.data()});
+  kernels::conv_batchnorm_pool_forward_train(Exec{},
+                                             kernels::ConvBatchNormPoolArgs<float>{.shape = stem,
+                                                                                   .hyper = in.h,
+                                                                                   .x = in.x.data(),
+                                                                                   .w = in.w.data(),
+                                                                                   .gamma = in.gamma.data(),
+                                                                                   .beta = in.beta.data(),
+                                                                                   .y = in.y.data(),
+                                                                                   .argmax = in.argmax.data(),
+                                                                                   .save_mean = in.save_mean.data(),
+                                                                                   .save_invstd = in.save_invstd.data(),
+                                                                                   .running_mean = rm.data(),
+                                                                                   .running_var = rv.data(),
+                                                                                   .workspace = ws.data()});
   in.dy = random_floats(pooled);
   return in;
 }
 
 // The BatchNorm part of the stem on the CPU's convolution output, as a BnIn (for the choices and the gradients).
 BnIn stem_batchnorm(const StemIn& in) {
-  BnIn b{in.stem.batchnorm(), in.h, in.stem.pool(), in.conv, in.gamma, in.beta, in.rm, in.rv,
-         in.save_mean, in.save_invstd, in.y, in.dy, in.argmax};
+  BnIn b{in.stem.batchnorm(), in.h,           in.stem.pool(), in.conv, in.gamma, in.beta, in.rm, in.rv,
+         in.save_mean,        in.save_invstd, in.y,           in.dy,   in.argmax};
   return b;
 }
 
 Row stem_row(BnOp op, const kernels::ConvBatchNormPoolShape& stem, const std::string& shape) {
   const char* names[] = {"conv_batchnorm_pool_forward_train", "conv_batchnorm_pool_forward_eval",
                          "conv_batchnorm_pool_backward"};
-  return {names[int(op)], shape, [op, stem] {
-            auto in = keep(make_stem(stem));
-            return RowCase{
-                [in, op](const Exec& e) {
-                  const auto& st = in->stem;
-                  const size_t pooled = in->y.size(), C = size_t(st.conv.k);
-                  Buf<float> x(e, in->x), w(e, in->w), gamma(e, in->gamma), beta(e, in->beta), rm(e, in->rm),
-                      rv(e, in->rv);
-                  Buf<float> y(e, poisoned(pooled)), mean(e, poisoned(C)), invstd(e, poisoned(C));
-                  Buf<int32_t> argmax(e, std::vector<int32_t>(pooled, int32_t(kIntPoison)));
-                  Buf<int64_t> batches(e, std::vector<int64_t>{5});
-                  Buf<float> given_y(e, in->y), given_mean(e, in->save_mean), given_invstd(e, in->save_invstd);
-                  Buf<int32_t> given_argmax(e, in->argmax);
-                  Buf<float> dy(e, in->dy), dw(e, poisoned(st.conv.w_size())), dgamma(e, poisoned(C)),
-                      dbeta(e, poisoned(C));
-                  // 8-byte aligned, as the header asks (device_alloc aligns every buffer)
-                  Buf<float> ws(e, at_least_one(poisoned(kernels::conv_batchnorm_pool_workspace_floats(e.backend, st))));
-                  kernels::ConvBatchNormPoolArgs<float> t{.shape = st,
-                                                          .hyper = in->h,
-                                                          .x = x.get(),
-                                                          .w = w.get(),
-                                                          .gamma = gamma.get(),
-                                                          .beta = beta.get(),
-                                                          .y = y.get(),
-                                                          .argmax = argmax.get(),
-                                                          .save_mean = mean.get(),
-                                                          .save_invstd = invstd.get(),
-                                                          .running_mean = rm.get(),
-                                                          .running_var = rv.get(),
-                                                          .num_batches_tracked = batches.get(),
-                                                          .workspace = ws.get()};
-                  Outputs o;
-                  if (op == BnOp::forward_eval) {
-                    t.save_mean = nullptr, t.save_invstd = nullptr, t.num_batches_tracked = nullptr;
-                    kernels::conv_batchnorm_pool_forward_eval(e, t);
-                    o.add("y", y.download());
-                    o.add_ints("argmax", argmax.download(), kIntPoison);
-                    return o;
-                  }
-                  kernels::conv_batchnorm_pool_forward_train(e, t);
-                  if (op == BnOp::forward_train) {
-                    o.add("y", y.download());
-                    o.add_ints("argmax", argmax.download(), kIntPoison);
-                    o.add("save_mean", mean.download());
-                    o.add("save_invstd", invstd.download());
-                    o.add("running_mean", rm.download());
-                    o.add("running_var", rv.download());
-                    o.add_ints("num_batches_tracked", batches.download());
-                    return o;
-                  }
-                  // The backward reads the moments its training forward just left in the workspace; it
-                  // differentiates the CPU's point (argmax, pooled y, statistics), as check_stem does.
-                  auto b = t;
-                  b.y = given_y.get(), b.argmax = given_argmax.get(), b.save_mean = given_mean.get();
-                  b.save_invstd = given_invstd.get(), b.dy = dy.get(), b.dw = dw.get();
-                  b.dgamma = dgamma.get(), b.dbeta = dbeta.get();
-                  kernels::conv_batchnorm_pool_backward(e, b);
-                  o.add("dw", dw.download());
-                  o.add("dgamma", dgamma.download());
-                  o.add("dbeta", dbeta.download());
-                  return o;
-                },
-                [in, op](const Outputs& cpu) {
-                  BnIn bn = stem_batchnorm(*in);  // a copy: the CPU ops take non-const pointers
-                  const double x_unit = max_abs(in->conv);
-                  const double conv_err = fp32_dot(in->stem.taps()).rel_tol * x_unit;
-                  const double count = double(bn.s.n * bn.s.hw);
-                  std::vector<Expect> out;
-                  if (op == BnOp::backward) {
-                    // dconv: the BatchNorm's dx on the CPU, what dw sums against x
-                    std::vector<float> dconv(in->conv.size()), dg(size_t(bn.s.c)), db(size_t(bn.s.c));
-                    std::vector<float> ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, bn.s, bn.pool));
-                    kernels::batchnorm_pool_backward(Exec{}, kernels::BatchNormArgs<float>{
-                                                                 .shape = bn.s,
-                                                                 .hyper = bn.h,
-                                                                 .pool = bn.pool,
-                                                                 .x = bn.x.data(),
-                                                                 .gamma = bn.gamma.data(),
-                                                                 .beta = bn.beta.data(),
-                                                                 .y = bn.y.data(),
-                                                                 .argmax = bn.argmax.data(),
-                                                                 .save_mean = bn.save_mean.data(),
-                                                                 .save_invstd = bn.save_invstd.data(),
-                                                                 .dy = bn.dy.data(),
-                                                                 .dx = dconv.data(),
-                                                                 .dgamma = dg.data(),
-                                                                 .dbeta = db.data(),
-                                                                 .workspace = ws.data()});
-                    const double dconv_unit = max_abs(dconv), xs = max_abs(in->x);
-                    out.push_back(close("dw", {64 * std::sqrt(count) * kEps * dconv_unit * xs,
-                                               8 * std::sqrt(count) * kEps,
-                                               "dw: fp32 sums of count dconv*x terms (test_batchnorm_cuda.cpp, "
-                                               "check_stem)"}));
-                    const double scale = bn_scale(bn.gamma, bn.save_invstd), dy_unit = max_abs(bn.dy);
-                    for (auto& x : bn_gradient_expect(scale, dy_unit, bn_xhat(bn.s, bn.x, bn.save_mean, bn.save_invstd),
-                                                      count, false, conv_err * scale * std::sqrt(count) * dy_unit))
-                      out.push_back(std::move(x));
-                    return out;
-                  }
-                  const bool train = op == BnOp::forward_train;
-                  const double scale =
-                      bn_scale(bn.gamma, train ? cpu.floats("save_invstd") : eval_invstd(bn.rv, bn.h.eps));
-                  Tolerance y_tol = train ? train_y_tolerance(scale, x_unit) : eval_y_tolerance(scale, x_unit);
-                  y_tol.abs_tol += (train ? 2 : 1) * scale * conv_err;  // check_stem: + the convolution's error
-                  out.push_back(close("y", y_tol));
-                  const auto full = std::make_shared<const std::vector<float>>(bn_full(bn, train));
-                  const double tol = 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(*full));
-                  const kernels::BatchNormPool pool = bn.pool;
-                  const int64_t planes = bn.s.n * bn.s.c;
-                  out.push_back(custom("argmax",
-                                       "the same element, or one whose value is the window's maximum within twice "
-                                       "y's tolerance (test_batchnorm_cuda.cpp, check_choices)",
-                                       [pool, planes, full, tol](const OutputArray& got, const OutputArray& want) {
-                                         check_choices(pool, planes, *full, got, want, tol);
-                                       }));
-                  if (train)
-                    for (auto& x : bn_statistics_expect(x_unit, conv_err)) out.push_back(std::move(x));
-                  return out;
-                }};
-          }};
+  return {
+      names[int(op)], shape, [op, stem] {
+        auto in = keep(make_stem(stem));
+        return RowCase{
+            [in, op](const Exec& e) {
+              const auto& st = in->stem;
+              const size_t pooled = in->y.size(), C = size_t(st.conv.k);
+              Buf<float> x(e, in->x), w(e, in->w), gamma(e, in->gamma), beta(e, in->beta), rm(e, in->rm), rv(e, in->rv);
+              Buf<float> y(e, poisoned(pooled)), mean(e, poisoned(C)), invstd(e, poisoned(C));
+              Buf<int32_t> argmax(e, std::vector<int32_t>(pooled, int32_t(kIntPoison)));
+              Buf<int64_t> batches(e, std::vector<int64_t>{5});
+              Buf<float> given_y(e, in->y), given_mean(e, in->save_mean), given_invstd(e, in->save_invstd);
+              Buf<int32_t> given_argmax(e, in->argmax);
+              Buf<float> dy(e, in->dy), dw(e, poisoned(st.conv.w_size())), dgamma(e, poisoned(C)),
+                  dbeta(e, poisoned(C));
+              // 8-byte aligned, as the header asks (device_alloc aligns every buffer)
+              Buf<float> ws(e, at_least_one(poisoned(kernels::conv_batchnorm_pool_workspace_floats(e.backend, st))));
+              kernels::ConvBatchNormPoolArgs<float> t{.shape = st,
+                                                      .hyper = in->h,
+                                                      .x = x.get(),
+                                                      .w = w.get(),
+                                                      .gamma = gamma.get(),
+                                                      .beta = beta.get(),
+                                                      .y = y.get(),
+                                                      .argmax = argmax.get(),
+                                                      .save_mean = mean.get(),
+                                                      .save_invstd = invstd.get(),
+                                                      .running_mean = rm.get(),
+                                                      .running_var = rv.get(),
+                                                      .num_batches_tracked = batches.get(),
+                                                      .workspace = ws.get()};
+              Outputs o;
+              if (op == BnOp::forward_eval) {
+                t.save_mean = nullptr, t.save_invstd = nullptr, t.num_batches_tracked = nullptr;
+                kernels::conv_batchnorm_pool_forward_eval(e, t);
+                o.add("y", y.download());
+                o.add_ints("argmax", argmax.download(), kIntPoison);
+                return o;
+              }
+              kernels::conv_batchnorm_pool_forward_train(e, t);
+              if (op == BnOp::forward_train) {
+                o.add("y", y.download());
+                o.add_ints("argmax", argmax.download(), kIntPoison);
+                o.add("save_mean", mean.download());
+                o.add("save_invstd", invstd.download());
+                o.add("running_mean", rm.download());
+                o.add("running_var", rv.download());
+                o.add_ints("num_batches_tracked", batches.download());
+                return o;
+              }
+              // The backward reads the moments its training forward just left in the workspace; it
+              // differentiates the CPU's point (argmax, pooled y, statistics), as check_stem does.
+              auto b = t;
+              b.y = given_y.get(), b.argmax = given_argmax.get(), b.save_mean = given_mean.get();
+              b.save_invstd = given_invstd.get(), b.dy = dy.get(), b.dw = dw.get();
+              b.dgamma = dgamma.get(), b.dbeta = dbeta.get();
+              kernels::conv_batchnorm_pool_backward(e, b);
+              o.add("dw", dw.download());
+              o.add("dgamma", dgamma.download());
+              o.add("dbeta", dbeta.download());
+              return o;
+            },
+            [in, op](const Outputs& cpu) {
+              BnIn bn = stem_batchnorm(*in);  // a copy: the CPU ops take non-const pointers
+              const double x_unit = max_abs(in->conv);
+              const double conv_err = fp32_dot(in->stem.taps()).rel_tol * x_unit;
+              const double count = double(bn.s.n * bn.s.hw);
+              std::vector<Expect> out;
+              if (op == BnOp::backward) {
+                // dconv: the BatchNorm's dx on the CPU, what dw sums against x
+                std::vector<float> dconv(in->conv.size()), dg(size_t(bn.s.c)), db(size_t(bn.s.c));
+                std::vector<float> ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, bn.s, bn.pool));
+                kernels::batchnorm_pool_backward(Exec{},
+                                                 kernels::BatchNormArgs<float>{.shape = bn.s,
+                                                                               .hyper = bn.h,
+                                                                               .pool = bn.pool,
+                                                                               .x = bn.x.data(),
+                                                                               .gamma = bn.gamma.data(),
+                                                                               .beta = bn.beta.data(),
+                                                                               .y = bn.y.data(),
+                                                                               .argmax = bn.argmax.data(),
+                                                                               .save_mean = bn.save_mean.data(),
+                                                                               .save_invstd = bn.save_invstd.data(),
+                                                                               .dy = bn.dy.data(),
+                                                                               .dx = dconv.data(),
+                                                                               .dgamma = dg.data(),
+                                                                               .dbeta = db.data(),
+                                                                               .workspace = ws.data()});
+                const double dconv_unit = max_abs(dconv), xs = max_abs(in->x);
+                out.push_back(close("dw", {64 * std::sqrt(count) * kEps * dconv_unit * xs, 8 * std::sqrt(count) * kEps,
+                                           "dw: fp32 sums of count dconv*x terms (test_batchnorm_cuda.cpp, "
+                                           "check_stem)"}));
+                const double scale = bn_scale(bn.gamma, bn.save_invstd), dy_unit = max_abs(bn.dy);
+                for (auto& x : bn_gradient_expect(scale, dy_unit, bn_xhat(bn.s, bn.x, bn.save_mean, bn.save_invstd),
+                                                  count, false, conv_err * scale * std::sqrt(count) * dy_unit))
+                  out.push_back(std::move(x));
+                return out;
+              }
+              const bool train = op == BnOp::forward_train;
+              const double scale = bn_scale(bn.gamma, train ? cpu.floats("save_invstd") : eval_invstd(bn.rv, bn.h.eps));
+              Tolerance y_tol = train ? train_y_tolerance(scale, x_unit) : eval_y_tolerance(scale, x_unit);
+              y_tol.abs_tol += (train ? 2 : 1) * scale * conv_err;  // check_stem: + the convolution's error
+              out.push_back(close("y", y_tol));
+              const auto full = std::make_shared<const std::vector<float>>(bn_full(bn, train));
+              const double tol = 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(*full));
+              const kernels::BatchNormPool pool = bn.pool;
+              const int64_t planes = bn.s.n * bn.s.c;
+              out.push_back(custom("argmax",
+                                   "the same element, or one whose value is the window's maximum within twice "
+                                   "y's tolerance (test_batchnorm_cuda.cpp, check_choices)",
+                                   [pool, planes, full, tol](const OutputArray& got, const OutputArray& want) {
+                                     check_choices(pool, planes, *full, got, want, tol);
+                                   }));
+              if (train)
+                for (auto& x : bn_statistics_expect(x_unit, conv_err)) out.push_back(std::move(x));
+              return out;
+            }};
+      }};
 }
 
 std::vector<Row> stem_rows() {
@@ -1156,8 +1218,8 @@ std::vector<Row> all_rows() {
   append(elementwise_rows());
   append(optimizer_rows());
   rows.push_back(gather_row("gather_batch", "N=40 D=63 (one plane) B=7 first 5", 40, 1, 9, 7, 7, 5, 0, false));
-  rows.push_back(gather_row("gather_batch (3 channels, shift 2, flip)", "N=40 C=3 9x7 B=7 first 5", 40, 3, 9, 7, 7, 5,
-                            2, true));
+  rows.push_back(
+      gather_row("gather_batch (3 channels, shift 2, flip)", "N=40 C=3 9x7 B=7 first 5", 40, 3, 9, 7, 7, 5, 2, true));
   rows.push_back(nonfinite_row());
   rows.push_back(xent_row(true));
   rows.push_back(xent_row(false));

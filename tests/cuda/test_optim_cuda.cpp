@@ -36,8 +36,8 @@ TEST_CASE("sgd_update on CUDA is bit-identical to the CPU twin", "[cuda][optim]"
   for (size_t n : {size_t(1), size_t(7), size_t(1023), size_t(250890)})
     for (const auto& h : hypers)
       for (const Offsets& off : offsets) {
-        INFO("n=" << n << " lr=" << h.lr << " momentum=" << h.momentum << " wd=" << h.weight_decay
-                  << " offsets p/g/v " << off.p << "/" << off.g << "/" << off.v);
+        INFO("n=" << n << " lr=" << h.lr << " momentum=" << h.momentum << " wd=" << h.weight_decay << " offsets p/g/v "
+                  << off.p << "/" << off.g << "/" << off.v);
         const bool momentum = h.momentum != 0.f;
         std::vector<float> p = random_floats(n), v = random_floats(n);
         std::vector<float> v_before = v;
@@ -47,13 +47,14 @@ TEST_CASE("sgd_update on CUDA is bit-identical to the CPU twin", "[cuda][optim]"
         DeviceBuffer<float> d_g(gpu, n + off.g + 1);
         for (int s = 0; s < kSteps; ++s) {
           std::vector<float> g = random_floats(n);
-          kernels::sgd_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(),
-                                       .velocity = momentum ? v.data() : nullptr, .hyper = h});
+          kernels::sgd_update(
+              Exec{},
+              {.n = n, .params = p.data(), .grads = g.data(), .velocity = momentum ? v.data() : nullptr, .hyper = h});
           d_g.upload(padded(g, off.g, kPad));
           // Without momentum, pass velocity half of the time: it must not be touched either way.
           float* vel = (momentum || s % 2 == 1) ? d_v.get() + off.v : nullptr;
-          kernels::sgd_update(gpu, {.n = n, .params = d_p.get() + off.p, .grads = d_g.get() + off.g, .velocity = vel,
-                                    .hyper = h});
+          kernels::sgd_update(
+              gpu, {.n = n, .params = d_p.get() + off.p, .grads = d_g.get() + off.g, .velocity = vel, .hyper = h});
         }
         const auto got_p = d_p.download(), got_v = d_v.download();
         REQUIRE(same_bits(got_p.data() + off.p, p.data(), n));
@@ -118,11 +119,20 @@ TEST_CASE("adam_update on CUDA matches the CPU twin and advances the step counte
         for (int s = 0; s < kSteps; ++s) {
           std::vector<float> g = random_floats(n, -2.f, 2.f);
           std::fill(g.begin() + pad_begin, g.begin() + pad_end, 0.f);
-          kernels::adam_update(Exec{}, {.n = n, .params = p.data(), .grads = g.data(), .m = m.data(), .v = v.data(),
-                                        .hyper = k.h, .step = cpu_step});
+          kernels::adam_update(Exec{}, {.n = n,
+                                        .params = p.data(),
+                                        .grads = g.data(),
+                                        .m = m.data(),
+                                        .v = v.data(),
+                                        .hyper = k.h,
+                                        .step = cpu_step});
           d_g.upload(padded(g, offset, kPad));
-          kernels::adam_update(gpu, {.n = n, .params = d_p.get() + offset, .grads = d_g.get() + offset,
-                                     .m = d_m.get() + offset, .v = d_v.get() + offset, .hyper = k.h,
+          kernels::adam_update(gpu, {.n = n,
+                                     .params = d_p.get() + offset,
+                                     .grads = d_g.get() + offset,
+                                     .m = d_m.get() + offset,
+                                     .v = d_v.get() + offset,
+                                     .hyper = k.h,
                                      .step = d_step.get()});
         }
         REQUIRE(d_step.download() == counter_at(kSteps));  // value = steps taken, done reset to 0
@@ -167,11 +177,20 @@ TEST_CASE("adam and dropout counters advance on every replay of a captured graph
   DeviceBuffer<uint8_t> d_mask(cuda.exec, n);
   DeviceBuffer<uint64_t> d_step(cuda.exec, counter_at(0)), d_draws(cuda.exec, counter_at(0));
   kernels::Graph graph = kernels::Graph::capture(capture_exec, [&] {
-    kernels::adam_update(capture_exec, {.n = n, .params = d_p.get(), .grads = d_g.get(), .m = d_m.get(), .v = d_v.get(),
-                                        .hyper = h, .step = d_step.get()});
-    kernels::dropout_forward(capture_exec, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 11,
-                                                                       .counter = d_draws.get(), .x = d_x.get(),
-                                                                       .y = d_y.get(), .mask = d_mask.get()});
+    kernels::adam_update(capture_exec, {.n = n,
+                                        .params = d_p.get(),
+                                        .grads = d_g.get(),
+                                        .m = d_m.get(),
+                                        .v = d_v.get(),
+                                        .hyper = h,
+                                        .step = d_step.get()});
+    kernels::dropout_forward(capture_exec, kernels::DropoutArgs<float>{.n = n,
+                                                                       .p = p,
+                                                                       .seed = 11,
+                                                                       .counter = d_draws.get(),
+                                                                       .x = d_x.get(),
+                                                                       .y = d_y.get(),
+                                                                       .mask = d_mask.get()});
   });
   REQUIRE(graph.node_count() == 2);
 
@@ -181,10 +200,19 @@ TEST_CASE("adam and dropout counters advance on every replay of a captured graph
   for (int replay = 1; replay <= 4; ++replay) {
     INFO("replay " << replay);
     graph.launch(capture_exec);
-    kernels::adam_update(Exec{}, {.n = n, .params = params.data(), .grads = grads.data(), .m = m.data(), .v = v.data(),
-                                  .hyper = h, .step = cpu_step});
-    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n, .p = p, .seed = 11, .counter = cpu_draws,
-                                                                 .x = x.data(), .y = cpu_y.data(),
+    kernels::adam_update(Exec{}, {.n = n,
+                                  .params = params.data(),
+                                  .grads = grads.data(),
+                                  .m = m.data(),
+                                  .v = v.data(),
+                                  .hyper = h,
+                                  .step = cpu_step});
+    kernels::dropout_forward(Exec{}, kernels::DropoutArgs<float>{.n = n,
+                                                                 .p = p,
+                                                                 .seed = 11,
+                                                                 .counter = cpu_draws,
+                                                                 .x = x.data(),
+                                                                 .y = cpu_y.data(),
                                                                  .mask = cpu_mask.data()});
     REQUIRE(d_step.download() == counter_at(uint64_t(replay)));
     REQUIRE(d_draws.download() == counter_at(uint64_t(replay)));

@@ -30,18 +30,19 @@ TEST_CASE("maxpool2d on CUDA is bit-identical to the CPU twin", "[cuda][maxpool]
       const std::vector<float> x = pool_input(in, kind), dy = random_floats(out);
       std::vector<float> cpu_y(out), cpu_dx(in);
       std::vector<int32_t> cpu_arg(out);
-      kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .x = x.data(), .y = cpu_y.data(),
-                                                                       .argmax = cpu_arg.data()});
-      kernels::maxpool2d_backward(Exec{}, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = cpu_arg.data(),
-                                                                        .dy = dy.data(), .dx = cpu_dx.data()});
+      kernels::maxpool2d_forward(Exec{}, kernels::MaxPool2dArgs<float>{
+                                             .shape = s, .x = x.data(), .y = cpu_y.data(), .argmax = cpu_arg.data()});
+      kernels::maxpool2d_backward(
+          Exec{},
+          kernels::MaxPool2dArgs<float>{.shape = s, .argmax = cpu_arg.data(), .dy = dy.data(), .dx = cpu_dx.data()});
 
       DeviceBuffer<float> d_x(gpu, x), d_dy(gpu, padded(dy, 0, 0.f));
       DeviceBuffer<float> d_y(gpu, padded(poisoned(out), 0, 0.f)), d_dx(gpu, padded(poisoned(in), 0, 0.f));
       DeviceBuffer<int32_t> d_arg(gpu, padded(std::vector<int32_t>(out, -7), 0, int32_t{-9}));
-      kernels::maxpool2d_forward(gpu, kernels::MaxPool2dArgs<float>{.shape = s, .x = d_x.get(), .y = d_y.get(),
-                                                                    .argmax = d_arg.get()});
-      kernels::maxpool2d_backward(gpu, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = d_arg.get(),
-                                                                     .dy = d_dy.get(), .dx = d_dx.get()});
+      kernels::maxpool2d_forward(
+          gpu, kernels::MaxPool2dArgs<float>{.shape = s, .x = d_x.get(), .y = d_y.get(), .argmax = d_arg.get()});
+      kernels::maxpool2d_backward(
+          gpu, kernels::MaxPool2dArgs<float>{.shape = s, .argmax = d_arg.get(), .dy = d_dy.get(), .dx = d_dx.get()});
 
       const auto got_y = d_y.download(), got_dx = d_dx.download();
       const auto got_arg = d_arg.download();

@@ -10,10 +10,10 @@
 #include <set>
 #include <tuple>
 
+#include "counting_observer.h"
 #include "kernels/profile_delay.h"
 #include "profile/cupti_tracer.h"
 #include "profile/kernel_profiler.h"
-#include "counting_observer.h"
 #include "rig.h"
 
 using namespace nt;
@@ -34,7 +34,7 @@ struct ProfiledRun {
   profile::ProfileData data;
   CountingObserver counter;
   profile::Timing timing = profile::Timing::host;  // in effect
-  std::string note;                                 // why not cupti
+  std::string note;                                // why not cupti
 };
 
 profile::ProfilerOptions events_options(int pool_pairs) {

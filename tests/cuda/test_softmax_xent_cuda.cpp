@@ -24,8 +24,10 @@ enum class LogitKind { uniform, large, ties };
 
 std::vector<float> make_logits(size_t n, LogitKind kind) {
   switch (kind) {
-    case LogitKind::uniform: return random_floats(n, -3, 3);
-    case LogitKind::large: return random_floats(n, -80, 80);  // exp overflows fp32 unless the max is taken out
+    case LogitKind::uniform:
+      return random_floats(n, -3, 3);
+    case LogitKind::large:
+      return random_floats(n, -80, 80);  // exp overflows fp32 unless the max is taken out
     case LogitKind::ties: {
       auto v = random_floats(n, 0, 4);
       for (auto& x : v) x = std::floor(x);  // four values: equal maxima in most rows
@@ -53,17 +55,25 @@ TEST_CASE("softmax_xent on CUDA matches the CPU twin", "[cuda][xent]") {
         double cpu_loss = 0.5;  // counters already holding an earlier batch
         int64_t cpu_correct = 2;
         std::vector<float> cpu_grad(n);
-        kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = logits.data(),
-                                                                      .labels = labels.data(), .dlogits = cpu_grad.data(),
-                                                                      .loss_sum = &cpu_loss, .correct = &cpu_correct});
+        kernels::softmax_xent(Exec{}, kernels::SoftmaxXentArgs<float>{.B = B,
+                                                                      .C = C,
+                                                                      .logits = logits.data(),
+                                                                      .labels = labels.data(),
+                                                                      .dlogits = cpu_grad.data(),
+                                                                      .loss_sum = &cpu_loss,
+                                                                      .correct = &cpu_correct});
 
         DeviceBuffer<float> d_logits(gpu, logits);
         DeviceBuffer<int32_t> d_labels(gpu, labels);
         DeviceBuffer<float> d_grad(gpu, poisoned(n));
         DeviceBuffer<double> d_loss(gpu, std::vector<double>{0.5});
         DeviceBuffer<int64_t> d_correct(gpu, std::vector<int64_t>{2});
-        const kernels::SoftmaxXentArgs<float> on_gpu{.B = B, .C = C, .logits = d_logits.get(), .labels = d_labels.get(),
-                                                     .dlogits = d_grad.get(), .loss_sum = d_loss.get(),
+        const kernels::SoftmaxXentArgs<float> on_gpu{.B = B,
+                                                     .C = C,
+                                                     .logits = d_logits.get(),
+                                                     .labels = d_labels.get(),
+                                                     .dlogits = d_grad.get(),
+                                                     .loss_sum = d_loss.get(),
                                                      .correct = d_correct.get()};
         kernels::softmax_xent(gpu, on_gpu);
         const double gpu_loss = d_loss.download()[0];
@@ -97,9 +107,13 @@ TEST_CASE("softmax_xent on CUDA is bit-reproducible and keeps NaN", "[cuda][xent
   auto run_once = [&] {
     DeviceBuffer<double> d_loss(gpu, std::vector<double>{0.0});
     DeviceBuffer<int64_t> d_correct(gpu, std::vector<int64_t>{0});
-    kernels::softmax_xent(gpu, kernels::SoftmaxXentArgs<float>{.B = B, .C = C, .logits = d_logits.get(),
-                                                               .labels = d_labels.get(), .dlogits = d_grad.get(),
-                                                               .loss_sum = d_loss.get(), .correct = d_correct.get()});
+    kernels::softmax_xent(gpu, kernels::SoftmaxXentArgs<float>{.B = B,
+                                                               .C = C,
+                                                               .logits = d_logits.get(),
+                                                               .labels = d_labels.get(),
+                                                               .dlogits = d_grad.get(),
+                                                               .loss_sum = d_loss.get(),
+                                                               .correct = d_correct.get()});
     return d_loss.download()[0];
   };
   const double first = run_once();

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
     }
     const auto info = nt::kernels::cuda_device_info(0);
     if (!info.runs_code()) {  // likewise a GPU that the build cannot drive
-      std::printf("this build (%s) cannot run on %s (sm_%d%d): %s\n", nt::kernels::cuda_built_for(),
-                  info.name.c_str(), info.cc_major, info.cc_minor, info.code_path().c_str());
+      std::printf("this build (%s) cannot run on %s (sm_%d%d): %s\n", nt::kernels::cuda_built_for(), info.name.c_str(),
+                  info.cc_major, info.cc_minor, info.code_path().c_str());
       return 1;
     }
     std::printf("CUDA tests on %s (sm_%d%d), %s\n", info.name.c_str(), info.cc_major, info.cc_minor,

@@ -28,9 +28,9 @@ struct OutputArray {
   enum class Type { f32, f64, ints };
   std::string name;
   Type type = Type::f32;
-  std::vector<float> f32;            // Type::f32
-  std::vector<double> f64;           // Type::f64
-  std::vector<int64_t> ints;         // Type::ints (widened from the op's int32, uint8, uint64 or int64)
+  std::vector<float> f32;             // Type::f32
+  std::vector<double> f64;            // Type::f64
+  std::vector<int64_t> ints;          // Type::ints (widened from the op's int32, uint8, uint64 or int64)
   std::optional<int64_t> int_poison;  // Type::ints: the value every element held before the run, if poisoned
 
   size_t size() const { return type == Type::f32 ? f32.size() : type == Type::f64 ? f64.size() : ints.size(); }

@@ -21,7 +21,7 @@ struct RigOptions {
   uint64_t seed = 1;
   int batch = 64;
   kernels::SgdHyper sgd{0.03f, 0.f, 0.f};  // unless `optimizer` names another
-  OptimizerConfig optimizer{};              // used when its name is not "sgd"
+  OptimizerConfig optimizer{};             // used when its name is not "sgd"
   int threads = 0;
   bool use_graphs = true;
   bool fuse_head = true;  // TrainOptions::fuse_head

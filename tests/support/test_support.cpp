@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -7,8 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "engine/checkpoint.h"
 #include "engine/context.h"
@@ -141,8 +141,8 @@ void check_divergence_stops_the_run(const std::string& device) {
   // Asked for, the last good weights are written beside --save: here the epoch before the bad one is the start,
   // the weights of `good`.
   const std::string kept = dir.file("kept.safetensors");
-  const auto saving = run_command(train + " --epochs 2 --lr 1e6 --init-from " + good + " --save " + kept +
-                                  " --save-on-divergence");
+  const auto saving =
+      run_command(train + " --epochs 2 --lr 1e6 --init-from " + good + " --save " + kept + " --save-on-divergence");
   INFO(saving.out);
   CHECK(saving.exit_code == 3);
   CHECK(saving.out.find("; the weights after epoch 0 are in " + kept + ".diverged-at-epoch-1;") != std::string::npos);
@@ -194,36 +194,38 @@ std::vector<std::string> metrics_without_timings(const std::string& path) {
 
 void check_resume_is_exact(const std::string& device) {
   const TempDir dir;
-  const std::string base = cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
-                               " --train-limit 1280 --log-level warn");
+  const std::string base =
+      cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --train-limit 1280 --log-level warn");
   struct Recipe {
     const char* name;
     std::string flags;
   };
   const Recipe recipes[] = {{"sgd-momentum", " --model mlp --lr 0.05 --momentum 0.9"},
                             // A small convolution, BatchNorm (running statistics) and dropout (its draw counter).
-                            {"adam-cosine-shift", " --model conv:4:3,bn,relu,maxpool:2,flatten,dropout:0.2,linear:10"
-                                                  " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"}};
+                            {"adam-cosine-shift",
+                             " --model conv:4:3,bn,relu,maxpool:2,flatten,dropout:0.2,linear:10"
+                             " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"}};
   for (const auto& r : recipes) {
     INFO(r.name);
-    const std::string whole = dir.file(cat(r.name, "-whole.safetensors")), resumed = dir.file(cat(r.name, "-resumed.safetensors"));
+    const std::string whole = dir.file(cat(r.name, "-whole.safetensors")),
+                      resumed = dir.file(cat(r.name, "-resumed.safetensors"));
     const std::string whole_metrics = dir.file(cat(r.name, "-whole.jsonl")), metrics = dir.file(cat(r.name, ".jsonl"));
     const std::string checkpoints = dir.file(r.name);
     const auto straight = run_command(base + r.flags + " --epochs 3 --save " + whole + " --metrics " + whole_metrics);
     INFO(straight.out);
     REQUIRE(straight.exit_code == 0);
     // The same run, checkpointed after every epoch; its epoch-1 checkpoint is what a run stopped there leaves.
-    const auto first = run_command(base + r.flags + " --epochs 3 --checkpoint-every 1 --checkpoint-dir " +
-                                   checkpoints + " --metrics " + metrics);
+    const auto first = run_command(base + r.flags + " --epochs 3 --checkpoint-every 1 --checkpoint-dir " + checkpoints +
+                                   " --metrics " + metrics);
     INFO(first.out);
     REQUIRE(first.exit_code == 0);
     const std::string resume_point = dir.file(cat(r.name, "-epoch1.safetensors"));
     std::filesystem::copy_file(checkpoints + "/epoch-000001.safetensors", resume_point);
     // Resumed with no flags but where to write: the rest comes from the checkpoint. The metrics file keeps epoch 1
     // and gets epochs 2 and 3 again.
-    const auto resume = run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(),
-                                        " --log-level warn --resume ", resume_point, " --epochs 3 --save ", resumed,
-                                        " --metrics ", metrics));
+    const auto resume =
+        run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --log-level warn --resume ",
+                        resume_point, " --epochs 3 --save ", resumed, " --metrics ", metrics));
     INFO(resume.out);
     REQUIRE(resume.exit_code == 0);
     CHECK(resume.out.find("epoch   1 |") == std::string::npos);
@@ -232,7 +234,8 @@ void check_resume_is_exact(const std::string& device) {
     CHECK(metrics_without_timings(metrics) == metrics_without_timings(whole_metrics));
   }
   // --keep: the newest K.
-  const auto kept = run_command(base + " --epochs 3 --checkpoint-every 1 --keep 2 --checkpoint-dir " + dir.file("kept"));
+  const auto kept =
+      run_command(base + " --epochs 3 --checkpoint-every 1 --keep 2 --checkpoint-dir " + dir.file("kept"));
   REQUIRE(kept.exit_code == 0);
   CHECK_FALSE(std::filesystem::exists(dir.file("kept/epoch-000001.safetensors")));
   CHECK(std::filesystem::exists(dir.file("kept/epoch-000002.safetensors")));
@@ -246,8 +249,8 @@ void check_resume_is_exact(const std::string& device) {
   for (const Change c : {Change{" --batch 32", "--batch 64, this command gives 32"},
                          Change{" --model linear:10", "--model mlp, this command gives linear:10"},
                          Change{" --optimizer adam", "--optimizer sgd, this command gives adam"}}) {
-    const auto r = run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --resume ", point,
-                                   c.flags));
+    const auto r =
+        run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --resume ", point, c.flags));
     INFO(r.out);
     CHECK(r.exit_code == 2);
     CHECK(r.out.find(c.says) != std::string::npos);

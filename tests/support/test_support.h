@@ -49,11 +49,11 @@ struct Mismatch {
 Mismatch compare(std::span<const float> got, std::span<const double> want, const Tolerance& tol);
 Mismatch compare(std::span<const float> got, std::span<const float> want, const Tolerance& tol);
 
-#define NT_REQUIRE_CLOSE(got, want, tol)                      \
-  do {                                                        \
-    auto nt_m_ = ::nt::test::compare((got), (want), (tol));   \
-    INFO(nt_m_.describe() << " [" << (tol).reason << "]");    \
-    REQUIRE(nt_m_.ok);                                        \
+#define NT_REQUIRE_CLOSE(got, want, tol)                    \
+  do {                                                      \
+    auto nt_m_ = ::nt::test::compare((got), (want), (tol)); \
+    INFO(nt_m_.describe() << " [" << (tol).reason << "]");  \
+    REQUIRE(nt_m_.ok);                                      \
   } while (0)
 
 // fp32's machine epsilon (2^-23), the unit of the tolerances written in ulps of a result's scale.
@@ -187,12 +187,12 @@ void check_divergence_stops_the_run(const std::string& device);
 void check_resume_is_exact(const std::string& device);
 
 // ---- data and binaries ------------------------------------------------------------------------------
-std::string mnist_dir();         // NT_DATA_DIR, else the folder scripts/fetch-data fills
-std::string cli_path();          // the nanotrain binary under test
+std::string mnist_dir();  // NT_DATA_DIR, else the folder scripts/fetch-data fills
+std::string cli_path();   // the nanotrain binary under test
 
 struct CommandResult {
   int exit_code = 0;
-  std::string out;   // stdout and stderr together
+  std::string out;  // stdout and stderr together
 };
 CommandResult run_command(const std::string& command);
 
