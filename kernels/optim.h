@@ -43,6 +43,13 @@ struct SgdArgs {
   float* velocity = nullptr;     // (n)  read and written; nullptr (and never touched) when hyper.momentum == 0
   SgdHyper hyper;
 };
+// Its traffic and flops for the profiler, the same on both backends: p read and written, g read, v read and written;
+// an FMA counts 2 flops (decay, momentum, step).
+inline profile::OpCost sgd_update_cost(const SgdArgs& a) {
+  const double n = double(a.n);
+  const bool momentum = a.hyper.momentum != 0.f;
+  return {n * 4 * (momentum ? 5 : 3), n * 2 * (1 + (momentum ? 1 : 0) + (a.hyper.weight_decay != 0 ? 1 : 0))};
+}
 
 namespace cpu {
 void sgd_update(const Exec& exec, const SgdArgs& a);

@@ -135,10 +135,7 @@ void sgd_update(const Exec& exec, const SgdArgs& a) {
   const SgdHyper& h = a.hyper;
   if (n == 0) return;
   const bool momentum = h.momentum != 0.f;
-  const double N = double(n);
-  // p read+written, g read, v read+written; an FMA counts 2 flops (decay, momentum, step).
-  profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0 ? 1 : 0))};
-  OpScope scope(exec, "sgd_update", cost);
+  OpScope scope(exec, "sgd_update", sgd_update_cost(a));
   const float lr = h.lr_scale ? h.lr * *h.lr_scale : h.lr;  // as the CUDA twin: one fp32 product
 
   parallel_chunks(exec.pool, n, [&](size_t begin, size_t count) {

@@ -122,8 +122,13 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{grid,   block,      smem,
-                            stream, &attribute, exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u};
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u;
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);

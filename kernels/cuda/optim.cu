@@ -271,9 +271,7 @@ void sgd_update(const Exec& exec, const SgdArgs& a) {
   const SgdHyper& h = a.hyper;
   if (n == 0) return;
   const bool momentum = h.momentum != 0.f;
-  const double N = double(n);
-  // p read+written, g read, v read+written; an FMA counts 2 flops (decay, momentum, step).
-  profile::OpCost cost{N * 4 * (momentum ? 5 : 3), N * 2 * (1 + (momentum ? 1 : 0) + (h.weight_decay != 0 ? 1 : 0))};
+  const profile::OpCost cost = sgd_update_cost(a);
   const Hyper hyper{h.lr, h.momentum, h.weight_decay, h.lr_scale};
   const int64_t count = static_cast<int64_t>(n);
   if (momentum)
