@@ -45,7 +45,7 @@ void mask_relu_gradients(std::vector<std::unique_ptr<Layer>>& layers, std::vecto
 
 void note_head(const std::vector<std::unique_ptr<Layer>>& layers, std::vector<Fusion>& made) {
   const auto* linear = dynamic_cast<const Linear*>(layers.back().get());
-  if (linear && linear->fits_classifier_head())
+  if (linear && linear->shape_fits_classifier_head())
     made.push_back({"head", cat(label(*linear), " + softmax cross-entropy, when training with that loss")});
 }
 

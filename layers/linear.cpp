@@ -110,8 +110,10 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
   kernels::gemm(exec, dxd);
 }
 
+bool Linear::shape_fits_classifier_head() const { return !relu_ && kernels::classifier_head_fits(out_, in_); }
+
 bool Linear::fits_classifier_head() const {
-  return !relu_ && weight_ && weight_->value.dtype() == DType::f32 && kernels::classifier_head_fits(out_, in_);
+  return shape_fits_classifier_head() && weight_ && weight_->value.dtype() == DType::f32;
 }
 
 void Linear::classifier_head(const kernels::Exec& exec, const Tensor& x, const Tensor& logits, const Tensor& labels,

@@ -31,8 +31,10 @@ class Linear final : public Layer {
   bool ends_in_relu() const override { return relu_; }
   bool can_mask_input_grad() const override { return true; }
 
-  // Whether this layer can run as a fused classifier head: no ReLU after it, f32 parameters, and sizes the
-  // fused op serves (kernels::classifier_head_fits).
+  // Whether this layer can run as a fused classifier head: no ReLU after it and sizes the fused op serves
+  // (kernels::classifier_head_fits), known when the model is built (layers/fusion.h); and, once its parameters are
+  // bound, f32 ones (an f64 model is a gradient check's, which runs the separate ops).
+  bool shape_fits_classifier_head() const;
   bool fits_classifier_head() const;
   // Forward, softmax cross-entropy and (with dlogits) backward in one op; shapes as forward/backward, and
   // labels (rows) i32. dx: nullptr for the first layer; evaluation passes neither dlogits nor dx.
