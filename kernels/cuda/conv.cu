@@ -83,7 +83,6 @@ using gemm_tile::col_step;
 using gemm_tile::multiply_slab;
 using gemm_tile::reduce_k_groups;
 using gemm_tile::row_step;
-using gemm_tile::run_two_stages;
 using gemm_tile::TileConfig;
 
 using ConvMedium = TileConfig<64, 64, 16, 8, 4, 4>;            // 128 threads, 17.4 KB smem
@@ -195,6 +194,26 @@ __device__ __forceinline__ void load_slab_elements(const ConvArgs& a, int slab, 
   for (int j = 0; j < ElemsB; ++j) b_next[j] = load_or_zero(Pass::b_at(a, ki, columns[rl + j * RowStep]));
 }
 
+// The block's n_slabs slabs from slab_begin, two stages: load(slab) fetches a slab into registers, store(stage)
+// puts them into a stage of shared memory, multiply(stage) consumes one. The next slab's global loads are in
+// flight while the current one is multiplied; one barrier per slab.
+template <class Load, class Store, class Multiply>
+__device__ __forceinline__ void run_two_stages(int slab_begin, int n_slabs, Load load, Store store, Multiply multiply) {
+  if (n_slabs > 0) {
+    load(slab_begin);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) load(slab_begin + t + 1);
+    multiply(cur);
+    if (has_next) store(cur ^ 1);  // the other stage was last read before the previous barrier
+    __syncthreads();
+  }
+}
+
 // backward_weight's dbias: row m's sum goes to out_rows, or (split > 1) after the block's (M, N) partial.
 __device__ __forceinline__ void store_row_sum(const ConvArgs& a, float* part, int m, float v) {
   if (a.split == 1) {
@@ -257,7 +276,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     for (int j = 0; j < kElemsB; ++j) Bs[kl * Cfg::kLdB + rl + j * kRowStep] = b_next[j];
   };
 
-  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur, int) {
+  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur) {
     const float* As = stage_a(cur);
     if (row_sums) {
 #pragma unroll
@@ -357,7 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
     for (int j = 0; j < kElemsB; ++j) Bs[(rl + j * kRowStep) * kLd + kl] = b_next[j];
   };
 
-  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur, int) {
+  run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur) {
     const float* As = stage_a(cur);
     if (row_sums) {  // dbias in fp32, from the unrounded dy
 #pragma unroll

@@ -103,7 +103,6 @@ using gemm_tile::load4;
 using gemm_tile::multiply_slab;
 using gemm_tile::reduce_k_groups;
 using gemm_tile::row_step;
-using gemm_tile::run_two_stages;
 using gemm_tile::SlabLoader;
 using gemm_tile::TileConfig;
 
@@ -256,23 +255,34 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   auto stage_a = [&](int s) { return smem + s * Cfg::kStageFloats; };
   auto stage_b = [&](int s) { return smem + s * Cfg::kStageFloats + Cfg::BK * Cfg::kLdA; };
 
-  auto load_slab = [&](int slab) {  // slab t of this block's range, from k_begin
-    const int k0 = k_begin + slab * Cfg::BK;
-    LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k0);
-    LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k0);
-  };
-  auto store_slab = [&](int s) {
-    LoadA::store(stage_a(s), a_next);
-    LoadB::store(stage_b(s), b_next);
-  };
-  run_two_stages(0, n_slabs, load_slab, store_slab, [&](int cur, int t) {
+  if (n_slabs > 0) {
+    LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k_begin);
+    LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k_begin);
+    LoadA::store(stage_a(0), a_next);
+    LoadB::store(stage_b(0), b_next);
+  }
+  __syncthreads();
+
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) {  // issue the next slab's global loads now; they land while this slab is multiplied
+      const int k0 = k_begin + (t + 1) * Cfg::BK;
+      LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k0);
+      LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k0);
+    }
     const float* As = stage_a(cur);
     if (row_sums && threadIdx.x < Cfg::BM) {
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK; ++kk) row_sum += As[kk * Cfg::kLdA + threadIdx.x];
     }
     if (t * Cfg::KG + group < n_steps) multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
-  });
+    if (has_next) {
+      LoadA::store(stage_a(cur ^ 1), a_next);
+      LoadB::store(stage_b(cur ^ 1), b_next);
+    }
+    __syncthreads();
+  }
   // The stages are free (the loop ended on a barrier): k-groups 1.. park their tiles past the split-K
   // partial's place, and group 0 adds them up.
   reduce_k_groups<Cfg>(acc, smem + kGroupParkOffset<Cfg, S>, group);

@@ -234,25 +234,4 @@ inline dim3 split_reduce_block(int splits, int total) {
   return dim3(32, static_cast<unsigned>(rows));
 }
 
-// The K-loop of the GEMM and of the implicit-GEMM convolution: the block's n_slabs slabs from slab_begin, two
-// stages. load(slab) fetches a slab into registers, store(stage) puts them into a stage of shared memory, and
-// multiply(stage, t) consumes the t-th slab from it. The next slab's global loads are in flight while the current
-// one is multiplied; one barrier per slab.
-template <class Load, class Store, class Multiply>
-__device__ __forceinline__ void run_two_stages(int slab_begin, int n_slabs, Load load, Store store, Multiply multiply) {
-  if (n_slabs > 0) {
-    load(slab_begin);
-    store(0);
-  }
-  __syncthreads();
-  for (int t = 0; t < n_slabs; ++t) {
-    const int cur = t & 1;
-    const bool has_next = t + 1 < n_slabs;
-    if (has_next) load(slab_begin + t + 1);
-    multiply(cur, t);
-    if (has_next) store(cur ^ 1);  // the other stage was last read before the previous barrier
-    __syncthreads();
-  }
-}
-
 }  // namespace nt::kernels::cuda::gemm_tile
