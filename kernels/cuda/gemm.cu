@@ -263,6 +263,9 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   }
   __syncthreads();
 
+  // The same two-stage loop as the convolution's run_two_stages (conv.cu), written out: through that helper's
+  // lambdas the compiler placed this kernel's index math differently and the mlp's epoch slowed by a sixth
+  // (docs/gemm-lab.md, "One K-loop for the GEMM and the convolution").
   for (int t = 0; t < n_slabs; ++t) {
     const int cur = t & 1;
     const bool has_next = t + 1 < n_slabs;
