@@ -1,12 +1,13 @@
 // CUDA tests of the BatchNorm family against the CPU twin (fresh random inputs, every output and the
-// workspace poisoned with NaN before each run), for determinism, and against PyTorch's own results.
+// workspace poisoned with NaN before each run), for determinism, and against PyTorch's own results. The fused
+// conv + BatchNorm + max-pool stem has its own file: test_conv_batchnorm_pool_cuda.cpp.
 //
 // Tolerances (the CPU twin computes in double and rounds once, so the differences are the GPU's fp32):
 //   mean       per-thread shifted sums and a Chan tree in fp32: a few eps of max|x| (absolute).
 //   invstd, running_var   M2 from fp32 sums of ~100 values per thread and a log-depth Chan tree: 2e-5
 //              relative (a single-pass Σx² - (Σx)²/n would miss by orders of magnitude on shifted data).
-//   y          (x - mean)·scale + beta: the mean's absolute error times invstd plus xhat times the
-//              scale's relative error: 3e-5 of max|y| (+ the mean term).
+//   y          train_y_tolerance/eval_y_tolerance (support/batchnorm_checks.h, shared with the stem's tests):
+//              3e-5 of max|y| (+ the mean term).
 //   backward   the GPU and the CPU get the same save_mean/save_invstd (and relu mask y), so only fp32
 //              arithmetic differs: dx against k1·max|dy|·max(1, max|xhat|) (dx cancels, exactly for a count
 //              of 2); dgamma/dbeta are fp32 sums of count terms: 8·sqrt(count)·eps of their scale plus
@@ -26,17 +27,12 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
-#include "kernels/conv_batchnorm_pool.h"
-#include "kernels/tf32.h"
+#include "support/batchnorm_checks.h"
 #include "support/test_support.h"
 
 namespace nt::test {
 namespace {
 
-using kernels::Backend;
-using kernels::BatchNormHyper;
-using kernels::BatchNormShape;
-using kernels::Exec;
 using kernels::Layout;
 
 size_t index_of(const BatchNormShape& s, int64_t n, int64_t c, int64_t i) {
@@ -54,12 +50,6 @@ std::vector<float> relayout(const std::vector<float>& v, const BatchNormShape& f
   return out;
 }
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float e : v) m = std::max(m, std::abs(double(e)));
-  return m;
-}
-
 // v placed `offset` elements into a buffer whose other elements are the poison (misaligned pointers
 // exercise the scalar paths; anything written past the end shows).
 std::vector<float> padded(const std::vector<float>& v, size_t offset) {
@@ -71,28 +61,6 @@ std::vector<float> unpadded(const std::vector<float>& v, size_t offset, size_t n
   return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(offset),
                             v.begin() + static_cast<std::ptrdiff_t>(offset + n));
 }
-
-struct Inputs {
-  std::vector<float> x, gamma, beta, rm, rv, dy;  // gamma/beta empty: affine = false
-};
-
-Inputs make_inputs(const BatchNormShape& s, bool affine, float lo = -1, float hi = 1) {
-  const size_t count = static_cast<size_t>(s.n * s.c * s.hw), C = static_cast<size_t>(s.c);
-  Inputs in;
-  in.x = random_floats(count, lo, hi);
-  if (affine) in.gamma = random_floats(C, 0.5f, 1.5f), in.beta = random_floats(C, -0.5f, 0.5f);
-  in.rm = random_floats(C, -0.2f, 0.2f);
-  in.rv = random_floats(C, 0.5f, 1.5f);
-  in.dy = random_floats(count, -1, 1);
-  return in;
-}
-
-struct Results {
-  std::vector<float> y, mean, invstd, rm, rv, y_eval, dx, dgamma, dbeta;
-  int64_t batches = 0;
-};
-
-const float* ptr_or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
 // The CPU twin: forward_train, forward_eval from the updated running statistics, backward.
 Results run_cpu(const BatchNormShape& s, const BatchNormHyper& h, const Inputs& in) {
@@ -189,19 +157,6 @@ void compare_statistics(const Inputs& in, const Results& cpu, const Results& gpu
   REQUIRE(gpu.batches == 6);
 }
 
-double output_scale(const BatchNormShape& s, const Inputs& in, const Results& cpu) {  // max |gamma·invstd|
-  double scale = 0;
-  for (int64_t c = 0; c < s.c; ++c)
-    scale = std::max(scale, (in.gamma.empty() ? 1.0 : std::abs(double(in.gamma[c]))) * cpu.invstd[c]);
-  return scale;
-}
-Tolerance train_y_tolerance(double scale, double x_unit) {
-  return {scale * 16 * kEps * x_unit + 1e-6, 3e-5, "y: the mean's error times the scale, xhat times 2e-5"};
-}
-Tolerance eval_y_tolerance(double scale, double x_unit) {
-  return {scale * 4 * kEps * x_unit + 1e-6, 16 * kEps, "eval: fp32 fma of given statistics"};
-}
-
 // dx, dgamma, dbeta from the same statistics; dy_unit: max |dy|.
 void compare_gradients(const BatchNormShape& s, const Inputs& in, double dy_unit, const Results& cpu,
                        const Results& gpu) {
@@ -264,52 +219,10 @@ TEST_CASE("batchnorm on CUDA matches the CPU twin", "[cuda][batchnorm]") {
 // maximum within that tolerance. The backward then gets the CPU's argmax, pooled y and statistics on both
 // backends, so both differentiate the same point.
 
-struct PoolResults {
-  Results r;  // y, y_eval: pooled; dx: full resolution
-  std::vector<int32_t> argmax, argmax_eval;
-};
-
 struct PoolCase {
   int64_t n, c;
   int h, w, window;
 };
-
-PoolResults run_cpu_pool(const BatchNormShape& s, const kernels::BatchNormPool& pool, const BatchNormHyper& h,
-                         const Inputs& in, const std::vector<float>& dy) {
-  const size_t pooled = static_cast<size_t>(s.n * s.c) * pool.p() * pool.q(), C = static_cast<size_t>(s.c);
-  PoolResults o;
-  Results& r = o.r;
-  r.y.resize(pooled), r.y_eval.resize(pooled), r.dx.resize(in.x.size());
-  r.mean.resize(C), r.invstd.resize(C), r.dgamma.resize(C), r.dbeta.resize(C);
-  r.rm = in.rm, r.rv = in.rv, r.batches = 5;
-  o.argmax.resize(pooled), o.argmax_eval.resize(pooled);
-  std::vector<float> ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, s, pool));
-  const Exec cpu{};
-  kernels::BatchNormArgs<float> a{.shape = s,
-                                  .hyper = h,
-                                  .pool = pool,
-                                  .x = in.x.data(),
-                                  .gamma = ptr_or_null(in.gamma),
-                                  .beta = ptr_or_null(in.beta),
-                                  .y = r.y.data(),
-                                  .argmax = o.argmax.data(),
-                                  .save_mean = r.mean.data(),
-                                  .save_invstd = r.invstd.data(),
-                                  .running_mean = r.rm.data(),
-                                  .running_var = r.rv.data(),
-                                  .num_batches_tracked = &r.batches,
-                                  .dy = dy.data(),
-                                  .dx = r.dx.data(),
-                                  .dgamma = r.dgamma.data(),
-                                  .dbeta = r.dbeta.data(),
-                                  .workspace = ws.data()};
-  kernels::batchnorm_pool_forward_train(cpu, a);
-  kernels::BatchNormArgs<float> eval = a;
-  eval.y = r.y_eval.data(), eval.argmax = o.argmax_eval.data();
-  kernels::batchnorm_pool_forward_eval(cpu, eval);
-  kernels::batchnorm_pool_backward(cpu, a);
-  return o;
-}
 
 PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernels::BatchNormPool& pool,
                           const BatchNormHyper& h, const Inputs& in, const std::vector<float>& dy_pooled,
@@ -367,57 +280,6 @@ PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernel
   REQUIRE(o.argmax_eval.back() == -7);
   o.argmax.pop_back(), o.argmax_eval.pop_back();
   return o;
-}
-
-// Every GPU argmax names an element of its window whose value in `full` (the CPU's full-resolution output)
-// is the window's maximum within tol. Returns the number of windows where it does not.
-int bad_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, const std::vector<float>& full,
-                const std::vector<int32_t>& argmax, double tol) {
-  const int P = pool.p(), Q = pool.q(), K = pool.window;
-  int bad = 0;
-  for (int64_t plane = 0; plane < s.n * s.c; ++plane)
-    for (int i = 0; i < P; ++i)
-      for (int j = 0; j < Q; ++j) {
-        const float* fp = full.data() + plane * s.hw;
-        float best = -INFINITY;
-        for (int a = 0; a < K; ++a)
-          for (int b = 0; b < K; ++b) best = std::max(best, fp[(i * K + a) * pool.w + j * K + b]);
-        const int32_t at = argmax[static_cast<size_t>((plane * P + i) * Q + j)];
-        const int h = at / pool.w, w = at % pool.w;
-        const bool inside = at >= 0 && h / K == i && w / K == j && h < P * K && w < Q * K;
-        bad += !inside || !(double(fp[at]) >= double(best) - tol);
-      }
-  return bad;
-}
-
-// Checks the GPU's argmax choices (training and eval) against the CPU's full-resolution BatchNorm outputs of
-// in.x with the statistics the CPU twin computed: each choice must be its window's maximum within twice the
-// pooled y's tolerance.
-void check_choices(const BatchNormShape& s, const kernels::BatchNormPool& pool, const BatchNormHyper& h,
-                   const Inputs& in, const PoolResults& cpu, const PoolResults& gpu, const Tolerance& y_tol,
-                   const Tolerance& eval_tol) {
-  std::vector<float> full(in.x.size()), full_eval(in.x.size());
-  Results unfused = cpu.r;
-  unfused.rm = in.rm, unfused.rv = in.rv;
-  int64_t batches = 5;
-  kernels::BatchNormArgs<float> a{.shape = s,
-                                  .hyper = h,
-                                  .x = in.x.data(),
-                                  .gamma = ptr_or_null(in.gamma),
-                                  .beta = ptr_or_null(in.beta),
-                                  .y = full.data(),
-                                  .save_mean = unfused.mean.data(),
-                                  .save_invstd = unfused.invstd.data(),
-                                  .running_mean = unfused.rm.data(),
-                                  .running_var = unfused.rv.data(),
-                                  .num_batches_tracked = &batches};
-  kernels::batchnorm_forward_train(Exec{}, a);
-  std::vector<float> rm = cpu.r.rm, rv = cpu.r.rv;  // the pooled CPU twin's running statistics, for evaluation
-  a.y = full_eval.data(), a.running_mean = rm.data(), a.running_var = rv.data();
-  kernels::batchnorm_forward_eval(Exec{}, a);
-  CHECK(bad_choices(s, pool, full, gpu.argmax, 2 * (y_tol.abs_tol + y_tol.rel_tol * max_abs(full))) == 0);
-  CHECK(bad_choices(s, pool, full_eval, gpu.argmax_eval,
-                    2 * (eval_tol.abs_tol + eval_tol.rel_tol * max_abs(full_eval))) == 0);
 }
 
 TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda][batchnorm]") {
@@ -559,230 +421,6 @@ TEST_CASE("a convolution's epilogue statistics feed the BatchNorm after it on CU
     for (bool tf32 : tf32_modes())
       for (bool pooled : {false, true})
         for (bool relu : {false, true}) check_given_statistics(cuda.exec, k, tf32, pooled, relu);
-}
-
-// ---- fused convolution stem -----------------------------------------------------------------------------------
-// conv_batchnorm_pool_* on the GPU against the CPU twin built from its parts: conv2d_forward gives the BatchNorm's
-// input (with TF32, of rounded x and w: the products are exact, kernels/tf32.h), run_cpu_pool the pooled
-// BatchNorm on it, and conv2d_backward_weight the dw of its dx (rounded too with TF32). Tolerances are the pooled
-// test's with the convolution's own error added: the GPU and CPU sum the C·R·S products in different orders
-// (fp32_dot of the taps, times max |conv|), which moves the statistics and y by that much times the scale; dw is a
-// sum over the count of dconv·x, checked as dgamma's sums are; with TF32 the CPU rounds each dconv to TF32 (as
-// the direct weight-gradient kernel does) and the GPU's moment formula never forms dconv, a relative difference
-// of at most 2^-11 per term with random sign: 2^-10·sqrt(count) of the terms' bound is allowed for that.
-
-struct StemCase {
-  int n, c, h, w, k, kernel, stride, pad, window;
-  float offset = 0;  // added to x: a mean far from 0 (the GPU's moments are shifted sums)
-};
-
-void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, bool tf32) {
-  const kernels::Conv2dShape cs{k.n, k.c, k.h, k.w, k.k, k.kernel, k.kernel, k.stride, k.pad};
-  const kernels::ConvBatchNormPoolShape stem{cs, k.window};
-  const BatchNormShape s = stem.batchnorm();
-  const kernels::BatchNormPool pool = stem.pool();
-  INFO("n=" << k.n << " c=" << k.c << " " << k.h << "x" << k.w << " k=" << k.k << " " << k.kernel << "x" << k.kernel
-            << " stride " << k.stride << " pad " << k.pad << " window " << k.window << (relu ? " relu" : "")
-            << (affine ? "" : " no affine") << (tf32 ? " tf32" : "") << " x offset " << k.offset);
-  const float bound = 1.f / std::sqrt(float(stem.taps()));  // nn.Conv2d's init range
-  const auto x = random_floats(cs.x_size(), k.offset - 1, k.offset + 1), w = random_floats(cs.w_size(), -bound, bound);
-  const auto xm = tf32 ? kernels::rounded_to_tf32(x) : x, wm = tf32 ? kernels::rounded_to_tf32(w) : w;
-  BatchNormHyper h;
-  h.relu = relu;
-
-  // The CPU twin, from its parts.
-  Inputs in = make_inputs(s, affine);
-  in.x.assign(cs.y_size(), 0.f);
-  kernels::conv2d_forward(Exec{},
-                          kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .w = wm.data(), .y = in.x.data()});
-  const size_t pooled = static_cast<size_t>(s.n * s.c) * pool.p() * pool.q();
-  const auto dy = random_floats(pooled);
-  const PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);
-  std::vector<float> dw_cpu(cs.w_size());
-  const auto dconv = tf32 ? kernels::rounded_to_tf32(cpu.r.dx) : cpu.r.dx;
-  kernels::conv2d_backward_weight(
-      Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .dy = dconv.data(), .dw = dw_cpu.data()});
-
-  // The GPU, every output poisoned; the backward from the CPU's argmax, pooled y and statistics.
-  Exec gpu = cuda;
-  gpu.tf32 = tf32;
-  const size_t C = static_cast<size_t>(s.c);
-  DeviceBuffer<float> image(gpu, x), filters(gpu, w), dy_dev(gpu, dy);
-  DeviceBuffer<float> y(gpu, poisoned(pooled + 1)), y_eval(gpu, poisoned(pooled + 1)), y_cpu(gpu, cpu.r.y);
-  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)),
-      argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
-  DeviceBuffer<int32_t> argmax_cpu(gpu, cpu.argmax);
-  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)),
-      beta(gpu, affine ? in.beta : std::vector<float>(1));
-  DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
-  DeviceBuffer<float> mean_cpu(gpu, cpu.r.mean), invstd_cpu(gpu, cpu.r.invstd), rm_cpu(gpu, cpu.r.rm),
-      rv_cpu(gpu, cpu.r.rv);
-  DeviceBuffer<float> dw(gpu, poisoned(cs.w_size() + 1)), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
-  DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{5});
-  const size_t ws_floats = std::max<size_t>(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem), 1);
-  DeviceBuffer<float> ws(gpu, poisoned(ws_floats));
-
-  const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
-                                                .hyper = h,
-                                                .x = image.get(),
-                                                .w = filters.get(),
-                                                .gamma = affine ? gamma.get() : nullptr,
-                                                .beta = affine ? beta.get() : nullptr,
-                                                .y = y.get(),
-                                                .argmax = argmax.get(),
-                                                .save_mean = mean.get(),
-                                                .save_invstd = invstd.get(),
-                                                .running_mean = rm.get(),
-                                                .running_var = rv.get(),
-                                                .num_batches_tracked = batches.get(),
-                                                .workspace = ws.get()};
-  kernels::conv_batchnorm_pool_forward_train(gpu, t);
-  auto e = t;
-  e.y = y_eval.get(), e.argmax = argmax_eval.get(), e.running_mean = rm_cpu.get(), e.running_var = rv_cpu.get();
-  kernels::conv_batchnorm_pool_forward_eval(gpu, e);
-  auto b = t;
-  b.y = relu ? y_cpu.get() : nullptr, b.argmax = argmax_cpu.get(), b.save_mean = mean_cpu.get();
-  b.save_invstd = invstd_cpu.get(), b.dy = dy_dev.get(), b.dw = dw.get();  // the forward's workspace: its moments
-  b.dgamma = affine ? dgamma.get() : nullptr, b.dbeta = affine ? dbeta.get() : nullptr;
-  kernels::conv_batchnorm_pool_backward(gpu, b);
-
-  PoolResults g;
-  auto y_all = y.download(), y_eval_all = y_eval.download(), dw_all = dw.download();
-  REQUIRE(std::isnan(y_all.back()));  // nothing written past the end
-  REQUIRE(std::isnan(y_eval_all.back()));
-  REQUIRE(std::isnan(dw_all.back()));
-  y_all.pop_back(), y_eval_all.pop_back(), dw_all.pop_back();
-  g.r.y = y_all, g.r.y_eval = y_eval_all;
-  g.r.mean = mean.download(), g.r.invstd = invstd.download(), g.r.rm = rm.download(), g.r.rv = rv.download();
-  g.r.batches = batches.download()[0];
-  g.argmax = argmax.download(), g.argmax_eval = argmax_eval.download();
-  REQUIRE(g.argmax.back() == -7);
-  REQUIRE(g.argmax_eval.back() == -7);
-  g.argmax.pop_back(), g.argmax_eval.pop_back();
-
-  // The convolution's own error, in units of its output.
-  const double conv_err = fp32_dot(stem.taps()).rel_tol * max_abs(in.x);
-  const double x_unit = max_abs(in.x), scale = output_scale(s, in, cpu.r);
-  NT_REQUIRE_CLOSE(g.r.mean, cpu.r.mean,
-                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "mean: fp32 sums, + conv"}));
-  NT_REQUIRE_CLOSE(g.r.invstd, cpu.r.invstd, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "invstd: fp32 M2, + conv"}));
-  NT_REQUIRE_CLOSE(g.r.rm, cpu.r.rm,
-                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean"}));
-  NT_REQUIRE_CLOSE(g.r.rv, cpu.r.rv, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "running_var: as invstd"}));
-  REQUIRE(g.r.batches == 6);
-  Tolerance y_tol = train_y_tolerance(scale, x_unit), eval_tol = eval_y_tolerance(scale, x_unit);
-  y_tol.abs_tol += 2 * scale * conv_err, eval_tol.abs_tol += scale * conv_err;
-  NT_REQUIRE_CLOSE(g.r.y, cpu.r.y, y_tol);
-  NT_REQUIRE_CLOSE(g.r.y_eval, cpu.r.y_eval, eval_tol);
-  check_choices(s, pool, h, in, cpu, g, y_tol, eval_tol);
-
-  const double count = double(s.n * s.hw), dconv_unit = max_abs(cpu.r.dx), xs = max_abs(x);
-  const Tolerance dw_tol{
-      64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
-      8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 rounding flips)"};
-  NT_REQUIRE_CLOSE(dw_all, dw_cpu, dw_tol);
-  if (affine) {
-    double xhat = 1;
-    for (size_t i = 0; i < in.x.size(); ++i) {
-      const size_t c = (i / static_cast<size_t>(s.hw)) % C;
-      xhat = std::max(xhat, std::abs(double(in.x[i] - cpu.r.mean[c]) * cpu.r.invstd[c]));
-    }
-    const double dy_unit = max_abs(dy);
-    const Tolerance sums{64 * std::sqrt(count) * kEps * dy_unit * xhat + conv_err * scale * std::sqrt(count) * dy_unit,
-                         8 * std::sqrt(count) * kEps, "dgamma/dbeta: fp32 sums of count terms, + conv"};
-    NT_REQUIRE_CLOSE(dgamma.download(), cpu.r.dgamma, sums);
-    NT_REQUIRE_CLOSE(dbeta.download(), cpu.r.dbeta, sums);
-  }
-}
-
-TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU ops it fuses", "[cuda][batchnorm]") {
-  // Odd planes and channel counts, 27 taps (the guarded tap path) with window 3, 5x5 stride 2, stride 2 without
-  // padding (18 taps), 7 planes that a window of 2 does not cover, x around 40 (padding zeros far from the data),
-  // and the cnn's first layer; fp32 and TF32.
-  CudaExec cuda;
-  const StemCase cases[] = {{3, 1, 9, 7, 5, 3, 1, 1, 2},    {2, 3, 8, 9, 4, 3, 1, 1, 3},
-                            {2, 1, 11, 10, 3, 5, 2, 2, 2},  {4, 2, 7, 7, 6, 3, 2, 0, 2},
-                            {5, 1, 7, 7, 3, 3, 1, 1, 2},    {16, 1, 12, 12, 8, 3, 1, 1, 2, 40.f},
-                            {64, 1, 28, 28, 32, 3, 1, 1, 2}};
-  for (const StemCase& k : cases)
-    for (bool relu : {false, true})
-      for (bool affine : {true, false})
-        for (bool tf32 : tf32_modes()) check_stem(cuda.exec, k, relu, affine, tf32);
-}
-
-TEST_CASE(
-    "the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
-    "per channel",
-    "[cuda][batchnorm]") {
-  CudaExec cuda;
-  const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{16, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
-  const auto x = random_floats(stem.conv.x_size()), w = random_floats(stem.conv.w_size(), -0.3f, 0.3f);
-  const size_t pooled = stem.conv.y_size() / 4, C = 32;
-  const auto dy = random_floats(pooled);
-  BatchNormHyper h;
-  h.relu = true;
-  // The layer after the stem in the cnn: its backward ends with dW's split-K reduction, which the stem's backward
-  // reduce may run beside (ConvBatchNormPoolArgs::overlaps_previous).
-  const kernels::Conv2dShape next{16, 32, 14, 14, 64, 3, 3, 1, 1};
-  DeviceBuffer<float> next_x(cuda.exec, random_floats(next.x_size())), next_dy(cuda.exec, random_floats(next.y_size()));
-  DeviceBuffer<float> next_w(cuda.exec, random_floats(next.w_size())), next_dw(cuda.exec, poisoned(next.w_size()));
-  DeviceBuffer<float> next_dx(cuda.exec, poisoned(next.x_size()));
-  DeviceBuffer<float> next_ws(cuda.exec, poisoned(kernels::conv2d_workspace_floats(Backend::cuda, next)));
-  auto run = [&](bool beside) {
-    DeviceBuffer<float> xd(cuda.exec, x), wd(cuda.exec, w), dyd(cuda.exec, dy), y(cuda.exec, poisoned(pooled));
-    DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(pooled, -7));
-    DeviceBuffer<float> mean(cuda.exec, poisoned(C)), invstd(cuda.exec, poisoned(C)), dw(cuda.exec, poisoned(288));
-    DeviceBuffer<float> dgamma(cuda.exec, poisoned(C)), dbeta(cuda.exec, poisoned(C));
-    DeviceBuffer<float> ws(cuda.exec, poisoned(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem)));
-    const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
-                                                  .hyper = h,
-                                                  .x = xd.get(),
-                                                  .w = wd.get(),
-                                                  .y = y.get(),
-                                                  .argmax = argmax.get(),
-                                                  .save_mean = mean.get(),
-                                                  .save_invstd = invstd.get(),
-                                                  .dy = dyd.get(),
-                                                  .dw = dw.get(),
-                                                  .dgamma = dgamma.get(),
-                                                  .dbeta = dbeta.get(),
-                                                  .workspace = ws.get(),
-                                                  .overlaps_previous = beside};
-    kernels::conv_batchnorm_pool_forward_train(cuda.exec, t);
-    if (beside) {
-      REQUIRE(kernels::conv2d_backward(cuda.exec, kernels::Conv2dArgs<float>{.shape = next,
-                                                                             .x = next_x.get(),
-                                                                             .w = next_w.get(),
-                                                                             .dy = next_dy.get(),
-                                                                             .dx = next_dx.get(),
-                                                                             .dw = next_dw.get(),
-                                                                             .workspace = next_ws.get()}));
-    }
-    kernels::conv_batchnorm_pool_backward(cuda.exec, t);
-    std::vector<float> out = y.download();
-    for (const auto& part : {dw.download(), dgamma.download(), dbeta.download(), mean.download()})
-      out.insert(out.end(), part.begin(), part.end());
-    return out;
-  };
-  const auto first = run(false);
-  CHECK(same_bits(first, run(false)));
-  CHECK(same_bits(first, run(true)));
-
-  // As PyTorch: training needs more than one value per channel.
-  const kernels::ConvBatchNormPoolShape single{kernels::Conv2dShape{1, 1, 2, 2, 3, 2, 2, 1, 0}, 1};
-  DeviceBuffer<float> xd(cuda.exec, random_floats(4)), wd(cuda.exec, random_floats(12)), y(cuda.exec, poisoned(3));
-  DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(3, -7));
-  DeviceBuffer<float> mean(cuda.exec, poisoned(3)), invstd(cuda.exec, poisoned(3)), ws(cuda.exec, poisoned(64));
-  const kernels::ConvBatchNormPoolArgs<float> t{.shape = single,
-                                                .hyper = h,
-                                                .x = xd.get(),
-                                                .w = wd.get(),
-                                                .y = y.get(),
-                                                .argmax = argmax.get(),
-                                                .save_mean = mean.get(),
-                                                .save_invstd = invstd.get(),
-                                                .workspace = ws.get()};
-  REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, t), Error);
 }
 
 TEST_CASE("batchnorm on CUDA at the benchmark shape matches the CPU twin", "[cuda][batchnorm]") {

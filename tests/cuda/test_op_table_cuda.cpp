@@ -1012,7 +1012,7 @@ std::vector<Row> batchnorm_rows() {
 }
 
 // ---- the fused stem: conv + BatchNorm + max-pool ------------------------------------------------------------------
-// test_batchnorm_cuda.cpp, check_stem: the pooled BatchNorm's tolerances with the convolution's own error added
+// test_conv_batchnorm_pool_cuda.cpp, check_stem: the pooled BatchNorm's tolerances with the convolution's own error added
 // (conv_err = fp32_dot(taps) of max|conv|, the two backends summing the C*R*S products in different orders).
 
 struct StemIn {

@@ -1,0 +1,245 @@
+// CUDA tests of the fused convolution stem (kernels/conv_batchnorm_pool.h: conv_batchnorm_pool_forward_train,
+// forward_eval, backward): against the CPU ops it fuses, for bit-reproducibility (also beside a gradient-only
+// kernel), and that training refuses a single value per channel.
+//
+// Tolerances: the CPU twin is built from the stem's parts: conv2d_forward gives the BatchNorm's input (with TF32,
+// of rounded x and w: the products are exact, kernels/tf32.h), run_cpu_pool the pooled BatchNorm on it, and
+// conv2d_backward_weight the dw of its dx (rounded too with TF32). Tolerances are the pooled BatchNorm test's
+// (test_batchnorm_cuda.cpp; y's in support/batchnorm_checks.h) with the convolution's own error added: the GPU
+// and CPU sum the C·R·S products in different orders (fp32_dot of the taps, times max |conv|), which moves the
+// statistics and y by that much times the scale; dw is a sum over the count of dconv·x, checked as dgamma's sums
+// are; with TF32 the CPU rounds each dconv to TF32 (as the direct weight-gradient kernel does) and the GPU's
+// moment formula never forms dconv, a relative difference of at most 2^-11 per term with random sign:
+// 2^-10·sqrt(count) of the terms' bound is allowed for that.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/conv_batchnorm_pool.h"
+#include "kernels/tf32.h"
+#include "support/batchnorm_checks.h"
+#include "support/test_support.h"
+
+namespace nt::test {
+namespace {
+
+struct StemCase {
+  int n, c, h, w, k, kernel, stride, pad, window;
+  float offset = 0;  // added to x: a mean far from 0 (the GPU's moments are shifted sums)
+};
+
+void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, bool tf32) {
+  const kernels::Conv2dShape cs{k.n, k.c, k.h, k.w, k.k, k.kernel, k.kernel, k.stride, k.pad};
+  const kernels::ConvBatchNormPoolShape stem{cs, k.window};
+  const BatchNormShape s = stem.batchnorm();
+  const kernels::BatchNormPool pool = stem.pool();
+  INFO("n=" << k.n << " c=" << k.c << " " << k.h << "x" << k.w << " k=" << k.k << " " << k.kernel << "x" << k.kernel
+            << " stride " << k.stride << " pad " << k.pad << " window " << k.window << (relu ? " relu" : "")
+            << (affine ? "" : " no affine") << (tf32 ? " tf32" : "") << " x offset " << k.offset);
+  const float bound = 1.f / std::sqrt(float(stem.taps()));  // nn.Conv2d's init range
+  const auto x = random_floats(cs.x_size(), k.offset - 1, k.offset + 1), w = random_floats(cs.w_size(), -bound, bound);
+  const auto xm = tf32 ? kernels::rounded_to_tf32(x) : x, wm = tf32 ? kernels::rounded_to_tf32(w) : w;
+  BatchNormHyper h;
+  h.relu = relu;
+
+  // The CPU twin, from its parts.
+  Inputs in = make_inputs(s, affine);
+  in.x.assign(cs.y_size(), 0.f);
+  kernels::conv2d_forward(Exec{},
+                          kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .w = wm.data(), .y = in.x.data()});
+  const size_t pooled = static_cast<size_t>(s.n * s.c) * pool.p() * pool.q();
+  const auto dy = random_floats(pooled);
+  const PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);
+  std::vector<float> dw_cpu(cs.w_size());
+  const auto dconv = tf32 ? kernels::rounded_to_tf32(cpu.r.dx) : cpu.r.dx;
+  kernels::conv2d_backward_weight(
+      Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .dy = dconv.data(), .dw = dw_cpu.data()});
+
+  // The GPU, every output poisoned; the backward from the CPU's argmax, pooled y and statistics.
+  Exec gpu = cuda;
+  gpu.tf32 = tf32;
+  const size_t C = static_cast<size_t>(s.c);
+  DeviceBuffer<float> image(gpu, x), filters(gpu, w), dy_dev(gpu, dy);
+  DeviceBuffer<float> y(gpu, poisoned(pooled + 1)), y_eval(gpu, poisoned(pooled + 1)), y_cpu(gpu, cpu.r.y);
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled + 1, -7)),
+      argmax_eval(gpu, std::vector<int32_t>(pooled + 1, -7));
+  DeviceBuffer<int32_t> argmax_cpu(gpu, cpu.argmax);
+  DeviceBuffer<float> gamma(gpu, affine ? in.gamma : std::vector<float>(1)),
+      beta(gpu, affine ? in.beta : std::vector<float>(1));
+  DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, in.rm), rv(gpu, in.rv);
+  DeviceBuffer<float> mean_cpu(gpu, cpu.r.mean), invstd_cpu(gpu, cpu.r.invstd), rm_cpu(gpu, cpu.r.rm),
+      rv_cpu(gpu, cpu.r.rv);
+  DeviceBuffer<float> dw(gpu, poisoned(cs.w_size() + 1)), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
+  DeviceBuffer<int64_t> batches(gpu, std::vector<int64_t>{5});
+  const size_t ws_floats = std::max<size_t>(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem), 1);
+  DeviceBuffer<float> ws(gpu, poisoned(ws_floats));
+
+  const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                                .hyper = h,
+                                                .x = image.get(),
+                                                .w = filters.get(),
+                                                .gamma = affine ? gamma.get() : nullptr,
+                                                .beta = affine ? beta.get() : nullptr,
+                                                .y = y.get(),
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .running_mean = rm.get(),
+                                                .running_var = rv.get(),
+                                                .num_batches_tracked = batches.get(),
+                                                .workspace = ws.get()};
+  kernels::conv_batchnorm_pool_forward_train(gpu, t);
+  auto e = t;
+  e.y = y_eval.get(), e.argmax = argmax_eval.get(), e.running_mean = rm_cpu.get(), e.running_var = rv_cpu.get();
+  kernels::conv_batchnorm_pool_forward_eval(gpu, e);
+  auto b = t;
+  b.y = relu ? y_cpu.get() : nullptr, b.argmax = argmax_cpu.get(), b.save_mean = mean_cpu.get();
+  b.save_invstd = invstd_cpu.get(), b.dy = dy_dev.get(), b.dw = dw.get();  // the forward's workspace: its moments
+  b.dgamma = affine ? dgamma.get() : nullptr, b.dbeta = affine ? dbeta.get() : nullptr;
+  kernels::conv_batchnorm_pool_backward(gpu, b);
+
+  PoolResults g;
+  auto y_all = y.download(), y_eval_all = y_eval.download(), dw_all = dw.download();
+  REQUIRE(std::isnan(y_all.back()));  // nothing written past the end
+  REQUIRE(std::isnan(y_eval_all.back()));
+  REQUIRE(std::isnan(dw_all.back()));
+  y_all.pop_back(), y_eval_all.pop_back(), dw_all.pop_back();
+  g.r.y = y_all, g.r.y_eval = y_eval_all;
+  g.r.mean = mean.download(), g.r.invstd = invstd.download(), g.r.rm = rm.download(), g.r.rv = rv.download();
+  g.r.batches = batches.download()[0];
+  g.argmax = argmax.download(), g.argmax_eval = argmax_eval.download();
+  REQUIRE(g.argmax.back() == -7);
+  REQUIRE(g.argmax_eval.back() == -7);
+  g.argmax.pop_back(), g.argmax_eval.pop_back();
+
+  // The convolution's own error, in units of its output.
+  const double conv_err = fp32_dot(stem.taps()).rel_tol * max_abs(in.x);
+  const double x_unit = max_abs(in.x), scale = output_scale(s, in, cpu.r);
+  NT_REQUIRE_CLOSE(g.r.mean, cpu.r.mean,
+                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "mean: fp32 sums, + conv"}));
+  NT_REQUIRE_CLOSE(g.r.invstd, cpu.r.invstd, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "invstd: fp32 M2, + conv"}));
+  NT_REQUIRE_CLOSE(g.r.rm, cpu.r.rm,
+                   (Tolerance{16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean"}));
+  NT_REQUIRE_CLOSE(g.r.rv, cpu.r.rv, (Tolerance{0, 2e-5 + 4 * conv_err / x_unit, "running_var: as invstd"}));
+  REQUIRE(g.r.batches == 6);
+  Tolerance y_tol = train_y_tolerance(scale, x_unit), eval_tol = eval_y_tolerance(scale, x_unit);
+  y_tol.abs_tol += 2 * scale * conv_err, eval_tol.abs_tol += scale * conv_err;
+  NT_REQUIRE_CLOSE(g.r.y, cpu.r.y, y_tol);
+  NT_REQUIRE_CLOSE(g.r.y_eval, cpu.r.y_eval, eval_tol);
+  check_choices(s, pool, h, in, cpu, g, y_tol, eval_tol);
+
+  const double count = double(s.n * s.hw), dconv_unit = max_abs(cpu.r.dx), xs = max_abs(x);
+  const Tolerance dw_tol{
+      64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
+      8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 rounding flips)"};
+  NT_REQUIRE_CLOSE(dw_all, dw_cpu, dw_tol);
+  if (affine) {
+    double xhat = 1;
+    for (size_t i = 0; i < in.x.size(); ++i) {
+      const size_t c = (i / static_cast<size_t>(s.hw)) % C;
+      xhat = std::max(xhat, std::abs(double(in.x[i] - cpu.r.mean[c]) * cpu.r.invstd[c]));
+    }
+    const double dy_unit = max_abs(dy);
+    const Tolerance sums{64 * std::sqrt(count) * kEps * dy_unit * xhat + conv_err * scale * std::sqrt(count) * dy_unit,
+                         8 * std::sqrt(count) * kEps, "dgamma/dbeta: fp32 sums of count terms, + conv"};
+    NT_REQUIRE_CLOSE(dgamma.download(), cpu.r.dgamma, sums);
+    NT_REQUIRE_CLOSE(dbeta.download(), cpu.r.dbeta, sums);
+  }
+}
+
+TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU ops it fuses", "[cuda][batchnorm]") {
+  // Odd planes and channel counts, 27 taps (the guarded tap path) with window 3, 5x5 stride 2, stride 2 without
+  // padding (18 taps), 7 planes that a window of 2 does not cover, x around 40 (padding zeros far from the data),
+  // and the cnn's first layer; fp32 and TF32.
+  CudaExec cuda;
+  const StemCase cases[] = {{3, 1, 9, 7, 5, 3, 1, 1, 2},    {2, 3, 8, 9, 4, 3, 1, 1, 3},
+                            {2, 1, 11, 10, 3, 5, 2, 2, 2},  {4, 2, 7, 7, 6, 3, 2, 0, 2},
+                            {5, 1, 7, 7, 3, 3, 1, 1, 2},    {16, 1, 12, 12, 8, 3, 1, 1, 2, 40.f},
+                            {64, 1, 28, 28, 32, 3, 1, 1, 2}};
+  for (const StemCase& k : cases)
+    for (bool relu : {false, true})
+      for (bool affine : {true, false})
+        for (bool tf32 : tf32_modes()) check_stem(cuda.exec, k, relu, affine, tf32);
+}
+
+TEST_CASE(
+    "the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
+    "per channel",
+    "[cuda][batchnorm]") {
+  CudaExec cuda;
+  const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{16, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
+  const auto x = random_floats(stem.conv.x_size()), w = random_floats(stem.conv.w_size(), -0.3f, 0.3f);
+  const size_t pooled = stem.conv.y_size() / 4, C = 32;
+  const auto dy = random_floats(pooled);
+  BatchNormHyper h;
+  h.relu = true;
+  // The layer after the stem in the cnn: its backward ends with dW's split-K reduction, which the stem's backward
+  // reduce may run beside (ConvBatchNormPoolArgs::overlaps_previous).
+  const kernels::Conv2dShape next{16, 32, 14, 14, 64, 3, 3, 1, 1};
+  DeviceBuffer<float> next_x(cuda.exec, random_floats(next.x_size())), next_dy(cuda.exec, random_floats(next.y_size()));
+  DeviceBuffer<float> next_w(cuda.exec, random_floats(next.w_size())), next_dw(cuda.exec, poisoned(next.w_size()));
+  DeviceBuffer<float> next_dx(cuda.exec, poisoned(next.x_size()));
+  DeviceBuffer<float> next_ws(cuda.exec, poisoned(kernels::conv2d_workspace_floats(Backend::cuda, next)));
+  auto run = [&](bool beside) {
+    DeviceBuffer<float> xd(cuda.exec, x), wd(cuda.exec, w), dyd(cuda.exec, dy), y(cuda.exec, poisoned(pooled));
+    DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(pooled, -7));
+    DeviceBuffer<float> mean(cuda.exec, poisoned(C)), invstd(cuda.exec, poisoned(C)), dw(cuda.exec, poisoned(288));
+    DeviceBuffer<float> dgamma(cuda.exec, poisoned(C)), dbeta(cuda.exec, poisoned(C));
+    DeviceBuffer<float> ws(cuda.exec, poisoned(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem)));
+    const kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                                  .hyper = h,
+                                                  .x = xd.get(),
+                                                  .w = wd.get(),
+                                                  .y = y.get(),
+                                                  .argmax = argmax.get(),
+                                                  .save_mean = mean.get(),
+                                                  .save_invstd = invstd.get(),
+                                                  .dy = dyd.get(),
+                                                  .dw = dw.get(),
+                                                  .dgamma = dgamma.get(),
+                                                  .dbeta = dbeta.get(),
+                                                  .workspace = ws.get(),
+                                                  .overlaps_previous = beside};
+    kernels::conv_batchnorm_pool_forward_train(cuda.exec, t);
+    if (beside) {
+      REQUIRE(kernels::conv2d_backward(cuda.exec, kernels::Conv2dArgs<float>{.shape = next,
+                                                                             .x = next_x.get(),
+                                                                             .w = next_w.get(),
+                                                                             .dy = next_dy.get(),
+                                                                             .dx = next_dx.get(),
+                                                                             .dw = next_dw.get(),
+                                                                             .workspace = next_ws.get()}));
+    }
+    kernels::conv_batchnorm_pool_backward(cuda.exec, t);
+    std::vector<float> out = y.download();
+    for (const auto& part : {dw.download(), dgamma.download(), dbeta.download(), mean.download()})
+      out.insert(out.end(), part.begin(), part.end());
+    return out;
+  };
+  const auto first = run(false);
+  CHECK(same_bits(first, run(false)));
+  CHECK(same_bits(first, run(true)));
+
+  // As PyTorch: training needs more than one value per channel.
+  const kernels::ConvBatchNormPoolShape single{kernels::Conv2dShape{1, 1, 2, 2, 3, 2, 2, 1, 0}, 1};
+  DeviceBuffer<float> xd(cuda.exec, random_floats(4)), wd(cuda.exec, random_floats(12)), y(cuda.exec, poisoned(3));
+  DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(3, -7));
+  DeviceBuffer<float> mean(cuda.exec, poisoned(3)), invstd(cuda.exec, poisoned(3)), ws(cuda.exec, poisoned(64));
+  const kernels::ConvBatchNormPoolArgs<float> t{.shape = single,
+                                                .hyper = h,
+                                                .x = xd.get(),
+                                                .w = wd.get(),
+                                                .y = y.get(),
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .workspace = ws.get()};
+  REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, t), Error);
+}
+
+}  // namespace
+}  // namespace nt::test
