@@ -99,31 +99,6 @@ HeadOutputs run_cuda(const Exec& gpu, const HeadCase& c) {
           dx.download(),     loss.download()[0], correct.download()[0]};
 }
 
-// Rows whose two largest CPU logits lie within `gap`: the GPU's logits may order them the other way.
-int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap) {
-  int64_t n = 0;
-  for (int b = 0; b < B; ++b) {
-    std::vector<float> row(logits.begin() + int64_t(b) * C, logits.begin() + int64_t(b + 1) * C);
-    std::sort(row.begin(), row.end(), std::greater<>());
-    n += C > 1 && double(row[0]) - double(row[1]) <= gap && row[0] != row[1];  // exact ties: both take the lowest index
-  }
-  return n;
-}
-
-// Largest Σ_k |a(i,k)|·|b(j,k)| over i < I, j < J: what bounds the fp32 rounding of the dot products
-// a(i,·)·b(j,·), whose results may cancel to far less than their terms.
-template <class A, class Bf>
-double max_term_sum(int I, int J, int K, A a, Bf b) {
-  double most = 0;
-  for (int i = 0; i < I; ++i)
-    for (int j = 0; j < J; ++j) {
-      double sum = 0;
-      for (int k = 0; k < K; ++k) sum += std::abs(double(a(i, k))) * std::abs(double(b(j, k)));
-      most = std::max(most, sum);
-    }
-  return most;
-}
-
 void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& want) {
   // logits: K-term dot products summed in different orders (lane-strided + butterfly vs blocked); the
   // rounding scales with the terms' magnitudes, not with the logit, which may be their cancellation.

@@ -525,28 +525,6 @@ std::vector<Row> gemm_rows() {
 // test_classifier_head_cuda.cpp, check_head: every tolerance derived there from the fp32 rounding of each sum and
 // its propagation through the softmax.
 
-template <class A, class Bf>
-double max_term_sum(int I, int J, int K, A a, Bf b) {
-  double most = 0;
-  for (int i = 0; i < I; ++i)
-    for (int j = 0; j < J; ++j) {
-      double sum = 0;
-      for (int k = 0; k < K; ++k) sum += std::abs(double(a(i, k))) * std::abs(double(b(j, k)));
-      most = std::max(most, sum);
-    }
-  return most;
-}
-
-int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap) {
-  int64_t n = 0;
-  for (int b = 0; b < B; ++b) {
-    std::vector<float> row(logits.begin() + int64_t(b) * C, logits.begin() + int64_t(b + 1) * C);
-    std::sort(row.begin(), row.end(), std::greater<>());
-    n += C > 1 && double(row[0]) - double(row[1]) <= gap && row[0] != row[1];
-  }
-  return n;
-}
-
 namespace head_case {
 constexpr int B = 7, K = 33, C = 10;
 }
@@ -1012,8 +990,8 @@ std::vector<Row> batchnorm_rows() {
 }
 
 // ---- the fused stem: conv + BatchNorm + max-pool ------------------------------------------------------------------
-// test_conv_batchnorm_pool_cuda.cpp, check_stem: the pooled BatchNorm's tolerances with the convolution's own error added
-// (conv_err = fp32_dot(taps) of max|conv|, the two backends summing the C*R*S products in different orders).
+// test_conv_batchnorm_pool_cuda.cpp, check_stem: the pooled BatchNorm's tolerances with the convolution's own error
+// added (conv_err = fp32_dot(taps) of max|conv|, the two backends summing the C*R*S products in different orders).
 
 struct StemIn {
   kernels::ConvBatchNormPoolShape stem;

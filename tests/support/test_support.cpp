@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "engine/checkpoint.h"
@@ -371,6 +372,16 @@ std::vector<kernels::PixelShift> matching_shifts(const uint8_t* image, int C, in
       if (same) found.push_back({dy, dx});
     }
   return found;
+}
+
+int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap) {
+  int64_t n = 0;
+  for (int b = 0; b < B; ++b) {
+    std::vector<float> row(logits.begin() + int64_t(b) * C, logits.begin() + int64_t(b + 1) * C);
+    std::sort(row.begin(), row.end(), std::greater<>());
+    n += C > 1 && double(row[0]) - double(row[1]) <= gap && row[0] != row[1];  // exact ties: both take the lowest index
+  }
+  return n;
 }
 
 }  // namespace nt::test

@@ -186,6 +186,24 @@ void check_divergence_stops_the_run(const std::string& device);
 // --shift), and a resume that changes the model, batch or optimizer is refused naming the flag.
 void check_resume_is_exact(const std::string& device);
 
+// Largest Σ_k |a(i,k)|·|b(j,k)| over i < I, j < J: what bounds the fp32 rounding of the dot products
+// a(i,·)·b(j,·), whose results may cancel to far less than their terms.
+template <class A, class Bf>
+inline double max_term_sum(int I, int J, int K, A a, Bf b) {
+  double most = 0;
+  for (int i = 0; i < I; ++i)
+    for (int j = 0; j < J; ++j) {
+      double sum = 0;
+      for (int k = 0; k < K; ++k) sum += std::abs(double(a(i, k))) * std::abs(double(b(j, k)));
+      most = std::max(most, sum);
+    }
+  return most;
+}
+// Rows of `logits` (B, C) whose two largest values differ by at most `gap` (and are not equal): the rows whose
+// argmax two backends may pick differently when their logits differ by gap/2 each. Exact ties take the lowest index on
+// both.
+int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap);
+
 // ---- data and binaries ------------------------------------------------------------------------------
 std::string mnist_dir();  // NT_DATA_DIR, else the folder scripts/fetch-data fills
 std::string cli_path();   // the nanotrain binary under test
