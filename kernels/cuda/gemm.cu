@@ -91,7 +91,7 @@ struct KernelArgs {
   float* a_row_sums;
   int tiles_m, tiles_n;    // grid of BM×BN output tiles (tiles_n >= 1 even when N == 0, for the row sums)
   bool store_vec;          // C is 16-byte aligned and ldc % 4 == 0: float4 stores
-  bool overlaps_previous;  // GemmDesc::overlaps_previous (launch.cuh: begin/end_overlapping_kernel)
+  bool overlaps_previous;  // GemmArgs::overlaps_previous (launch.cuh: begin/end_overlapping_kernel)
   float* partial;          // split through the workspace: S partials of partial_stride = M·N + M floats
   int partial_stride;
 };

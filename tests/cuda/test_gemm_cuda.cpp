@@ -471,7 +471,7 @@ namespace {
 
 // The chain of Linear's backward after the layer above it: `above` writes dz (here a GEMM of its own),
 // then dW = dzᵀ·x with the bias gradient, then dx = dz·W through x's ReLU, then `below`, a consumer of dx.
-// With `overlap` the dx GEMM declares itself independent of the dW GEMM (GemmDesc::overlaps_previous).
+// With `overlap` the dx GEMM declares itself independent of the dW GEMM (GemmArgs::overlaps_previous).
 struct BackwardChain {
   static constexpr int kRows = 64, kIn = 320, kOut = 160, kAbove = 784, kBelow = 50;
   const Exec& exec;
