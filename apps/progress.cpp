@@ -43,7 +43,6 @@ void ProgressLine::begin_epoch(int epoch, Clock::time_point now) {
   if (epoch_ > 0) last_epoch_s_ = seconds(now - epoch_start_);
   epoch_ = epoch;
   epoch_start_ = now;
-  shown_ = false;
 }
 
 void ProgressLine::update(const EpochProgress& p, Clock::time_point now) {
@@ -53,8 +52,8 @@ void ProgressLine::update(const EpochProgress& p, Clock::time_point now) {
   const bool paced = p.ms_per_step > 0;
   const double left = p.ms_per_step * 1e-3 * static_cast<double>(p.steps - p.steps_done);
   const double epoch_total = seconds(now - epoch_start_) + left;
-  if (mode_ == ProgressMode::automatic && !shown_ && (!paced || epoch_total <= seconds(kLongEpoch))) return;
-  shown_ = true;
+  const bool shown = drawn_width_ > 0;  // once drawn, the line stays until clear()
+  if (mode_ == ProgressMode::automatic && !shown && (!paced || epoch_total <= seconds(kLongEpoch))) return;
 
   constexpr int kWidth = 30;
   const auto filled = static_cast<int>(kWidth * p.steps_done / p.steps);
@@ -85,7 +84,6 @@ void ProgressLine::clear() {
   std::fprintf(out_, "\r%*s\r", static_cast<int>(drawn_width_), "");
   std::fflush(out_);
   drawn_width_ = 0;
-  shown_ = false;
 }
 
 }  // namespace nt::app

@@ -46,8 +46,7 @@ class ProgressLine {
   int epoch_ = 0;
   Clock::time_point epoch_start_{};
   double last_epoch_s_ = 0;  // the whole of the epoch before (training, evaluation, output), 0 before one
-  bool shown_ = false;       // this epoch's line is drawn: it stays until clear()
-  size_t drawn_width_ = 0;
+  size_t drawn_width_ = 0;   // of the line drawn this epoch; 0: none (clear() erases it)
 };
 
 }  // namespace nt::app

@@ -68,6 +68,8 @@ class Layer {
   virtual ~Layer() = default;
 
   virtual std::string describe() const = 0;                  // "linear 784->320 +relu"
+  // "4 linear 160->10": the nn.Sequential index and the description (profiler scopes, NVTX ranges, fusion lists).
+  std::string label() const { return cat(sequential_index, " ", describe()); }
   virtual Shape output_shape(const Shape& input) const = 0;  // per sample; throws nt::Error on mismatch
   virtual std::vector<ParamSpec> param_specs() const { return {}; }
   virtual void bind_params(std::span<Param*> params) { (void)params; }  // in param_specs() order

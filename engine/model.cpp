@@ -13,7 +13,7 @@ Model::Model(std::string name, Shape input_shape, std::vector<std::unique_ptr<La
   if (layers_.empty()) throw Error(cat("model '", name_, "' has no layers"));
   shapes_.push_back(std::move(input_shape));
   for (const auto& layer : layers_) shapes_.push_back(layer->output_shape(shapes_.back()));
-  for (const auto& layer : layers_) layer_labels_.push_back(cat(layer->sequential_index, " ", layer->describe()));
+  for (const auto& layer : layers_) layer_labels_.push_back(layer->label());
 }
 
 std::string Model::summary() const {

@@ -9,14 +9,12 @@ namespace nt::layers {
 
 namespace {
 
-std::string label(const Layer& layer) { return cat(layer.sequential_index, " ", layer.describe()); }
-
 void fuse_stem(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input, std::vector<Fusion>& made) {
   if (layers.size() < 2) return;
   auto* conv = dynamic_cast<Conv2d*>(layers[0].get());
   auto* bn = dynamic_cast<BatchNorm*>(layers[1].get());
   if (!conv || !bn || !ConvBatchNormPool::fuses(*conv, *bn, input)) return;
-  made.push_back({"stem", cat(label(*conv), " + ", label(*bn))});
+  made.push_back({"stem", cat(conv->label(), " + ", bn->label())});
   auto stem = std::make_unique<ConvBatchNormPool>(
       std::unique_ptr<Conv2d>(static_cast<Conv2d*>(layers[0].release())),
       std::unique_ptr<BatchNorm>(static_cast<BatchNorm*>(layers[1].release())), input);
@@ -30,7 +28,7 @@ void link_statistics(std::vector<std::unique_ptr<Layer>>& layers, std::vector<Fu
     auto* bn = dynamic_cast<BatchNorm*>(layers[i + 1].get());
     if (!conv || !bn) continue;
     bn->take_statistics(conv->offer_statistics());
-    made.push_back({"statistics", cat(label(*conv), " -> ", label(*bn))});
+    made.push_back({"statistics", cat(conv->label(), " -> ", bn->label())});
   }
 }
 
@@ -39,14 +37,14 @@ void mask_relu_gradients(std::vector<std::unique_ptr<Layer>>& layers, std::vecto
     if (!layers[i - 1]->ends_in_relu() || !layers[i]->can_mask_input_grad()) continue;
     layers[i]->mask_input_grad();
     layers[i - 1]->receive_preactivation_grad();
-    made.push_back({"relu mask", cat(label(*layers[i - 1]), " -> ", label(*layers[i]))});
+    made.push_back({"relu mask", cat(layers[i - 1]->label(), " -> ", layers[i]->label())});
   }
 }
 
 void note_head(const std::vector<std::unique_ptr<Layer>>& layers, std::vector<Fusion>& made) {
   const auto* linear = dynamic_cast<const Linear*>(layers.back().get());
   if (linear && linear->shape_fits_classifier_head())
-    made.push_back({"head", cat(label(*linear), " + softmax cross-entropy, when training with that loss")});
+    made.push_back({"head", cat(linear->label(), " + softmax cross-entropy, when training with that loss")});
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "kernels/pool.h"
 #include "kernels/runtime.h"
 #include "kernels/softmax_xent.h"
+#include "support/batchnorm_checks.h"
 #include "support/op_outputs.h"
 #include "support/test_support.h"
 
@@ -237,13 +238,6 @@ std::vector<Row> elementwise_rows() {
 }
 
 // ---- optimizer updates ------------------------------------------------------------------------------------
-
-// test_optim_cuda.cpp, kAdamTolerance: the backends run the same correctly rounded operations and are
-// expected to agree bit for bit; one ulp of a sqrt or division, should the device's differ, stays within 4 eps
-// of the scale.
-const Tolerance kAdamTolerance{0, 4 * kEps,
-                               "sqrt/div rounding may differ by an ulp: 4 eps of the scale "
-                               "(test_optim_cuda.cpp, kAdamTolerance)"};
 
 std::vector<Row> optimizer_rows() {
   std::vector<Row> rows;
@@ -752,14 +746,6 @@ std::vector<Expect> bn_statistics_expect(double x_unit, double conv_err = 0) {
                 {16 * kEps * x_unit + conv_err, 16 * kEps, "running_mean: as the mean (test_batchnorm_cuda.cpp)"}),
           close("running_var", {0, 2e-5 + conv_rel, "running_var: as invstd (test_batchnorm_cuda.cpp)"}),
           exact("num_batches_tracked", "an integer counter: exact")};
-}
-Tolerance train_y_tolerance(double scale, double x_unit) {
-  return {scale * 16 * kEps * x_unit + 1e-6, 3e-5,
-          "y: the mean's error times the scale, xhat times 2e-5 (test_batchnorm_cuda.cpp, train_y_tolerance)"};
-}
-Tolerance eval_y_tolerance(double scale, double x_unit) {
-  return {scale * 4 * kEps * x_unit + 1e-6, 16 * kEps,
-          "eval: fp32 fma of given statistics (test_batchnorm_cuda.cpp, eval_y_tolerance)"};
 }
 // compare_gradients: dx against k1*max|dy|*max(1, max|xhat|); dgamma/dbeta fp32 sums of count terms. `extra_sums`:
 // what the stem adds for its convolution.

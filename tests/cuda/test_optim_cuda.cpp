@@ -79,14 +79,6 @@ std::vector<T> slice(const std::vector<T>& v, size_t offset, size_t n) {
   return std::vector<T>(v.begin() + offset, v.begin() + offset + n);
 }
 
-// Both backends run the same correctly rounded fp32 operations (explicit FMAs, IEEE sqrt and division,
-// the same double-precision bias corrections), so they are expected to agree bit for bit. The tolerance
-// still allows what one ulp of difference in a sqrt or division (should the device's differ) would do
-// after a few steps: a few ulp of the update, which is below a few ulp of the result's scale (max |p|,
-// |m| or |v|), since |p| ~ 1 and the update ~ lr. A wrong t, index or missing decay is far larger.
-const Tolerance kAdamTolerance{0, 4 * std::ldexp(1.0, -23),
-                               "sqrt/div rounding may differ by an ulp: 4 eps of the scale (max |x|)"};
-
 struct AdamCase {
   kernels::AdamHyper h;
   const char* name;

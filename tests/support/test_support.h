@@ -204,6 +204,14 @@ inline double max_term_sum(int I, int J, int K, A a, Bf b) {
 // both.
 int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap);
 
+// adam_update on CUDA against the CPU: both backends run the same correctly rounded fp32 operations (explicit FMAs,
+// IEEE sqrt and division, the same double-precision bias corrections), so they are expected to agree bit for bit. The
+// tolerance still allows what one ulp of difference in a sqrt or division (should the device's differ) would do after a
+// few steps: a few ulp of the update, which is below a few ulp of the result's scale (max |p|, |m| or |v|), since |p| ~
+// 1 and the update ~ lr. A wrong t, index or missing decay is far larger.
+inline const Tolerance kAdamTolerance{0, 4 * kEps,
+                                      "sqrt/div rounding may differ by an ulp: 4 eps of the scale (max |x|)"};
+
 // ---- data and binaries ------------------------------------------------------------------------------
 std::string mnist_dir();  // NT_DATA_DIR, else the folder scripts/fetch-data fills
 std::string cli_path();   // the nanotrain binary under test
