@@ -5,12 +5,27 @@
 // observer (profiling off) nothing is recorded and nothing else changes.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
+#include "profile/phase_stamps.h"
+
 namespace nt::profile {
+
+// The arithmetic an op's flops run on, which decides the ceiling a report sets them against (profile/ceilings.h):
+// fp32 on the CUDA cores, or TF32 or BF16 operands on the tensor cores.
+enum class Math : uint8_t { fp32, tf32, bf16 };
+const char* math_name(Math m);  // "fp32", "tf32", "bf16"
 
 // What one launch costs, as the op itself counts it, so a report can show GB/s and GFLOP/s.
 struct OpCost {
   double bytes = 0;  // the fewest bytes the op must move through memory (each input read once, output written once)
   double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
+  Math math = Math::fp32;
+  // Declared by the op: the kernel runs beside its stream predecessor instead of after it (launch.cuh,
+  // begin_overlapping_kernel). Its exclusive time is then how far it extends the stream, not its length; the report
+  // marks its row. The launch path clears it when the launch is not programmatic, and nothing overlaps.
+  bool overlaps_previous = false;
 };
 
 class LaunchObserver {
@@ -31,6 +46,20 @@ class LaunchObserver {
     (void)sequence;
     (void)stream;
   }
+
+  // Phase stamps for the next launch (profile/phase_stamps.h): the kernel marks the phases named here, by index.
+  // The names must outlive the profiler (string literals). An observer that keeps no stamps returns an empty set.
+  // (A pointer and a count rather than std::span: the CUDA sources that include this are C++17.)
+  virtual PhaseStamps phase_stamps(const char* const* names, size_t count) {
+    (void)names;
+    (void)count;
+    return {};
+  }
 };
+
+// What a launcher passes its kernel: the observer's stamps, or none when nothing observes.
+inline PhaseStamps phase_stamps_for(LaunchObserver* observer, const char* const* names, size_t count) {
+  return observer ? observer->phase_stamps(names, count) : PhaseStamps{};
+}
 
 }  // namespace nt::profile
