@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -31,31 +32,50 @@ namespace nt::profile {
 
 // ---- matching (pure) -------------------------------------------------------------------------------
 
-CuptiMatch match_in_stream_order(size_t count, std::vector<CuptiKernelRecord> kernels) {
+CuptiMatch match_in_stream_order(std::span<const uint32_t> launch_streams, std::vector<CuptiKernelRecord> kernels) {
   CuptiMatch m;
-  m.launches.resize(count);
+  m.launches.resize(launch_streams.size());
   const auto invalid = [](const CuptiKernelRecord& k) { return k.start_ns == 0 || k.end_ns < k.start_ns; };
   m.invalid = std::erase_if(kernels, invalid);
+  // By stream, then start time: each stream's records in the order its kernels ran.
   std::sort(kernels.begin(), kernels.end(), [](const CuptiKernelRecord& a, const CuptiKernelRecord& b) {
-    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns < b.end_ns;
+    return std::tie(a.stream_id, a.start_ns, a.end_ns) < std::tie(b.stream_id, b.start_ns, b.end_ns);
   });
-  std::vector<uint32_t> streams;
-  for (const CuptiKernelRecord& k : kernels)
-    if (std::find(streams.begin(), streams.end(), k.stream_id) == streams.end()) streams.push_back(k.stream_id);
-  m.streams = static_cast<int64_t>(streams.size());
-  m.extra = std::max<int64_t>(static_cast<int64_t>(kernels.size()) - static_cast<int64_t>(count), 0);
-  if (kernels.size() != count || streams.size() > 1) {
-    m.missing = static_cast<int64_t>(count);
-    return m;
+  std::vector<uint32_t> streams;  // of the launches, in order of first use
+  for (uint32_t s : launch_streams)
+    if (std::find(streams.begin(), streams.end(), s) == streams.end()) streams.push_back(s);
+  std::vector<size_t> launches;  // of one stream
+  size_t records_of_launched_streams = 0;
+  for (uint32_t stream : streams) {
+    launches.clear();
+    for (size_t i = 0; i < launch_streams.size(); ++i)
+      if (launch_streams[i] == stream) launches.push_back(i);
+    const auto first = std::lower_bound(kernels.begin(), kernels.end(), stream,
+                                        [](const CuptiKernelRecord& k, uint32_t s) { return k.stream_id < s; });
+    const auto last = std::upper_bound(first, kernels.end(), stream,
+                                       [](uint32_t s, const CuptiKernelRecord& k) { return s < k.stream_id; });
+    const auto records = static_cast<size_t>(last - first);
+    records_of_launched_streams += records;
+    if (records != launches.size()) {  // nothing is guessed
+      m.missing += static_cast<int64_t>(launches.size());
+      m.extra += static_cast<int64_t>(records > launches.size() ? records - launches.size() : 0);
+      continue;
+    }
+    uint64_t busy_until = 0;  // the latest end so far on this stream
+    for (size_t k = 0; k < records; ++k) {
+      const CuptiKernelRecord& r = first[static_cast<std::ptrdiff_t>(k)];
+      const uint64_t exclusive_start = std::min(std::max(r.start_ns, busy_until), r.end_ns);
+      m.clipped += exclusive_start != r.start_ns;
+      m.launches[launches[k]] = {true, r.start_ns, r.end_ns, exclusive_start};
+      busy_until = std::max(busy_until, r.end_ns);
+    }
   }
-  uint64_t busy_until = 0;  // the latest end so far
-  for (size_t i = 0; i < count; ++i) {
-    const CuptiKernelRecord& k = kernels[i];
-    const uint64_t start = std::min(std::max(k.start_ns, busy_until), k.end_ns);
-    m.clipped += start != k.start_ns;
-    m.launches[i] = {true, start, k.end_ns, k.start_ns};
-    busy_until = std::max(busy_until, k.end_ns);
+  uint32_t previous = 0;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    m.streams += k == 0 || kernels[k].stream_id != previous;
+    previous = kernels[k].stream_id;
   }
+  m.extra += static_cast<int64_t>(kernels.size() - records_of_launched_streams);  // streams nobody launched on
   return m;
 }
 
@@ -110,6 +130,7 @@ struct CuptiApi {
   decltype(&::cuptiGetTimestamp) timestamp = nullptr;
   decltype(&::cuptiGetResultString) result_string = nullptr;
   decltype(&::cuptiGetVersion) version = nullptr;
+  decltype(&::cuptiGetStreamIdEx) stream_id = nullptr;
 
   std::string describe(CUptiResult r) const {
     const char* text = nullptr;
@@ -147,7 +168,8 @@ std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& e
                   resolve(handle, "cuptiActivityGetNumDroppedRecords", api->dropped_records, missing) &&
                   resolve(handle, "cuptiGetTimestamp", api->timestamp, missing) &&
                   resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
-                  resolve(handle, "cuptiGetVersion", api->version, missing);
+                  resolve(handle, "cuptiGetVersion", api->version, missing) &&
+                  resolve(handle, "cuptiGetStreamIdEx", api->stream_id, missing);
   if (!ok) {
     error = cat(path, " has no ", missing);
     dlclose(handle);  // nothing of it was called
@@ -387,6 +409,13 @@ uint64_t CuptiTracer::now_ns() const {
   return t;
 }
 
+uint32_t CuptiTracer::stream_id(void* stream) const {
+  uint32_t id = 0;
+  const CUptiResult r = api_->stream_id(nullptr, static_cast<CUstream>(stream), 0, &id);
+  if (r != CUPTI_SUCCESS) throw InternalError("cuptiGetStreamIdEx: " + api_->describe(r));
+  return id;
+}
+
 void CuptiTracer::collect(bool forced, std::vector<CuptiKernelRecord>& into) {
   const CUptiResult r = api_->flush_all(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
   if (r != CUPTI_SUCCESS) throw InternalError("cuptiActivityFlushAll: " + api_->describe(r));
@@ -416,6 +445,7 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
 CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : api_(std::move(api)), state_(state) {}
 CuptiTracer::~CuptiTracer() = default;
 uint64_t CuptiTracer::now_ns() const { return 0; }
+uint32_t CuptiTracer::stream_id(void*) const { return 0; }
 void CuptiTracer::set_recording(bool) {}
 void CuptiTracer::collect(bool, std::vector<CuptiKernelRecord>&) {}
 int64_t CuptiTracer::dropped_records() const { return 0; }

@@ -7,7 +7,7 @@
 //   ...launch `count` kernels on one stream; synchronize it...;
 //   std::vector<CuptiKernelRecord> records;
 //   tracer->collect(false, records);                      // every record delivered so far, appended
-//   CuptiMatch m = match_in_stream_order(count, records);
+//   CuptiMatch m = match_in_stream_order(launch_streams, records);  // launch_streams[i]: tracer->stream_id(s)
 //
 // Loading. CUPTI is opened at run time with dlopen, so the binaries start on machines without it; only the
 // functions used are resolved with dlsym. Search order (cupti_candidates): NT_CUPTI_LIBRARY when set (then it is
@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,28 +69,31 @@ struct CuptiKernelRecord {  // the fields of a CONCURRENT_KERNEL record that the
 
 struct CuptiLaunchTime {
   bool found = false;
-  uint64_t start_ns = 0, end_ns = 0;  // start clipped to the end of the previous kernel (see below)
-  uint64_t record_start_ns = 0;       // the record's own start, before the clip
+  uint64_t start_ns = 0, end_ns = 0;  // the record's own: the kernel's span
+  uint64_t exclusive_start_ns = 0;    // its start, or its stream predecessor's end if later (see below)
 };
 
 struct CuptiMatch {
   std::vector<CuptiLaunchTime> launches;  // [i]: the i-th launch of the batch
-  int64_t missing = 0;                    // launches without a time (all of them when the counts disagree)
+  int64_t missing = 0;                    // launches without a time (all of a stream's when its counts disagree)
   int64_t extra = 0;                      // valid records beyond the launches (kernels nobody observed)
-  int64_t clipped = 0;                    // launches whose start was moved to their predecessor's end
+  int64_t clipped = 0;                    // launches that started before their stream predecessor ended
   int64_t invalid = 0;                    // records without timestamps (start 0, or end before start): ignored
   int64_t streams = 0;                    // distinct streams among the valid records
 };
 
-// Matches kernel records to `count` launches that went, in this order, to one stream. A stream runs its kernels
-// in submission order, so the i-th record by start time is the i-th launch: no id has to travel with the
-// launch (CUPTI's external correlation costs a push and a pop per launch, and on some driver and CUPTI
-// pairings its records never come). Nothing is guessed: if the valid records come from more than one stream,
-// or their number is not `count`, no launch is matched and the counts say why. With programmatic dependent
-// launch (sm_90) a kernel's blocks may start while its predecessor still runs and then wait for it
-// (griddepcontrol.wait), so a record's start can precede the predecessor's end: each start is clipped to the
-// latest end before it, which is the time the kernel ran for itself. The order of the records does not matter.
-CuptiMatch match_in_stream_order(size_t count, std::vector<CuptiKernelRecord> kernels);
+// Matches kernel records to launches. launch_streams[i] is the CUPTI stream id of the i-th launch of the batch, in
+// submission order. A stream runs its kernels in submission order, so on each stream the k-th record by start time is
+// the k-th launch to that stream: no id has to travel with the launch (CUPTI's external correlation costs a push and
+// a pop per launch, and on some driver and CUPTI pairings its records never come). Nothing is guessed: a stream whose
+// records are not exactly as many as its launches matches none of them, and records on a stream with no launch
+// (another library's kernels) are counted as extra. The order of the records does not matter.
+//
+// Exclusive time. Under programmatic dependent launch (sm_90) a kernel's blocks may start while its stream
+// predecessor still runs and wait for it (griddepcontrol.wait), and a kernel declared independent of its
+// predecessor runs beside it: a record's start can precede the predecessor's end. Its exclusive start is the later
+// of the two, the time from which it ran with the stream to itself; its span is the record itself.
+CuptiMatch match_in_stream_order(std::span<const uint32_t> launch_streams, std::vector<CuptiKernelRecord> kernels);
 
 // ---- the tracer ------------------------------------------------------------------------------------
 
@@ -109,7 +113,8 @@ class CuptiTracer {
   CuptiTracer(const CuptiTracer&) = delete;
   CuptiTracer& operator=(const CuptiTracer&) = delete;
 
-  uint64_t now_ns() const;  // cuptiGetTimestamp: the clock of the kernel records
+  uint64_t now_ns() const;                 // cuptiGetTimestamp: the clock of the kernel records
+  uint32_t stream_id(void* stream) const;  // cuptiGetStreamIdEx: the id the kernel records of `stream` carry
 
   // Kernels launched while recording is off get no record (cuptiActivityDisable), and their launches none of
   // CUPTI's per-launch cost; records of kernels launched before are still delivered. On after open().

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "profile/cupti_tracer.h"
+#include "profile/phase_stamps.h"
 
 #if NT_WITH_CUDA
 #include <cuda_profiler_api.h>
@@ -48,7 +51,8 @@ struct KernelProfiler::Gpu {
   std::vector<cudaEvent_t> starts, stops;  // the pool: pair i is open_[i] between flushes
   cudaEvent_t reference = nullptr;         // recorded before the first launch: time zero of the trace
   bool reference_recorded = false;
-  std::vector<cudaStream_t> streams;  // every stream launched on since the start
+  std::vector<cudaStream_t> streams;  // every stream launched on since the start, in order of first use
+  std::vector<uint32_t> stream_ids;   // CUPTI: [i] is the id the kernel records of streams[i] carry
   bool dirty = false;                 // launches queued since the last synchronization
 
   // The hold: the device polls *flag_host (host-mapped) until it reaches the step's target.
@@ -62,6 +66,20 @@ struct KernelProfiler::Gpu {
   std::unique_ptr<CuptiTracer> cupti;
   uint64_t origin_ns = 0;                  // CUPTI's clock at start(): time zero of the trace
   std::vector<CuptiKernelRecord> records;  // collected, not yet matched
+
+  // Phase stamps (profile/phase_stamps.h): device slots and their counter, read back at each flush.
+  PhaseStamp* stamp_slots = nullptr;
+  unsigned int* stamp_count = nullptr;
+  uint32_t stamp_capacity = 0;
+  std::vector<PhaseStamp> stamps;  // the host copy
+
+  void create_stamps(uint32_t capacity) {
+    NT_CUDA_CHECK(cudaMalloc(&stamp_slots, sizeof(PhaseStamp) * capacity));
+    NT_CUDA_CHECK(cudaMalloc(&stamp_count, sizeof(unsigned int)));
+    NT_CUDA_CHECK(cudaMemset(stamp_count, 0, sizeof(unsigned int)));
+    stamp_capacity = capacity;
+    stamps.reserve(capacity);
+  }
 
   void create(int pairs, bool with_hold) {
     starts.resize(static_cast<size_t>(pairs));
@@ -88,10 +106,13 @@ struct KernelProfiler::Gpu {
     holding = false;
   }
 
-  void note_stream(cudaStream_t s) {
-    for (auto known : streams)
-      if (known == s) return;
+  // The stream's index in `streams` (CUPTI: with its record id looked up once).
+  uint32_t note_stream(cudaStream_t s) {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (streams[i] == s) return static_cast<uint32_t>(i);
     streams.push_back(s);
+    stream_ids.push_back(cupti ? cupti->stream_id(s) : 0);
+    return static_cast<uint32_t>(streams.size() - 1);
   }
 
   ~Gpu() {
@@ -104,6 +125,8 @@ struct KernelProfiler::Gpu {
       if (e) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     if (reference) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(reference));
     if (flag_host) NT_CUDA_CHECK_NOTHROW(cudaFreeHost(flag_host));
+    if (stamp_slots) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_slots));
+    if (stamp_count) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_count));
   }
 #endif
 };
@@ -122,6 +145,7 @@ KernelProfiler::KernelProfiler(ProfilerOptions options)
   NT_CHECK(options_.sample_every == 1 || !options_.graphs,
            "profiler: sampling times steps, and a replayed graph is a whole epoch: not both");
   data_.sample_every = options_.sample_every;
+  data_.ceilings = options_.ceilings;
   if (timing_ == Timing::cupti) {
     const CuptiLibrary& lib = cupti_library(options_.cupti_library);
     if (!lib.loaded) fall_back(lib.error);
@@ -158,6 +182,7 @@ void KernelProfiler::start() {
       }
     }
     if (timing_ == Timing::cuda_events) gpu_->create(options_.pool_pairs, holds());
+    gpu_->create_stamps(options_.stamp_capacity);
     data_.timer = timing_name(timing_);
     open_.reserve(static_cast<size_t>(options_.pool_pairs));
     NT_CUDA_CHECK_NOTHROW(cudaProfilerStart());  // Nsight: --profile-from-start off / --capture-range=cudaProfilerApi
@@ -239,6 +264,7 @@ void KernelProfiler::set_recording(bool on) {
 void KernelProfiler::begin(const char* kernel, void* stream) {
   NT_CHECK(started_ && !stopped_, "profiler: a launch observed outside start() ... stop()");
   if (!deferred_error_.empty()) throw InternalError(deferred_error_);
+  [[maybe_unused]] const uint32_t stamps = std::exchange(next_launch_stamps_, 0u);  // GPU only
   const Take take = capturing_ >= 0 ? Take::counted : take_now();
   if (take == Take::skipped) {
     skipping_launch_ = true;
@@ -252,15 +278,20 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
   Gpu& g = *gpu_;
   auto s = static_cast<cudaStream_t>(stream);
   if (capturing_ >= 0) {  // recorded into a graph, timed at its replays
-    sequences_[static_cast<size_t>(capturing_)].launches.push_back(describe(kernel));
+    Sequence& seq = sequences_[static_cast<size_t>(capturing_)];
+    seq.launches.push_back(describe(kernel));
+    seq.stamps.push_back(stamps);
     return;
   }
   if (open_.size() >= static_cast<size_t>(options_.pool_pairs)) flush();  // dry: one synchronization for all
+  Open o{describe(kernel), -1};
+  o.stamps = stamps;
+  o.stream = g.note_stream(s);
+  o.launch.stream = static_cast<int>(o.stream);
+  g.dirty = true;
   if (timing_ == Timing::cupti) {
-    g.note_stream(s);
-    g.dirty = true;
-    open_.push_back({describe(kernel), -1});
-    open_.back().counted = take == Take::counted;
+    o.counted = take == Take::counted;
+    open_.push_back(o);
     return;
   }
   if (!g.reference_recorded) {
@@ -272,11 +303,9 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
     options_.hold(stream, g.flag_device, ++g.target);
     g.holding = true;
   }
-  g.note_stream(s);
-  g.dirty = true;
-  const int pair = static_cast<int>(open_.size());
-  open_.push_back({describe(kernel), pair});  // first: nothing but the launch itself between the two events
-  NT_CUDA_CHECK(cudaEventRecord(g.starts[static_cast<size_t>(pair)], s));
+  o.pair = static_cast<int>(open_.size());
+  open_.push_back(o);  // first: nothing but the launch itself between the two events
+  NT_CUDA_CHECK(cudaEventRecord(g.starts[static_cast<size_t>(o.pair)], s));
 #else
   (void)stream;
 #endif
@@ -299,8 +328,7 @@ void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
   o.launch.cost = cost;
   if (!gpu_) {
     const auto t1 = Clock::now();
-    o.launch.start_us = host_us(o.t0);
-    o.launch.dur_us = std::chrono::duration<double, std::micro>(t1 - o.t0).count();
+    o.launch.set_bracket(host_us(o.t0), std::chrono::duration<double, std::micro>(t1 - o.t0).count());
     data_.add(o.launch);
     open_.pop_back();
     return;
@@ -348,15 +376,19 @@ void KernelProfiler::replayed(int sequence, void* stream) {
     return;
   }
 #if NT_WITH_CUDA
-  gpu_->note_stream(static_cast<cudaStream_t>(stream));
+  const uint32_t stream_index = gpu_->note_stream(static_cast<cudaStream_t>(stream));
   gpu_->dirty = true;
   // The replay's scopes are new openings: ids [first_id, last_id] of the capture map to a fresh block.
   const uint64_t base = seq.last_id ? reserve_scope_ids(seq.last_id - seq.first_id + 1) : 0;
   const auto renamed = [&](uint64_t id) { return id ? base + (id - seq.first_id) : 0; };
-  for (Launch l : seq.launches) {
+  for (size_t i = 0; i < seq.launches.size(); ++i) {
+    Launch l = seq.launches[i];
     l.step_id = renamed(l.step_id), l.phase_id = renamed(l.phase_id), l.layer_id = renamed(l.layer_id);
+    l.stream = static_cast<int>(stream_index);
     Open o{l, -1};
     o.ended = true;
+    o.stamps = seq.stamps[i];
+    o.stream = stream_index;
     open_.push_back(o);
   }
   // After the launch, not before: the replay's kernels are queued and must be among the pending launches when
@@ -364,6 +396,20 @@ void KernelProfiler::replayed(int sequence, void* stream) {
   if (open_.size() >= static_cast<size_t>(options_.pool_pairs)) flush();
 #else
   (void)stream;
+#endif
+}
+
+PhaseStamps KernelProfiler::phase_stamps(const char* const* names, size_t count) {
+#if NT_WITH_CUDA
+  if (!gpu_ || !gpu_->stamp_slots || count == 0 || !started_ || stopped_) return {};
+  if (capturing_ < 0 && take_now() == Take::skipped) return {};  // an untimed launch: nothing to place them in
+  stamp_names_.push_back({names, count});
+  next_launch_stamps_ = static_cast<uint32_t>(stamp_names_.size() - 1);
+  return {gpu_->stamp_slots, gpu_->stamp_count, gpu_->stamp_capacity, next_launch_stamps_};
+#else
+  (void)names;
+  (void)count;
+  return {};
 #endif
 }
 
@@ -430,23 +476,30 @@ void KernelProfiler::flush() {
   ++flushes_;
 }
 
+namespace {
+constexpr size_t kNotAdded = SIZE_MAX - 1;  // a pending launch that is in no row (untimed, or without a record)
+}  // namespace
+
 void KernelProfiler::flush_events() {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
+  std::vector<size_t> added(open_.size(), kNotAdded);
   // Offsets: the first pending start event anchors this batch against the reference (one float of ms, so
   // about 0.1 us of error per 1.5 s since the start); each launch is then placed against the anchor.
   float anchor_ms = 0;
   NT_CUDA_CHECK(cudaEventElapsedTime(&anchor_ms, g.reference, g.starts[0]));
-  for (Open& o : open_) {
+  for (size_t k = 0; k < open_.size(); ++k) {
+    Open& o = open_[k];
     if (!o.ended) continue;
     const auto i = static_cast<size_t>(o.pair);
     float offset_ms = 0, dur_ms = 0;
     NT_CUDA_CHECK(cudaEventElapsedTime(&offset_ms, g.starts[0], g.starts[i]));
     NT_CUDA_CHECK(cudaEventElapsedTime(&dur_ms, g.starts[i], g.stops[i]));
-    o.launch.start_us = 1e3 * (static_cast<double>(anchor_ms) + static_cast<double>(offset_ms));
-    o.launch.dur_us = 1e3 * static_cast<double>(dur_ms);
-    data_.add(o.launch);
+    o.launch.set_bracket(1e3 * (static_cast<double>(anchor_ms) + static_cast<double>(offset_ms)),
+                         1e3 * static_cast<double>(dur_ms));
+    added[k] = data_.add(o.launch);
   }
+  read_stamps(added);
 #endif
 }
 
@@ -455,20 +508,27 @@ void KernelProfiler::flush_events() {
 void KernelProfiler::flush_cupti() {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
-  size_t launched = 0;
-  for (const Open& o : open_) launched += o.ended;
+  std::vector<uint32_t> launch_streams;  // of the launches that were made, in order
+  launch_streams.reserve(open_.size());
+  for (const Open& o : open_)
+    if (o.ended) launch_streams.push_back(g.stream_ids[o.stream]);
   g.cupti->collect(false, g.records);
-  if (g.records.size() < launched) g.cupti->collect(true, g.records);
-  const CuptiMatch m = match_in_stream_order(launched, g.records);
+  if (g.records.size() < launch_streams.size()) g.cupti->collect(true, g.records);
+  const CuptiMatch m = match_in_stream_order(launch_streams, g.records);
   if (m.missing > 0)  // what CUPTI delivered, to tell a lost record from a mismatch
     std::fprintf(stderr,
                  "profiler: %lld of %zu launches without a CUPTI record (this batch: %zu kernel records, %lld "
                  "without timestamps, %lld streams; so far: %lld kernel records, %lld dropped)\n",
-                 static_cast<long long>(m.missing), launched, g.records.size(), static_cast<long long>(m.invalid),
-                 static_cast<long long>(m.streams), static_cast<long long>(g.cupti->kernel_records()),
-                 static_cast<long long>(g.cupti->dropped_records()));
+                 static_cast<long long>(m.missing), launch_streams.size(), g.records.size(),
+                 static_cast<long long>(m.invalid), static_cast<long long>(m.streams),
+                 static_cast<long long>(g.cupti->kernel_records()), static_cast<long long>(g.cupti->dropped_records()));
+  std::vector<size_t> added(open_.size(), kNotAdded);
+  const auto us_since_origin = [&](uint64_t ns) {
+    return 1e-3 * static_cast<double>(static_cast<int64_t>(ns - g.origin_ns));
+  };
   size_t j = 0;
-  for (Open& o : open_) {
+  for (size_t k = 0; k < open_.size(); ++k) {
+    Open& o = open_[k];
     if (!o.ended) continue;  // never launched
     const CuptiLaunchTime& t = m.launches[j++];
     if (!o.counted) continue;  // a lead-in launch: its end clipped the next one's start
@@ -476,12 +536,58 @@ void KernelProfiler::flush_cupti() {
       ++data_.launches_without_record;
       continue;
     }
-    o.launch.start_us = 1e-3 * static_cast<double>(static_cast<int64_t>(t.start_ns - g.origin_ns));
-    o.launch.dur_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
-    o.launch.early_us = 1e-3 * static_cast<double>(t.start_ns - t.record_start_ns);
-    data_.add(o.launch);
+    o.launch.start_us = us_since_origin(t.start_ns);
+    o.launch.span_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
+    o.launch.exclusive_us = 1e-3 * static_cast<double>(t.end_ns - t.exclusive_start_ns);
+    added[k] = data_.add(o.launch);
   }
   g.records.clear();
+  read_stamps(added);
+#endif
+}
+
+// The stamps the batch's kernels wrote: each launch's phases become slices inside its exclusive time and child rows
+// of its row. added[k]: where open_[k] went (its index in the trace, kNotInTrace, or kNotAdded).
+void KernelProfiler::read_stamps(const std::vector<size_t>& added) {
+#if NT_WITH_CUDA
+  Gpu& g = *gpu_;
+  unsigned int written = 0;
+  NT_CUDA_CHECK(cudaMemcpy(&written, g.stamp_count, sizeof written, cudaMemcpyDeviceToHost));
+  if (written == 0) return;
+  const uint32_t kept = std::min(written, g.stamp_capacity);
+  data_.stamps_lost += static_cast<int64_t>(written - kept);
+  g.stamps.resize(kept);
+  NT_CUDA_CHECK(cudaMemcpy(g.stamps.data(), g.stamp_slots, sizeof(PhaseStamp) * kept, cudaMemcpyDeviceToHost));
+  // Asynchronous to the host like every cudaMemset on device memory: wait for it, or a kernel launched next on one of
+  // our (non-blocking) streams could take a slot before the count is back to 0. Only runs that wrote stamps pay this.
+  NT_CUDA_CHECK(cudaMemset(g.stamp_count, 0, sizeof(unsigned int)));
+  NT_CUDA_CHECK(cudaDeviceSynchronize());
+  const StampedRuns runs = split_stamps(g.stamps);
+  data_.stamps_lost += runs.unended;
+  // The pending launches of each tag, in order: a graph replayed twice runs its stamped launch twice.
+  std::unordered_map<uint32_t, std::vector<size_t>> by_tag;
+  for (size_t k = 0; k < open_.size(); ++k)
+    if (open_[k].stamps != 0 && open_[k].ended) by_tag[open_[k].stamps].push_back(k);
+  for (const StampedSlice& slice : runs.slices) {
+    const auto it = by_tag.find(slice.launch);
+    if (it == by_tag.end() || slice.occurrence >= it->second.size()) {
+      ++data_.stamps_lost;
+      continue;
+    }
+    const size_t k = it->second[slice.occurrence];
+    if (added[k] == kNotAdded) continue;  // an untimed launch (sampling's lead-in, no record)
+    const StampNames& names = stamp_names_[slice.launch];
+    if (slice.phase >= names.count) {
+      ++data_.stamps_lost;
+      continue;
+    }
+    const Launch& parent = open_[k].launch;
+    data_.add_part(parent, added[k], data_.intern(names.names[slice.phase]), static_cast<int>(slice.phase),
+                   parent.exclusive_start_us() + 1e-3 * static_cast<double>(slice.offset_ns),
+                   1e-3 * static_cast<double>(slice.dur_ns));
+  }
+#else
+  (void)added;
 #endif
 }
 

@@ -54,6 +54,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,14 +83,16 @@ inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoic
 
 struct ProfilerOptions {
   Timing timing = Timing::host;
-  HoldFn hold;             // events: keeps the stream behind the host within a step; empty = none
-  int pool_pairs = 16384;  // launches read back at once (events: CUDA event pairs); then a flush
+  HoldFn hold;                         // events: keeps the stream behind the host within a step; empty = none
+  int pool_pairs = 16384;              // launches read back at once (events: CUDA event pairs); then a flush
+  uint32_t stamp_capacity = 1u << 16;  // GPU: phase stamps kept between two flushes (16 bytes each)
   size_t max_trace_launches = 2'000'000;
-  std::string device;          // where it runs, for the report
-  bool cupti_fallback = true;  // cupti: fall back to events if CUPTI fails (else throw nt::Error)
-  std::string cupti_library;   // cupti: this file instead of the search (cupti_tracer.h); "" = search
-  bool graphs = false;         // cupti: time the kernels of replayed CUDA graphs (see above)
-  int sample_every = 1;        // time one step in N (see above); 1 = every launch
+  std::string device;                // where it runs, for the report
+  bool cupti_fallback = true;        // cupti: fall back to events if CUPTI fails (else throw nt::Error)
+  std::string cupti_library;         // cupti: this file instead of the search (cupti_tracer.h); "" = search
+  bool graphs = false;               // cupti: time the kernels of replayed CUDA graphs (see above)
+  int sample_every = 1;              // time one step in N (see above); 1 = every launch
+  std::optional<Ceilings> ceilings;  // the device's measured ceilings, for the report's roofline columns
 };
 
 class KernelProfiler final : public LaunchObserver, public StepListener {
@@ -121,6 +124,7 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   void capture_begin() override;
   int capture_end() override;
   void replayed(int sequence, void* stream) override;
+  PhaseStamps phase_stamps(const char* const* names, size_t count) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -130,10 +134,13 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
     Clock::time_point t0{};  // CPU: when it began
     bool ended = false;
     bool counted = true;  // false: recorded only for the clip of the next one (sampling, lead-in)
+    uint32_t stamps = 0;  // its phase stamps' tag (0: none)
+    uint32_t stream = 0;  // CUPTI: the stream's id in the kernel records
   };
   struct Gpu;        // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
   struct Sequence {  // the launches of a captured graph
     std::vector<Launch> launches;
+    std::vector<uint32_t> stamps;        // [i]: the phase stamps' tag of launches[i] (0: none)
     uint64_t first_id = 0, last_id = 0;  // the range of their (nonzero) scope ids
   };
 
@@ -149,6 +156,7 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   void set_recording(bool on);  // cupti: records for the launches to come, or none
   void flush_events();
   void flush_cupti();
+  void read_stamps(const std::vector<size_t>& trace_index);  // after a flush's launches were added
 
   ProfilerOptions options_;
   Timing timing_ = Timing::host;
@@ -165,6 +173,13 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   Take step_take_ = Take::counted;  // of the open step
   bool skipping_launch_ = false;    // between begin() and end() of a launch that is not timed
   std::string deferred_error_;      // a failure inside step_opened/closed (noexcept), thrown at the next launch
+  // Phase stamps: the names each tag declared (tags count from 1), and the tag the next launch takes.
+  struct StampNames {
+    const char* const* names = nullptr;
+    size_t count = 0;
+  };
+  std::vector<StampNames> stamp_names_{{}};
+  uint32_t next_launch_stamps_ = 0;
 };
 
 }  // namespace nt::profile
