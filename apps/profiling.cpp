@@ -6,10 +6,40 @@
 #include <filesystem>
 
 #include "apps/command.h"
+#include "kernels/ceilings.h"
 #include "kernels/profile_delay.h"
 #include "profile/report.h"
 
 namespace nt::app {
+
+namespace {
+
+// The GPU's ceilings for the report's roofline columns: from the cache, else measured now (about a second, before the
+// profiled window opens) and cached for the next run. Without them the report still has every time, and says why the
+// shares are blank.
+std::optional<profile::Ceilings> ceilings_for(Context& ctx) {
+  if (!ctx.on_cuda()) return std::nullopt;
+  try {
+    const std::string uuid = kernels::cuda_device_uuid(ctx.device_info().index);
+    const std::string path = profile::ceilings_cache_path();
+    if (auto cached = profile::load_ceilings(path, uuid)) return cached;
+    spdlog::info(
+        "profiling: measuring this GPU's ceilings once, for the roofline columns (nanotrain devices --measure)");
+    profile::Ceilings measured = kernels::measure_ceilings(ctx.exec());
+    try {
+      profile::store_ceilings(path, measured);
+      spdlog::info("profiling: ceilings {} cached in {}", profile::describe(measured), path);
+    } catch (const Error& e) {
+      spdlog::warn("profiling: ceilings not cached: {}", e.what());
+    }
+    return measured;
+  } catch (const Error& e) {
+    spdlog::warn("profiling: no roofline columns: {}", e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
 
 void validate_profile_out(const std::string& prefix) {
   check_outputs({{"--profile-out", prefix.empty() ? "" : prefix + ".csv", prefix + ".csv, .json and .trace.json"}});
@@ -31,6 +61,7 @@ ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefi
   o.device = ctx.describe();
   o.graphs = graphs;
   o.sample_every = sample_every;
+  o.ceilings = ceilings_for(ctx);
   profiler_ = std::make_unique<profile::KernelProfiler>(std::move(o));
 }
 
@@ -64,7 +95,8 @@ void ProfileSession::finish() {
   profiler_->stop();
   ctx_.set_observer(nullptr);
   const auto& data = profiler_->data();
-  std::printf("\n%s\n%s", profile::format_table(data).c_str(), profile::format_totals(data).c_str());
+  std::printf("\n%s\n%s%s", profile::format_table(data).c_str(), profile::format_totals(data).c_str(),
+              profile::format_steps(data).c_str());
   std::fflush(stdout);
   if (!out_prefix_.empty()) {
     profile::write_files(data, out_prefix_);
