@@ -154,7 +154,8 @@ void gather_batch(const Exec& exec, const GatherBatchArgs& a) {
   const int D = src.D;
   const double values = double(B) * D;
   // Pixels read once (uint8), perm and labels entries read, x and y written; subtract and two divides.
-  profile::OpCost cost{values * (1 + 4) + B * (4.0 + 1 + 4), values * 3};
+  profile::OpCost cost{
+      .bytes = values * (1 + 4) + B * (4.0 + 1 + 4), .flops = values * 3, .overlaps_previous = overlaps_previous};
   if (src.shift > 0 || src.flip) {
     // Threads x over a row's columns (whole warps, at most 128), y over rows up to kMaxThreads in all
     // (MNIST: 32 x 8 threads, 4 blocks per image).

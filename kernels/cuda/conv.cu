@@ -717,7 +717,11 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
   a.partial_stride = a.M * a.N + rows;
   a.partial = workspace;
   NT_CHECK(plan.split == 1 || workspace != nullptr, name, ": needs a workspace (conv2d_workspace_floats)");
-  const profile::OpCost cost{.bytes = bytes, .flops = flops};
+  const bool tensor_cores = plan.tile >= Tile::mma_64x64;  // the MMA and halo tiles
+  const profile::OpCost cost{.bytes = bytes,
+                             .flops = flops,
+                             .math = tensor_cores ? profile::Math::tf32 : profile::Math::fp32,
+                             .overlaps_previous = a.overlaps_previous};
   switch (plan.tile) {
     case Tile::medium:
       launch_tile<ConvMedium, Pass>(exec, name, cost, a);
@@ -920,7 +924,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
     return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data",
-                       profile::OpCost{.bytes = bytes, .flops = flops}, halo_plan);
+                       profile::OpCost{.bytes = bytes, .flops = flops, .math = profile::Math::tf32}, halo_plan);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

@@ -759,13 +759,15 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
                        .count = static_cast<float>(count)};
   const int chunks = st.sg.parts.chunks, taps = st.cv.taps, entries = moment_entries(stem_compiled_taps(taps));
   const double pooled_reads = h.relu ? 3 : 2;  // dy, argmax (and y) per pooled output
-  const profile::OpCost reduce_cost{st.x_bytes + st.pooled * 4 * pooled_reads + double(chunks) * bn.c * (2 + taps) * 4,
-                                    st.pooled * (4.0 * taps + 3)};
+  const bool beside = exec.programmatic_launch && t.overlaps_previous;
+  const profile::OpCost reduce_cost{
+      .bytes = st.x_bytes + st.pooled * 4 * pooled_reads + double(chunks) * bn.c * (2 + taps) * 4,
+      .flops = st.pooled * (4.0 * taps + 3),
+      .overlaps_previous = beside};
   const profile::OpCost weight_cost{double(chunks) * (entries * 8 + bn.c * (2 + taps) * 4) + double(bn.c) * taps * 4,
                                     double(chunks) * entries + double(bn.c) * taps * (2.0 * taps + 8)};
-  // Beside the kernel before where that one is declared to touch only its own layer's workspace and gradients
-  // (overlaps_previous: the cnn's conv2 ends its backward with dW's split-K reduction).
-  const bool beside = exec.programmatic_launch && t.overlaps_previous;
+  // Beside the kernel before (`beside`, above) where that one is declared to touch only its own layer's workspace
+  // and gradients (overlaps_previous: the cnn's conv2 ends its backward with dW's split-K reduction).
   with_relu_taps(h.relu, taps, [&](auto relu, auto compiled) {
     constexpr bool kRelu = decltype(relu)::value;
     constexpr int Taps = decltype(compiled)::value;

@@ -532,7 +532,8 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   if (d.epilogue == Epilogue::bias || d.epilogue == Epilogue::bias_relu) bytes += 4.0 * N;
   if (d.epilogue == Epilogue::relu_mask) bytes += 4.0 * M * N;
   if (d.a_row_sums) bytes += 4.0 * M;
-  const profile::OpCost cost{bytes, 2.0 * M * N * K};
+  const profile::OpCost cost{
+      .bytes = bytes, .flops = 2.0 * M * N * K, .overlaps_previous = static_cast<bool>(d.overlaps_previous)};
 
   const dim3 grid(static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n), 1,
                   static_cast<unsigned>(plan.split_k));

@@ -132,7 +132,11 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);
-  if (exec.observer) exec.observer->end(name, stream, cost);
+  if (exec.observer) {
+    profile::OpCost told = cost;
+    told.overlaps_previous = cost.overlaps_previous && config.numAttrs > 0;
+    exec.observer->end(name, stream, told);
+  }
   if (exec.debug_sync) {
     err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, true);
