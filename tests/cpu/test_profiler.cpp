@@ -31,7 +31,7 @@ profile::Launch launch(profile::ProfileData& d, const char* kernel, const char* 
                        profile::OpCost cost = {}) {
   profile::Launch l;
   l.kernel = d.intern(kernel), l.phase = d.intern(phase), l.layer = d.intern(layer);
-  l.dur_us = dur_us;
+  l.set_bracket(0, dur_us);
   l.cost = cost;
   return l;
 }
@@ -99,8 +99,8 @@ TEST_CASE("the table has every column, rows in order, blank rates where the op r
   CHECK(!std::getline(in, extra));
   CHECK(header.find("Kernel") == 0);
   size_t at = 0;
-  for (const char* title :
-       {"Phase", "Layer", "Time %", "Total ms", "Calls", "Avg us", "Min us", "Max us", "GB/s", "GFLOP/s"}) {
+  for (const char* title : {"Phase", "Layer", "Time %", "Total ms", "Calls", "Avg us", "Span us", "Min us", "Max us",
+                            "GB/s", "BW %", "GFLOP/s", "Math", "FLOP %"}) {
     const size_t found = header.find(title, at);
     CHECK(found != std::string::npos);
     at = found;
@@ -149,7 +149,7 @@ TEST_CASE("the JSON files keep the table's precision: times to the timer's, byte
           "[cpu][profile]") {
   profile::ProfileData d;
   profile::Launch l = launch(d, "gemm", "forward", "0 linear", 12.34567891, {1e6, 3e9});
-  l.start_us = 1000.0004, l.early_us = 0.25;
+  l.start_us = 1000.0004, l.span_us = l.exclusive_us + 0.25;  // resident 0.25 us before its predecessor ended
   d.add(l);
   d.wall_us = std::nan("");  // no wall clock: null, as JSON has no NaN
   const auto json = nlohmann::json::parse(profile::to_json(d));
@@ -168,10 +168,11 @@ TEST_CASE("the JSON files keep the table's precision: times to the timer's, byte
   const auto& events = trace["traceEvents"];
   const auto kernel = std::find_if(events.begin(), events.end(), [](const auto& e) { return e["cat"] == "kernel"; });
   REQUIRE(kernel != events.end());
-  CHECK((*kernel)["ts"] == 1000.0);  // 3 decimals: microseconds to the nanosecond
-  CHECK((*kernel)["dur"] == 12.346);
+  CHECK((*kernel)["ts"] == 1000.0);  // 3 decimals: microseconds to the nanosecond; the slice is the span
+  CHECK((*kernel)["dur"] == 12.596);
   CHECK((*kernel)["args"]["bytes"] == 1000000);
-  CHECK((*kernel)["args"]["early_us"] == 0.25);
+  CHECK((*kernel)["args"]["exclusive_us"] == 12.346);
+  CHECK(r["avg_span_us"] == 12.5957);
   CHECK(trace["otherData"]["launches"] == 1);
 }
 
@@ -365,8 +366,11 @@ TEST_CASE("nanotrain profile prints the table on the CPU", "[cpu][profile][cli]"
                         test::mnist_dir());
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
-  for (const char* text : {"Kernel", "GFLOP/s", "gemm_bias_relu", "sgd_update", "eval", "kernel time", "wall clock"})
+  for (const char* text :
+       {"Kernel", "Span us", "GFLOP/s", "gemm_bias_relu", "sgd_update", "eval", "kernel time", "wall clock",
+        "train_step 3: 11 kernels | exclusive", "eval_batch 1:", "median train_step (3)"})
     CHECK(r.out.find(text) != std::string::npos);
+  CHECK(r.out.find("roofline") == std::string::npos);  // the CPU has no measured ceilings, and says nothing of them
 }
 
 // ---- CUPTI: loading, the timer flag, and matching kernel records to launches (no GPU needed) ----------
@@ -492,11 +496,17 @@ TEST_CASE("a cupti profiler without CUPTI falls back to events, or refuses when 
   }
 }
 
+namespace {
+std::vector<uint32_t> on_stream(size_t launches, uint32_t stream = 7) {
+  return std::vector<uint32_t>(launches, stream);
+}
+}  // namespace
+
 TEST_CASE("CUPTI records match launches in stream order", "[cpu][profile][cupti]") {
   SECTION("the i-th record by start time is the i-th launch, whatever order the records arrive in") {
     std::vector<profile::CuptiKernelRecord> k{kernel_record(5000, 5900), kernel_record(1000, 2000),
                                               kernel_record(6000, 6100), kernel_record(3000, 4500)};
-    const auto m = profile::match_in_stream_order(4, k);
+    const auto m = profile::match_in_stream_order(on_stream(4), k);
     REQUIRE(m.launches.size() == 4);
     CHECK(m.missing == 0);
     CHECK(m.extra == 0);
@@ -507,56 +517,88 @@ TEST_CASE("CUPTI records match launches in stream order", "[cpu][profile][cupti]
       INFO("launch " << i);
       CHECK(m.launches[i].found);
       CHECK(m.launches[i].start_ns == starts[i]);
+      CHECK(m.launches[i].exclusive_start_ns == starts[i]);
       CHECK(m.launches[i].end_ns == ends[i]);
     }
     std::reverse(k.begin(), k.end());
-    const auto again = profile::match_in_stream_order(4, k);
+    const auto again = profile::match_in_stream_order(on_stream(4), k);
     for (size_t i = 0; i < 4; ++i) CHECK(again.launches[i].start_ns == m.launches[i].start_ns);
   }
 
-  SECTION("overlap (programmatic dependent launch) is clipped to the predecessor's end") {
-    // The second kernel starts while the first still runs (its blocks wait for it): its own time begins at
-    // the first's end.
+  SECTION(
+      "overlap on a stream (programmatic dependent launch): the span is kept, the exclusive time starts at the "
+      "predecessor's end") {
     const std::vector<profile::CuptiKernelRecord> k{kernel_record(1000, 2000), kernel_record(1500, 2600),
                                                     kernel_record(2650, 3000), kernel_record(2900, 3100)};
-    const auto m = profile::match_in_stream_order(4, k);
+    const auto m = profile::match_in_stream_order(on_stream(4), k);
     CHECK(m.missing == 0);
-    CHECK(m.launches[1].start_ns == 2000);
+    CHECK(m.launches[1].start_ns == 1500);  // the span: as the GPU recorded it
+    CHECK(m.launches[1].exclusive_start_ns == 2000);
     CHECK(m.launches[1].end_ns == 2600);
-    CHECK(m.launches[2].start_ns == 2650);  // a gap: untouched
-    CHECK(m.launches[3].start_ns == 3000);
+    CHECK(m.launches[2].exclusive_start_ns == 2650);  // a gap: untouched
+    CHECK(m.launches[3].exclusive_start_ns == 3000);
     CHECK(m.clipped == 2);
-    uint64_t sum = 0;
-    for (const auto& l : m.launches) sum += l.end_ns - l.start_ns;
-    CHECK(sum == 1000 + 600 + 350 + 100);  // never more than the stream was busy
+    uint64_t exclusive = 0;
+    for (const auto& l : m.launches) exclusive += l.end_ns - l.exclusive_start_ns;
+    CHECK(exclusive == 1000 + 600 + 350 + 100);  // never more than the stream was busy
   }
 
-  SECTION("nothing is guessed: a missing or extra record, or a second stream, matches no launch") {
-    const auto short_by_one = profile::match_in_stream_order(3, {kernel_record(1000, 2000), kernel_record(3000, 4000)});
+  SECTION("two streams: each matched in its own order; overlap across streams is not clipped") {
+    // Launches alternate between streams 3 and 4; the kernels of the two streams run at the same time.
+    const std::vector<uint32_t> streams{3, 4, 3, 4};
+    const std::vector<profile::CuptiKernelRecord> k{kernel_record(2000, 2500, 3), kernel_record(1000, 1900, 4),
+                                                    kernel_record(1000, 1800, 3), kernel_record(2000, 2600, 4)};
+    const auto m = profile::match_in_stream_order(streams, k);
+    CHECK(m.missing == 0);
+    CHECK(m.streams == 2);
+    CHECK(m.clipped == 0);
+    CHECK(m.launches[0].start_ns == 1000);
+    CHECK(m.launches[0].end_ns == 1800);
+    CHECK(m.launches[1].start_ns == 1000);  // beside launch 0, on the other stream: its exclusive time is its span
+    CHECK(m.launches[1].exclusive_start_ns == 1000);
+    CHECK(m.launches[2].start_ns == 2000);
+    CHECK(m.launches[3].end_ns == 2600);
+  }
+
+  SECTION("nothing is guessed: a stream with a missing or extra record matches none of its launches") {
+    const auto short_by_one =
+        profile::match_in_stream_order(on_stream(3), {kernel_record(1000, 2000), kernel_record(3000, 4000)});
     CHECK(short_by_one.missing == 3);
     CHECK(short_by_one.extra == 0);
     for (const auto& l : short_by_one.launches) CHECK_FALSE(l.found);
 
-    const auto one_extra = profile::match_in_stream_order(1, {kernel_record(1000, 2000), kernel_record(3000, 4000)});
+    const auto one_extra =
+        profile::match_in_stream_order(on_stream(1), {kernel_record(1000, 2000), kernel_record(3000, 4000)});
     CHECK(one_extra.missing == 1);
     CHECK(one_extra.extra == 1);
 
-    const auto two_streams =
-        profile::match_in_stream_order(2, {kernel_record(1000, 2000), kernel_record(1200, 1800, /*stream=*/9)});
-    CHECK(two_streams.missing == 2);
-    CHECK(two_streams.streams == 2);
+    // Stream 9 has one launch too few records; stream 7 still matches.
+    const auto mixed = profile::match_in_stream_order(
+        std::vector<uint32_t>{7, 9, 9}, {kernel_record(1000, 2000), kernel_record(1200, 1800, /*stream=*/9)});
+    CHECK(mixed.missing == 2);
+    CHECK(mixed.launches[0].found);
+    CHECK_FALSE(mixed.launches[1].found);
+    CHECK(mixed.streams == 2);
+  }
+
+  SECTION("kernels on a stream nobody launched on (another library's) are counted, not matched") {
+    const auto m = profile::match_in_stream_order(
+        on_stream(1), {kernel_record(1000, 2000), kernel_record(1200, 1800, 11), kernel_record(3000, 3100, 11)});
+    CHECK(m.missing == 0);
+    CHECK(m.extra == 2);
+    CHECK(m.launches[0].end_ns == 2000);
   }
 
   SECTION("records without timestamps are ignored") {
-    const auto m =
-        profile::match_in_stream_order(1, {kernel_record(1000, 2000), kernel_record(0, 0), kernel_record(900, 800)});
+    const auto m = profile::match_in_stream_order(
+        on_stream(1), {kernel_record(1000, 2000), kernel_record(0, 0), kernel_record(900, 800)});
     CHECK(m.invalid == 2);
     CHECK(m.missing == 0);
     CHECK(m.launches[0].start_ns == 1000);
   }
 
   SECTION("an empty batch") {
-    const auto m = profile::match_in_stream_order(0, {});
+    const auto m = profile::match_in_stream_order({}, {});
     CHECK(m.launches.empty());
     CHECK(m.missing == 0);
   }

@@ -93,13 +93,15 @@ void check_launches(const ProfiledRun& run) {
     CHECK(r.min_us > 0);
     CHECK(r.max_us < 10'000);  // 10 ms: no mlp kernel at batch 64 comes near; a hold counted as kernel time would
   }
-  // One stream runs them one after another: each launch starts after the previous one has ended (the
-  // events' resolution is about 0.5 us; CUPTI's records are clipped to their predecessor's end, so exact).
+  // One stream runs them one after another: each launch's exclusive time starts after the previous one has
+  // ended (the events' resolution is about 0.5 us; CUPTI's exclusive starts are clipped to their predecessor's end,
+  // so exact), and its span holds its exclusive time.
   const auto& launches = d.launches();
   const double slack_us = d.timer == "cupti" ? 1e-3 : 1.0;
   for (size_t i = 1; i < launches.size(); ++i) {
     INFO("launch " << i);
-    CHECK(launches[i].start_us >= launches[i - 1].start_us + launches[i - 1].dur_us - slack_us);
+    CHECK(launches[i].exclusive_start_us() >= launches[i - 1].end_us() - slack_us);
+    CHECK(launches[i].span_us >= launches[i].exclusive_us);
   }
   CHECK(d.kernel_us() <= d.wall_us);
 }
@@ -158,7 +160,7 @@ TEST_CASE("CUPTI timer: every kernel under its phase and layer from the GPU's ow
   // No hold with CUPTI, so no timeout can be waited for; CUPTI's own set-up on the first launches after it is
   // enabled may take a while, hence a looser bound than the events timer's.
   CHECK(run.data.wall_us < 1'000'000);
-  for (const auto& l : run.data.launches()) CHECK(l.dur_us > 0);
+  for (const auto& l : run.data.launches()) CHECK(l.exclusive_us > 0);
   for (const auto& r : run.data.rows()) {
     INFO(r.kernel << " | " << r.phase << " | " << r.layer);
     CHECK(r.max_us < 1'000);  // an mlp kernel at batch 64 takes microseconds

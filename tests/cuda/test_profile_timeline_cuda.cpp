@@ -1,0 +1,160 @@
+// The profiler's timeline on the GPU: two kernels made to overlap on two streams show their real overlap in CUPTI's
+// concurrent-kernel records, checked against CUDA events recorded around them; and a kernel's phase stamps come back
+// as child rows and slices whose lengths are the ones it spun for and whose sum is its own time.
+#include "test_support.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <cuda_runtime.h>
+
+#include "kernels/runtime.h"
+#include "profile/kernel_profiler.h"
+#include "profile/report.h"
+#include "tests/cuda/timeline_kernels.h"
+
+using namespace nt;
+
+namespace {
+
+// An execution handle on a stream of its own, without debug-sync (which would synchronize after every launch and
+// forbid any overlap).
+struct StreamExec {
+  StreamExec() {
+    exec.backend = kernels::Backend::cuda;
+    exec.stream = kernels::create_stream();
+  }
+  ~StreamExec() {
+    kernels::synchronize(exec);
+    kernels::destroy_stream(exec.stream);
+  }
+  kernels::Exec exec;
+};
+
+profile::ProfilerOptions timer_options(profile::Timing timing) {
+  profile::ProfilerOptions o;
+  o.timing = timing;
+  o.cupti_fallback = false;
+  o.device = "cuda";
+  o.graphs = timing == profile::Timing::cupti;  // time the kernels of replayed graphs too
+  return o;
+}
+
+// Microseconds between two recorded events.
+double us_between(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  REQUIRE(cudaEventElapsedTime(&ms, a, b) == cudaSuccess);
+  return 1e3 * static_cast<double>(ms);
+}
+
+}  // namespace
+
+TEST_CASE("two kernels on two streams: CUPTI's records show the overlap that events around them see",
+          "[cuda][profile][cupti]") {
+  StreamExec first, second;
+  // Warm-up: the kernel's module is loaded before anything is timed.
+  test::launch_spin(first.exec, "spin_a", 1);
+  kernels::synchronize(first.exec);
+
+  std::array<cudaEvent_t, 4> events{};
+  for (auto& e : events) REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  const auto a_stream = static_cast<cudaStream_t>(first.exec.stream);
+  const auto b_stream = static_cast<cudaStream_t>(second.exec.stream);
+
+  profile::KernelProfiler profiler(timer_options(profile::Timing::cupti));
+  first.exec.observer = second.exec.observer = &profiler;
+  profiler.start();
+  constexpr int kSpinUs = 200;
+  REQUIRE(cudaEventRecord(events[0], a_stream) == cudaSuccess);
+  test::launch_spin(first.exec, "spin_a", kSpinUs);
+  REQUIRE(cudaEventRecord(events[1], a_stream) == cudaSuccess);
+  REQUIRE(cudaEventRecord(events[2], b_stream) == cudaSuccess);
+  test::launch_spin(second.exec, "spin_b", kSpinUs);
+  REQUIRE(cudaEventRecord(events[3], b_stream) == cudaSuccess);
+  profiler.stop();
+  first.exec.observer = second.exec.observer = nullptr;
+
+  // By events: a's bracket [0, 1], b's [2, 3], both against a's start.
+  const double a_end = us_between(events[0], events[1]);
+  const double b_start = us_between(events[0], events[2]), b_end = us_between(events[0], events[3]);
+  const double events_overlap = std::min(a_end, b_end) - std::max(0.0, b_start);
+  for (auto e : events) cudaEventDestroy(e);
+
+  const auto& d = profiler.data();
+  REQUIRE(d.launches_without_record == 0);
+  REQUIRE(d.launches().size() == 2);
+  const auto& a = d.launches()[0];
+  const auto& b = d.launches()[1];
+  CHECK(a.stream != b.stream);
+  // Alone on its stream, each kernel's exclusive time is its span.
+  CHECK(a.exclusive_us == a.span_us);
+  CHECK(b.exclusive_us == b.span_us);
+  CHECK(a.span_us >= kSpinUs);
+  const double cupti_overlap = std::min(a.end_us(), b.end_us()) - std::max(a.start_us, b.start_us);
+  INFO("overlap: cupti " << cupti_overlap << " us, events " << events_overlap << " us; a [" << a.start_us << ", "
+                         << a.end_us() << "], b [" << b.start_us << ", " << b.end_us() << "]");
+  CHECK(cupti_overlap > 0.75 * kSpinUs);  // launched back to back: they ran side by side for most of their length
+  // Events bracket a kernel by about 2 us at each end (docs/profiler.md, Fidelity): the two overlaps agree to that.
+  CHECK(std::abs(cupti_overlap - events_overlap) < 8.0);
+
+  // The step-free launches sit on separate tracks of the trace, one per stream.
+  const std::string trace = profile::to_trace_json(d);
+  CHECK(trace.find("\"stream 1\"") != std::string::npos);
+}
+
+TEST_CASE("phase stamps: a kernel's phases come back as child rows whose lengths it spun for, inside its own time",
+          "[cuda][profile]") {
+  StreamExec s;
+  const std::array<int, 3> phases{20, 40, 10};
+  test::launch_phased_spin(s.exec, phases.data(),
+                           static_cast<int>(phases.size()));  // warm-up, no observer: its stamps go nowhere
+  kernels::synchronize(s.exec);
+
+  for (const auto timing : {profile::Timing::cupti, profile::Timing::cuda_events}) {
+    INFO("timer " << profile::timing_name(timing));
+    profile::KernelProfiler profiler(timer_options(timing));
+    s.exec.observer = &profiler;
+    profiler.start();
+    test::launch_phased_spin(s.exec, phases.data(), static_cast<int>(phases.size()));
+    test::launch_phased_spin(s.exec, phases.data(), static_cast<int>(phases.size()));
+    // Replayed from a graph: the captured launch keeps its tag, and each replay's stamps are its own.
+    kernels::Graph graph;
+    if (timing == profile::Timing::cupti) {
+      graph = kernels::Graph::capture(
+          s.exec, [&] { test::launch_phased_spin(s.exec, phases.data(), static_cast<int>(phases.size())); });
+      graph.launch(s.exec);
+      graph.launch(s.exec);
+    }
+    profiler.stop();
+    s.exec.observer = nullptr;
+
+    const auto& d = profiler.data();
+    const int launches = timing == profile::Timing::cupti ? 4 : 2;
+    CHECK(d.stamps_lost == 0);
+    REQUIRE(d.launches().size() == static_cast<size_t>(launches));
+    const auto rows = d.rows();
+    REQUIRE(rows.size() == 4);  // the kernel, then its three phases in their declared order
+    CHECK(rows[0].kernel == "phased_spin");
+    for (size_t k = 0; k < phases.size(); ++k) {
+      const auto& r = rows[k + 1];
+      INFO(r.part << ": " << r.avg_us() << " us");
+      CHECK(r.part == "phase " + std::to_string(k));
+      CHECK(r.calls == launches);
+      // %globaltimer measured the spin and the stamps alike: a phase is its spin and the few instructions of a mark.
+      CHECK(r.min_us >= phases[k] - 0.05);
+      CHECK(r.max_us < phases[k] + 2.0);
+    }
+    // The phases add up to the kernel's own time, less its start-up before the first mark and after the last.
+    const double phases_sum = rows[1].avg_us() + rows[2].avg_us() + rows[3].avg_us();
+    INFO("phases " << phases_sum << " us, kernel " << rows[0].avg_us() << " us");
+    CHECK(phases_sum <= rows[0].avg_us() + 0.5);
+    CHECK(phases_sum >= rows[0].avg_us() - (timing == profile::Timing::cupti ? 3.0 : 6.0));
+    // In the trace, each phase slice lies inside its kernel's.
+    CHECK(d.parts().size() == static_cast<size_t>(3 * launches));
+    for (const auto& p : d.parts()) {
+      const auto& parent = d.launches()[p.launch];
+      CHECK(p.start_us >= parent.exclusive_start_us() - 1e-6);
+    }
+  }
+}

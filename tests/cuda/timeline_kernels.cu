@@ -1,0 +1,58 @@
+#include "tests/cuda/timeline_kernels.h"
+
+#include "core/error.h"
+#include "kernels/cuda/global_timer.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "profile/launch_observer.h"
+
+namespace nt::test {
+
+namespace {
+
+using kernels::cuda::global_timer_ns;
+
+__device__ void spin_for(uint64_t ns) {
+  const uint64_t t0 = global_timer_ns();
+  while (global_timer_ns() - t0 < ns) {
+  }
+}
+
+__global__ void spin_kernel(int micros) {
+  kernels::cuda::begin_dependent_kernel();
+  if (threadIdx.x == 0) spin_for(uint64_t(micros) * 1000);
+}
+
+constexpr int kMaxPhases = 4;
+struct PhaseMicros {
+  int n;
+  int micros[kMaxPhases];
+};
+
+__global__ void phased_spin_kernel(PhaseMicros phases, profile::PhaseStamps stamps) {
+  kernels::cuda::begin_dependent_kernel();
+  if (threadIdx.x != 0) return;
+  for (int k = 0; k < phases.n; ++k) {
+    stamps.mark(static_cast<uint32_t>(k));
+    spin_for(uint64_t(phases.micros[k]) * 1000);
+  }
+  stamps.end();
+}
+
+constexpr const char* kPhaseNames[kMaxPhases] = {"phase 0", "phase 1", "phase 2", "phase 3"};
+
+}  // namespace
+
+void launch_spin(const kernels::Exec& exec, const char* name, int micros) {
+  kernels::cuda::launch(exec, name, profile::OpCost{}, spin_kernel, dim3(1), dim3(32), 0, micros);
+}
+
+void launch_phased_spin(const kernels::Exec& exec, const int* phase_micros, int count) {
+  NT_CHECK(count >= 1 && count <= kMaxPhases, "launch_phased_spin: 1 to ", kMaxPhases, " phases");
+  PhaseMicros phases{count, {}};
+  for (int k = 0; k < count; ++k) phases.micros[k] = phase_micros[k];
+  const auto stamps = profile::phase_stamps_for(exec.observer, kPhaseNames, static_cast<size_t>(count));
+  kernels::cuda::launch(exec, "phased_spin", profile::OpCost{}, phased_spin_kernel, dim3(1), dim3(32), 0, phases,
+                        stamps);
+}
+
+}  // namespace nt::test
