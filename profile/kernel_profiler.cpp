@@ -227,13 +227,18 @@ double KernelProfiler::host_us(Clock::time_point t) const {
 
 // ---- launches --------------------------------------------------------------------------------------
 
+int KernelProfiler::scope_name(ScopeName& cache, const ScopeInfo& scope) {
+  if (scope.id == 0 || scope.id != cache.id) cache = {scope.id, data_.intern(scope.name ? scope.name : "")};
+  return cache.name;
+}
+
 Launch KernelProfiler::describe(const char* kernel) {
   const ScopeInfo step = current_step(), phase = current_phase(), layer = current_layer();
   Launch l;
   l.kernel = data_.intern(kernel);
-  l.step = data_.intern(step.name ? step.name : ""), l.step_id = step.id;
-  l.phase = data_.intern(phase.name ? phase.name : ""), l.phase_id = phase.id;
-  l.layer = data_.intern(layer.name ? layer.name : ""), l.layer_id = layer.id;
+  l.step = scope_name(step_name_, step), l.step_id = step.id;
+  l.phase = scope_name(phase_name_, phase), l.phase_id = phase.id;
+  l.layer = scope_name(layer_name_, layer), l.layer_id = layer.id;
   return l;
 }
 

@@ -145,6 +145,13 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   };
 
   Launch describe(const char* kernel);
+  // A scope's name, interned once per opening of the scope (its id), not once per launch: the launches of an eager
+  // step pay the host for every lookup, and a layer's launches share one opening.
+  struct ScopeName {
+    uint64_t id = 0;
+    int name = kNoName;
+  };
+  int scope_name(ScopeName& cache, const ScopeInfo& scope);
   double host_us(Clock::time_point t) const;
   void open_gate() noexcept;
   void synchronize();
@@ -165,6 +172,7 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   std::unique_ptr<Gpu> gpu_;
   std::vector<Open> open_;  // CPU: a stack; GPU: every launch since the last flush, in order
   std::vector<Sequence> sequences_;
+  ScopeName step_name_, phase_name_, layer_name_;
   int capturing_ = -1;  // the sequence being captured, or -1
   bool started_ = false, running_ = false, stopped_ = false;
   Clock::time_point origin_{}, window_start_{};

@@ -23,8 +23,9 @@ struct OpCost {
   double flops = 0;  // floating-point operations (a fused multiply-add counts 2)
   Math math = Math::fp32;
   // Declared by the op: the kernel runs beside its stream predecessor instead of after it (launch.cuh,
-  // begin_overlapping_kernel). Its exclusive time is then how far it extends the stream, not its length; the report
-  // marks its row. The launch path clears it when the launch is not programmatic, and nothing overlaps.
+  // begin_overlapping_kernel), or does part of its work before its wait (the stem's staging). Its exclusive time is
+  // then how far it extends the stream, not its length; the report marks its row. The launch path clears it when the
+  // launch is not programmatic, and nothing overlaps.
   bool overlaps_previous = false;
 };
 

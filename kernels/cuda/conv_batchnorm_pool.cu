@@ -656,7 +656,9 @@ void with_relu_taps(bool relu, int taps, const F& f) {
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
                       const double* moments, int32_t* argmax) {
-  const profile::OpCost cost{st.x_bytes + st.pooled * 8, st.values * (2.0 * st.cv.taps + 4)};
+  // Training: the blocks stage x and w before their wait (enter_stem_block), beside the predecessor's tail.
+  const profile::OpCost cost{
+      .bytes = st.x_bytes + st.pooled * 8, .flops = st.values * (2.0 * st.cv.taps + 4), .overlaps_previous = kTrain};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
     launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value>,
            stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax);

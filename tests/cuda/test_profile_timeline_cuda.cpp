@@ -65,7 +65,13 @@ TEST_CASE("two kernels on two streams: CUPTI's records show the overlap that eve
   profile::KernelProfiler profiler(timer_options(profile::Timing::cupti));
   first.exec.observer = second.exec.observer = &profiler;
   profiler.start();
-  constexpr int kSpinUs = 200;
+  // The profiler meets each stream once first (a short kernel on each, waited for): what that costs the host once per
+  // stream (CUPTI's id for it) must not fall between the two measured launches.
+  test::launch_spin(first.exec, "lead_in", 1);
+  test::launch_spin(second.exec, "lead_in", 1);
+  kernels::synchronize(first.exec);
+  kernels::synchronize(second.exec);
+  constexpr int kSpinUs = 1000;
   REQUIRE(cudaEventRecord(events[0], a_stream) == cudaSuccess);
   test::launch_spin(first.exec, "spin_a", kSpinUs);
   REQUIRE(cudaEventRecord(events[1], a_stream) == cudaSuccess);
@@ -83,9 +89,9 @@ TEST_CASE("two kernels on two streams: CUPTI's records show the overlap that eve
 
   const auto& d = profiler.data();
   REQUIRE(d.launches_without_record == 0);
-  REQUIRE(d.launches().size() == 2);
-  const auto& a = d.launches()[0];
-  const auto& b = d.launches()[1];
+  REQUIRE(d.launches().size() == 4);
+  const auto& a = d.launches()[2];
+  const auto& b = d.launches()[3];
   CHECK(a.stream != b.stream);
   // Alone on its stream, each kernel's exclusive time is its span.
   CHECK(a.exclusive_us == a.span_us);
@@ -94,7 +100,7 @@ TEST_CASE("two kernels on two streams: CUPTI's records show the overlap that eve
   const double cupti_overlap = std::min(a.end_us(), b.end_us()) - std::max(a.start_us, b.start_us);
   INFO("overlap: cupti " << cupti_overlap << " us, events " << events_overlap << " us; a [" << a.start_us << ", "
                          << a.end_us() << "], b [" << b.start_us << ", " << b.end_us() << "]");
-  CHECK(cupti_overlap > 0.75 * kSpinUs);  // launched back to back: they ran side by side for most of their length
+  CHECK(cupti_overlap > 0.9 * kSpinUs);  // launched back to back: they ran side by side for most of their length
   // Events bracket a kernel by about 2 us at each end (docs/profiler.md, Fidelity): the two overlaps agree to that.
   CHECK(std::abs(cupti_overlap - events_overlap) < 8.0);
 
@@ -145,11 +151,13 @@ TEST_CASE("phase stamps: a kernel's phases come back as child rows whose lengths
       CHECK(r.min_us >= phases[k] - 0.05);
       CHECK(r.max_us < phases[k] + 2.0);
     }
-    // The phases add up to the kernel's own time, less its start-up before the first mark and after the last.
+    // The phases add up to the kernel's own time, less its start-up before the first mark and after the last. (An
+    // event pair, without the hold here, also brackets the host's launch after its start event: only the first
+    // bound holds for it.)
     const double phases_sum = rows[1].avg_us() + rows[2].avg_us() + rows[3].avg_us();
     INFO("phases " << phases_sum << " us, kernel " << rows[0].avg_us() << " us");
     CHECK(phases_sum <= rows[0].avg_us() + 0.5);
-    CHECK(phases_sum >= rows[0].avg_us() - (timing == profile::Timing::cupti ? 3.0 : 6.0));
+    if (timing == profile::Timing::cupti) CHECK(phases_sum >= rows[0].avg_us() - 3.0);
     // In the trace, each phase slice lies inside its kernel's.
     CHECK(d.parts().size() == static_cast<size_t>(3 * launches));
     for (const auto& p : d.parts()) {
