@@ -306,22 +306,33 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   s.free_buffers.pop_back();
 }
 
+// Off the launching thread's path: the records are read without the lock that buffer_requested takes (CUPTI may ask
+// for a buffer on the thread that launches kernels), and the lock is held only to hand them over.
 void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size, size_t valid) {
   CuptiTracer::State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
   if (!buffer) return;
-  if (s.api && s.open) {
+  const CuptiApi* api = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.open) api = s.api;  // the library stays loaded for the process (see the top of this file)
+  }
+  thread_local std::vector<CuptiKernelRecord> parsed;  // CUPTI's worker thread: grows to a buffer's records once
+  parsed.clear();
+  size_t dropped = 0;
+  if (api) {
     CUpti_Activity* record = nullptr;
-    while (s.api->next_record(buffer, valid, &record) == CUPTI_SUCCESS) {
+    while (api->next_record(buffer, valid, &record) == CUPTI_SUCCESS)
       if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
         const auto* k = reinterpret_cast<const KernelRecord*>(record);
-        s.pending.push_back({k->streamId, k->start, k->end});
-        ++s.kernels;
+        parsed.push_back({k->streamId, k->start, k->end});
       }
-    }
-    size_t dropped = 0;
-    if (s.api->dropped_records(context, stream_id, &dropped) == CUPTI_SUCCESS)
-      s.dropped += static_cast<int64_t>(dropped);
+    if (api->dropped_records(context, stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (api && s.open) {
+    s.pending.insert(s.pending.end(), parsed.begin(), parsed.end());
+    s.kernels += static_cast<int64_t>(parsed.size());
+    s.dropped += static_cast<int64_t>(dropped);
   }
   if (size == s.buffer_bytes)
     s.free_buffers.push_back(buffer);

@@ -101,8 +101,11 @@ TEST_CASE("two kernels on two streams: CUPTI's records show the overlap that eve
   INFO("overlap: cupti " << cupti_overlap << " us, events " << events_overlap << " us; a [" << a.start_us << ", "
                          << a.end_us() << "], b [" << b.start_us << ", " << b.end_us() << "]");
   CHECK(cupti_overlap > 0.9 * kSpinUs);  // launched back to back: they ran side by side for most of their length
-  // Events bracket a kernel by about 2 us at each end (docs/profiler.md, Fidelity): the two overlaps agree to that.
-  CHECK(std::abs(cupti_overlap - events_overlap) < 8.0);
+  // An event pair contains its kernel, and more: a start event fires when the stream reaches it, before the host has
+  // even submitted the kernel behind it (docs/profiler.md, Fidelity). So the brackets overlap at least as much as the
+  // kernels do, and more by about the host's launch time for b (microseconds; 13 us seen on an H100).
+  CHECK(cupti_overlap <= events_overlap + 2.0);
+  CHECK(cupti_overlap >= events_overlap - 30.0);
 
   // The step-free launches sit on separate tracks of the trace, one per stream.
   const std::string trace = profile::to_trace_json(d);
