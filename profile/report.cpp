@@ -334,9 +334,10 @@ std::string format_steps(const ProfileData& d, size_t max_lines) {
     }
     const double memory_us = floor_us(f.bytes, copy_ceiling(d.ceilings));
     const double floor = std::max(compute_us, memory_us);
-    out += "floor of a " + f.name + ": " + compute + fmt("%.2f", f.bytes / 1e6) + " MB in " + fmt("%.2f", memory_us) +
-           " us at " + fmt("%.0f", copy_ceiling(d.ceilings)) + " GB/s | floor " + fmt("%.2f", floor) + " us (" +
-           (compute_us >= memory_us ? "compute" : "memory") + ") against " + fmt("%.2f", f.median_wall_us) +
+    out += "floor of each " + f.name + ": " + compute + fmt("%.2f", f.bytes / 1e6) + " MB in " +
+           fmt("%.2f", memory_us) + " us at " + fmt("%.0f", copy_ceiling(d.ceilings)) + " GB/s | floor " +
+           fmt("%.2f", floor) + " us (" + (compute_us >= memory_us ? "compute" : "memory") + ") against " +
+           fmt("%.2f", f.median_wall_us) +
            " us wall: " + (floor > 0 ? fmt("%.1f", f.median_wall_us / floor) + "x" : std::string("-")) +
            "; each kernel at its own roof, one after another: " + fmt("%.2f", f.own_roofs_us) + " us\n";
   }
