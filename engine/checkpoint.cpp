@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/json_kind.h"
 #include "kernels/runtime.h"
 
 namespace nt {
@@ -43,28 +44,6 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // Members in document order: tensors() lists the header's tensors as the file does.
 using Json = nlohmann::ordered_json;
-
-// How a message names a value's kind ("the header is an array, expected a JSON object").
-const char* kind_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-    case Json::value_t::number_float:
-      return "a number";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    default:
-      return "?";
-  }
-}
 
 // nlohmann's message without its prefixes and the token it quotes: "[json.exception.parse_error.101] parse error at
 // line 1, column 6: syntax error ... - unexpected '['; expected ':'; last read: '...'" becomes "syntax error ... -
@@ -212,7 +191,7 @@ class TensorEntryReader {
   TensorEntryReader(const std::string& path, const std::string& name) : path_(path), name_(name) {}
 
   SafetensorsTensor read(const Json& entry, uint64_t data_bytes) const {
-    if (!entry.is_object()) fail(cat("its entry is ", kind_name(entry), ", expected an object"));
+    if (!entry.is_object()) fail(cat("its entry is ", json_kind_name(entry), ", expected an object"));
     const Json* dtype = nullptr;
     const Json* shape = nullptr;
     const Json* offsets = nullptr;
@@ -241,7 +220,7 @@ class TensorEntryReader {
     for (const auto& d : *shape) {
       uint64_t dim = 0;
       if (!to_uint(d, uint64_t(std::numeric_limits<int64_t>::max()), &dim))
-        fail(cat("\"shape\" holds ", d.is_number() ? "'" + d.dump() + "'" : kind_name(d),
+        fail(cat("\"shape\" holds ", d.is_number() ? "'" + d.dump() + "'" : json_kind_name(d),
                  ", expected non-negative integers"));
       if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim / element) fail("\"shape\" is too large");
       numel *= dim;
@@ -346,7 +325,7 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
   const std::string_view header(reinterpret_cast<const char*>(header_text.data()), header_bytes);
   const Json root = parse_header(path, header);
   if (!root.is_object())
-    throw Error(cat("checkpoint ", quoted(path), ": the header is ", kind_name(root), ", expected a JSON object"));
+    throw Error(cat("checkpoint ", quoted(path), ": the header is ", json_kind_name(root), ", expected a JSON object"));
 
   SafetensorsFile f;
   f.path_ = path;
@@ -357,11 +336,11 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
     if (name == "__metadata__") {
       if (!entry.is_object())
         throw Error(
-            cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", kind_name(entry), ", expected an object"));
+            cat("checkpoint ", quoted(path), ": \"__metadata__\" is ", json_kind_name(entry), ", expected an object"));
       for (auto it = entry.begin(); it != entry.end(); ++it) {
         if (!it.value().is_string())
-          throw Error(cat("checkpoint ", quoted(path), ": metadata ", quoted(it.key()), " is ", kind_name(it.value()),
-                          ", expected a string"));
+          throw Error(cat("checkpoint ", quoted(path), ": metadata ", quoted(it.key()), " is ",
+                          json_kind_name(it.value()), ", expected a string"));
         f.metadata_[it.key()] = it.value().get<std::string>();
       }
       continue;

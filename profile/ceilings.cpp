@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_kind.h"
 
 namespace nt::profile {
 
@@ -41,27 +42,6 @@ std::string reason(const nlohmann::json::exception& e) {
   return what;
 }
 
-const char* kind_name(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-    case Json::value_t::number_float:
-      return "a number";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    default:
-      return "?";
-  }
-}
-
 // The file's text; nullopt when there is no file.
 std::optional<std::string> read_text(const std::string& path) {
   std::error_code ec;
@@ -81,14 +61,14 @@ std::optional<std::string> read_text(const std::string& path) {
 std::string string_field(const std::string& path, const std::string& where, const Json& entry, const char* name) {
   const auto it = entry.find(name);
   if (it == entry.end()) throw bad_file(path, cat(where, " has no \"", name, "\""));
-  if (!it->is_string()) throw bad_file(path, cat(where, ".", name, " is ", kind_name(*it), ", expected a string"));
+  if (!it->is_string()) throw bad_file(path, cat(where, ".", name, " is ", json_kind_name(*it), ", expected a string"));
   return it->get<std::string>();
 }
 
 double rate_field(const std::string& path, const std::string& where, const Json& entry, const char* name) {
   const auto it = entry.find(name);
   if (it == entry.end()) throw bad_file(path, cat(where, " has no \"", name, "\""));
-  if (!it->is_number()) throw bad_file(path, cat(where, ".", name, " is ", kind_name(*it), ", expected a number"));
+  if (!it->is_number()) throw bad_file(path, cat(where, ".", name, " is ", json_kind_name(*it), ", expected a number"));
   const double v = it->get<double>();
   if (!std::isfinite(v) || v < 0) throw bad_file(path, cat(where, ".", name, " is ", v, ", expected a rate >= 0"));
   return v;
@@ -96,7 +76,7 @@ double rate_field(const std::string& path, const std::string& where, const Json&
 
 Ceilings from_json(const std::string& path, const std::string& key, const Json& entry) {
   const std::string where = cat("devices.", key);
-  if (!entry.is_object()) throw bad_file(path, cat(where, " is ", kind_name(entry), ", expected an object"));
+  if (!entry.is_object()) throw bad_file(path, cat(where, " is ", json_kind_name(entry), ", expected an object"));
   Ceilings c;
   c.uuid = string_field(path, where, entry, "uuid");
   if (c.uuid != key) throw bad_file(path, cat(where, ".uuid is '", c.uuid, "', expected its key"));
@@ -132,14 +112,15 @@ std::map<std::string, Ceilings> read_cache(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw bad_file(path, cat("not valid JSON: ", reason(e)));
   }
-  if (!root.is_object()) throw bad_file(path, cat("the document is ", kind_name(root), ", expected an object"));
+  if (!root.is_object()) throw bad_file(path, cat("the document is ", json_kind_name(root), ", expected an object"));
   const auto version = root.find("version");
   if (version == root.end()) throw bad_file(path, "no \"version\"");
   if (!version->is_number_integer() || version->get<int64_t>() != kVersion)
     throw bad_file(path, cat("version ", version->dump(), ", this build reads version ", kVersion));
   const auto devices = root.find("devices");
   if (devices == root.end()) throw bad_file(path, "no \"devices\"");
-  if (!devices->is_object()) throw bad_file(path, cat("\"devices\" is ", kind_name(*devices), ", expected an object"));
+  if (!devices->is_object())
+    throw bad_file(path, cat("\"devices\" is ", json_kind_name(*devices), ", expected an object"));
   for (const auto& [key, entry] : devices->items()) out.emplace(key, from_json(path, key, entry));
   return out;
 }

@@ -133,6 +133,28 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&d)[4], const uint32_t (
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// The timed loop of both MMA kernels: kMmaAccumulators independent accumulators (accumulator i starts at i), each
+// multiplied `iterations` times by the same fragments, then every element summed into this thread's out.
+template <class Mma>
+__device__ __forceinline__ void mma_loop(const uint32_t (&a)[4], const uint32_t (&b)[2], int iterations, float* out,
+                                         Mma mma) {
+  float acc[kMmaAccumulators][4];
+#pragma unroll
+  for (int i = 0; i < kMmaAccumulators; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = static_cast<float>(i);
+#pragma unroll 4
+  for (int it = 0; it < iterations; ++it)
+#pragma unroll
+    for (int i = 0; i < kMmaAccumulators; ++i) mma(acc[i], a, b);
+  float sum = 0;
+#pragma unroll
+  for (int i = 0; i < kMmaAccumulators; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sum += acc[i][e];
+  out[blockIdx.x * kBlock + threadIdx.x] = sum;
+}
 #endif
 
 // out: (grid·block) floats, = the sum of each thread's accumulator elements, accumulator by accumulator.
@@ -145,21 +167,8 @@ __global__ void __launch_bounds__(kBlock) ceiling_tf32_mma_kernel(float* out, in
   const uint32_t a[4] = {mma_tf32::to_tf32(mma_a(g, t)), mma_tf32::to_tf32(mma_a(g + 8, t)),
                          mma_tf32::to_tf32(mma_a(g, t + 4)), mma_tf32::to_tf32(mma_a(g + 8, t + 4))};
   const uint32_t b[2] = {mma_tf32::to_tf32(mma_b(t, g)), mma_tf32::to_tf32(mma_b(t + 4, g))};
-  float acc[kMmaAccumulators][4];
-#pragma unroll
-  for (int i = 0; i < kMmaAccumulators; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = static_cast<float>(i);
-#pragma unroll 4
-  for (int it = 0; it < iterations; ++it)
-#pragma unroll
-    for (int i = 0; i < kMmaAccumulators; ++i) mma_tf32::mma_16x8x8(acc[i], a, b);
-  float sum = 0;
-#pragma unroll
-  for (int i = 0; i < kMmaAccumulators; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) sum += acc[i][e];
-  out[blockIdx.x * kBlock + threadIdx.x] = sum;
+  mma_loop(a, b, iterations, out,
+           [](float(&d)[4], const uint32_t(&x)[4], const uint32_t(&y)[2]) { mma_tf32::mma_16x8x8(d, x, y); });
 #else
   (void)out, (void)iterations;  // a pass for code older than sm_80: never launched (mma_loops_run)
 #endif
@@ -177,21 +186,8 @@ __global__ void __launch_bounds__(kBlock) ceiling_bf16_mma_kernel(float* out, in
       pack_bf16(mma_a(g, 2 * t + 8), mma_a(g, 2 * t + 9)), pack_bf16(mma_a(g + 8, 2 * t + 8), mma_a(g + 8, 2 * t + 9))};
   const uint32_t b[2] = {pack_bf16(mma_b(2 * t, g), mma_b(2 * t + 1, g)),
                          pack_bf16(mma_b(2 * t + 8, g), mma_b(2 * t + 9, g))};
-  float acc[kMmaAccumulators][4];
-#pragma unroll
-  for (int i = 0; i < kMmaAccumulators; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[i][e] = static_cast<float>(i);
-#pragma unroll 4
-  for (int it = 0; it < iterations; ++it)
-#pragma unroll
-    for (int i = 0; i < kMmaAccumulators; ++i) mma_bf16_16x8x16(acc[i], a, b);
-  float sum = 0;
-#pragma unroll
-  for (int i = 0; i < kMmaAccumulators; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) sum += acc[i][e];
-  out[blockIdx.x * kBlock + threadIdx.x] = sum;
+  mma_loop(a, b, iterations, out,
+           [](float(&d)[4], const uint32_t(&x)[4], const uint32_t(&y)[2]) { mma_bf16_16x8x16(d, x, y); });
 #else
   (void)out, (void)iterations;
 #endif

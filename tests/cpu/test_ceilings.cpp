@@ -14,30 +14,10 @@
 #include "profile/ceilings.h"
 
 using namespace nt;
+using test::ScopedEnv;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Sets (or, with nullptr, removes) an environment variable for the length of a scope, then restores it.
-struct ScopedEnv {
-  std::string name, old;
-  bool had = false;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    if (value)
-      ::setenv(n, value, 1);
-    else
-      ::unsetenv(n);
-  }
-  ~ScopedEnv() {
-    if (had)
-      ::setenv(name.c_str(), old.c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-};
 
 profile::Ceilings h100() {
   return {.uuid = "GPU-5f8a1c2e-0b3d-4e6f-8a9b-0c1d2e3f4a5b",

@@ -21,6 +21,7 @@
 #include "rig.h"
 
 using namespace nt;
+using test::ScopedEnv;
 
 namespace {
 
@@ -376,22 +377,6 @@ TEST_CASE("nanotrain profile prints the table on the CPU", "[cpu][profile][cli]"
 // ---- CUPTI: loading, the timer flag, and matching kernel records to launches (no GPU needed) ----------
 
 namespace {
-
-// Sets an environment variable for the length of a scope, then restores it.
-struct ScopedEnv {
-  std::string name, old;
-  bool had = false;
-  ScopedEnv(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) had = true, old = v;
-    ::setenv(n, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had)
-      ::setenv(name.c_str(), old.c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 
 profile::CuptiKernelRecord kernel_record(uint64_t start, uint64_t end, uint32_t stream = 7) {
   return {stream, start, end};
