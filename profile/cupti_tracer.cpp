@@ -131,6 +131,7 @@ struct CuptiApi {
   decltype(&::cuptiGetResultString) result_string = nullptr;
   decltype(&::cuptiGetVersion) version = nullptr;
   decltype(&::cuptiGetStreamIdEx) stream_id = nullptr;
+  decltype(&::cuptiActivityFlushPeriod) flush_period = nullptr;  // optional: used when the library has it
 
   std::string describe(CUptiResult r) const {
     const char* text = nullptr;
@@ -170,6 +171,7 @@ std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& e
                   resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
                   resolve(handle, "cuptiGetVersion", api->version, missing) &&
                   resolve(handle, "cuptiGetStreamIdEx", api->stream_id, missing);
+  api->flush_period = reinterpret_cast<decltype(api->flush_period)>(dlsym(handle, "cuptiActivityFlushPeriod"));
   if (!ok) {
     error = cat(path, " has no ", missing);
     dlclose(handle);  // nothing of it was called
@@ -389,6 +391,10 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
     close_state();
     return fail(cat("cuptiActivityEnable(CUPTI_ACTIVITY_KIND_", kind_name(kKinds[enabled]), "): ", a.describe(r)));
   }
+  // CUPTI's worker thread, woken on its own heuristics, leaves some runs to a slow mode in which every launch costs
+  // the host far more (an eager mlp epoch +45-60% instead of about +10%); a fixed period keeps it in the fast one
+  // (docs/profiler.md, "Overhead"). Best effort: a library without the call keeps its heuristics.
+  if (a.flush_period && options.flush_period_ms > 0) a.flush_period(options.flush_period_ms);
   return std::unique_ptr<CuptiTracer>(new CuptiTracer(lib.api, &s));
 }
 
@@ -396,6 +402,7 @@ CuptiTracer::CuptiTracer(std::shared_ptr<const CuptiApi> api, State* state) : ap
 
 CuptiTracer::~CuptiTracer() {
   for (auto kind : kKinds) api_->disable(kind);
+  if (api_->flush_period) api_->flush_period(0);      // CUPTI's own heuristics again
   api_->flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);  // hands back every buffer CUPTI holds
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->pending.clear();

@@ -101,6 +101,7 @@ struct CuptiTracerOptions {
   size_t buffers = 8;                // preallocated activity buffers (more are allocated only if CUPTI outruns them)
   size_t buffer_bytes = 1u << 20;    // each (the first open()'s size holds for the process); ~3,000 launches
   size_t expected_launches = 16384;  // records reserved for between two collections
+  uint32_t flush_period_ms = 1;      // CUPTI's worker thread delivers full buffers this often (0: CUPTI's heuristics)
 };
 
 class CuptiTracer {
