@@ -24,7 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
-#include "core/json_kind.h"
+#include "core/json_messages.h"
 #include "kernels/runtime.h"
 
 namespace nt {
@@ -44,18 +44,6 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 // Members in document order: tensors() lists the header's tensors as the file does.
 using Json = nlohmann::ordered_json;
-
-// nlohmann's message without its prefixes and the token it quotes: "[json.exception.parse_error.101] parse error at
-// line 1, column 6: syntax error ... - unexpected '['; expected ':'; last read: '...'" becomes "syntax error ... -
-// unexpected '['; expected ':'". The caller names the byte of the file instead of the header's line and column, and
-// the token can be a string of megabytes, or bytes that are not UTF-8: the message stays one short line of text.
-std::string reason(const nlohmann::json::exception& e) {
-  std::string what = e.what();
-  if (what.starts_with("[json.exception.")) what.erase(0, std::min(what.size(), what.find("] ") + 2));
-  if (what.starts_with("parse error")) what.erase(0, std::min(what.size(), what.find(": ") + 2));
-  if (const size_t at = what.find("; last read: "); at != std::string::npos) what.resize(at);
-  return what;
-}
 
 // A first pass over the header with nlohmann's SAX parser, before any value is built. It stops at the first syntax
 // error (the lexer validates RFC 8259 and UTF-8), and at what a DOM would let pass:
@@ -99,7 +87,7 @@ class HeaderCheck : public nlohmann::json_sax<Json> {
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::json::exception& e) override {
     at = position > 0 ? position - 1 : 0;  // characters read, the offending one included
-    error = reason(e);
+    error = json_error_text(e.what(), /*with_location=*/false);
     return false;
   }
 
@@ -398,7 +386,7 @@ void write_safetensors(const std::string& path, const std::vector<NamedTensor>& 
     header = json.dump();
   } catch (const nlohmann::json::exception& e) {  // type_error 316: a name or a metadata string that is not UTF-8
     throw Error(cat("checkpoint ", quoted(path), ": cannot write the header: its names and metadata must be UTF-8 (",
-                    reason(e), ")"));
+                    json_error_text(e.what(), /*with_location=*/false), ")"));
   }
   header.append((8 - header.size() % 8) % 8, ' ');  // the data block starts 8-byte aligned
 

@@ -14,7 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
-#include "core/json_kind.h"
+#include "core/json_messages.h"
 
 namespace nt::profile {
 
@@ -30,16 +30,6 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 Error bad_file(const std::string& path, const std::string& what) {
   return Error(cat("ceilings cache ", quoted(path), ": ", what));
-}
-
-// nlohmann's message without its prefix and the token it quotes: one short line.
-std::string reason(const nlohmann::json::exception& e) {
-  std::string what = e.what();
-  if (what.starts_with("[json.exception.")) what.erase(0, std::min(what.size(), what.find("] ") + 2));
-  if (const size_t at = what.find("; last read: "); at != std::string::npos) what.resize(at);
-  for (char& ch : what)
-    if (ch == '\n' || ch == '\r') ch = ' ';
-  return what;
 }
 
 // The file's text; nullopt when there is no file.
@@ -110,7 +100,7 @@ std::map<std::string, Ceilings> read_cache(const std::string& path) {
   try {
     root = Json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
-    throw bad_file(path, cat("not valid JSON: ", reason(e)));
+    throw bad_file(path, cat("not valid JSON: ", json_error_text(e.what(), /*with_location=*/true)));
   }
   if (!root.is_object()) throw bad_file(path, cat("the document is ", json_kind_name(root), ", expected an object"));
   const auto version = root.find("version");

@@ -555,6 +555,8 @@ void KernelProfiler::flush_cupti() {
 // of its row. added[k]: where open_[k] went (its index in the trace, kNotInTrace, or kNotAdded).
 void KernelProfiler::read_stamps(const std::vector<size_t>& added) {
 #if NT_WITH_CUDA
+  // Only a launch that asked for stamps writes any (phase_stamps): without one pending, there is nothing to read.
+  if (std::none_of(open_.begin(), open_.end(), [](const Open& o) { return o.stamps != 0; })) return;
   Gpu& g = *gpu_;
   unsigned int written = 0;
   NT_CUDA_CHECK(cudaMemcpy(&written, g.stamp_count, sizeof written, cudaMemcpyDeviceToHost));

@@ -118,23 +118,16 @@ std::vector<StepSummary> ProfileData::step_summaries() const {
     if (out.empty() || spans.empty()) return;
     StepSummary& s = out.back();
     std::sort(spans.begin(), spans.end());
-    double covered = 0, reach = -1e300, first = 1e300, last = -1e300;
-    for (const auto& [b, e] : spans) {  // the union of the spans
+    // One pass over the union of the spans: all of it (for the overlap), and its part from the step's first exclusive
+    // start on (the time some kernel of the step was resident within its wall time).
+    double covered = 0, inside = 0, reach = -1e300, last = -1e300;
+    for (const auto& [b, e] : spans) {
       const double from = std::max(b, reach);
-      if (e > from) covered += e - from;
+      if (e > from) covered += e - from, inside += std::max(e - std::max(from, s.start_us), 0.0);
       reach = std::max(reach, e);
       last = std::max(last, e);
     }
-    first = s.start_us;
-    s.wall_us = std::max(last - first, 0.0);
-    // Resident time inside [first, last]: the union clipped to the step's window.
-    double inside = 0;
-    reach = first;
-    for (const auto& [b, e] : spans) {
-      const double from = std::max(b, reach);
-      if (e > from) inside += e - from;
-      reach = std::max(reach, e);
-    }
+    s.wall_us = std::max(last - s.start_us, 0.0);
     s.idle_us = std::max(s.wall_us - inside, 0.0);
     s.overlap_us = std::max(s.span_us - covered, 0.0);
     spans.clear();

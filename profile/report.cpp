@@ -247,13 +247,14 @@ std::string format_totals(const ProfileData& d) {
 
 namespace {
 
-struct StepFloor {  // the average step of one name, against the machine's ceilings
-  std::string name;
-  int64_t steps = 0;
-  double flops[3] = {0, 0, 0};  // per Math, per step
-  double bytes = 0;             // per step
-  double own_roofs_us = 0;      // per step: each kernel at its own roof, one after another
-  double median_wall_us = 0, median_exclusive_us = 0;
+struct StepFloor {  // the steps of one name: the medians of their summaries, and their average cost against the
+                    // ceilings
+  int name = kNoName;
+  std::vector<double> exclusive_us, wall_us, idle_us, overlap_us;  // one per step
+  double flops[3] = {0, 0, 0};                                     // per Math, per step
+  double bytes = 0;                                                // per step
+  double own_roofs_us = 0;  // per step: each kernel at its own roof, one after another
+  int64_t steps() const { return static_cast<int64_t>(wall_us.size()); }
 };
 
 double median(std::vector<double> v) {
@@ -265,13 +266,19 @@ double median(std::vector<double> v) {
 double floor_us(double flops, double gflop_per_s) { return gflop_per_s > 0 ? flops / (gflop_per_s * 1e3) : 0; }
 
 std::vector<StepFloor> step_floors(const ProfileData& d, const std::vector<StepSummary>& summaries) {
-  std::vector<StepFloor> out;
+  std::vector<StepFloor> out;  // in the order the names first ran
   const auto floor_of = [&](int name) -> StepFloor& {
     for (StepFloor& f : out)
-      if (f.name == d.name(name)) return f;
-    out.push_back({d.name(name)});
-    return out.back();
+      if (f.name == name) return f;
+    StepFloor& f = out.emplace_back();
+    f.name = name;
+    return f;
   };
+  for (const StepSummary& s : summaries) {
+    StepFloor& f = floor_of(s.name);
+    f.exclusive_us.push_back(s.exclusive_us), f.wall_us.push_back(s.wall_us);
+    f.idle_us.push_back(s.idle_us), f.overlap_us.push_back(s.overlap_us);
+  }
   for (const Launch& l : d.launches()) {
     if (l.step_id == 0) continue;
     StepFloor& f = floor_of(l.step);
@@ -281,16 +288,10 @@ std::vector<StepFloor> step_floors(const ProfileData& d, const std::vector<StepS
                                floor_us(l.cost.bytes, copy_ceiling(d.ceilings)));
   }
   for (StepFloor& f : out) {
-    std::vector<double> walls, exclusives;
-    for (const StepSummary& s : summaries)
-      if (d.name(s.name) == f.name) walls.push_back(s.wall_us), exclusives.push_back(s.exclusive_us);
-    f.steps = static_cast<int64_t>(walls.size());
-    const double n = std::max<double>(static_cast<double>(f.steps), 1);
+    const double n = std::max<double>(static_cast<double>(f.steps()), 1);
     for (double& x : f.flops) x /= n;
     f.bytes /= n;
     f.own_roofs_us /= n;
-    f.median_wall_us = median(walls);
-    f.median_exclusive_us = median(exclusives);
   }
   return out;
 }
@@ -313,12 +314,11 @@ std::string format_steps(const ProfileData& d, size_t max_lines) {
   if (summaries.size() > max_lines)
     out += "  ... " + std::to_string(summaries.size() - max_lines) + " more steps (all of them in the JSON file)\n";
   for (const StepFloor& f : step_floors(d, summaries)) {
-    std::vector<double> idle, overlap;
-    for (const StepSummary& s : summaries)
-      if (d.name(s.name) == f.name) idle.push_back(s.idle_us), overlap.push_back(s.overlap_us);
-    out += "median " + f.name + " (" + std::to_string(f.steps) + "): exclusive " + fmt("%.2f", f.median_exclusive_us) +
-           " us | wall " + fmt("%.2f", f.median_wall_us) + " us, idle " + fmt("%.2f", median(idle)) + " | overlap " +
-           fmt("%.2f", median(overlap)) + " us\n";
+    const std::string& name = d.name(f.name);
+    const double median_wall_us = median(f.wall_us);
+    out += "median " + name + " (" + std::to_string(f.steps()) + "): exclusive " + fmt("%.2f", median(f.exclusive_us)) +
+           " us | wall " + fmt("%.2f", median_wall_us) + " us, idle " + fmt("%.2f", median(f.idle_us)) + " | overlap " +
+           fmt("%.2f", median(f.overlap_us)) + " us\n";
     if (!d.ceilings) continue;
     std::string compute;
     double compute_us = 0;
@@ -334,11 +334,10 @@ std::string format_steps(const ProfileData& d, size_t max_lines) {
     }
     const double memory_us = floor_us(f.bytes, copy_ceiling(d.ceilings));
     const double floor = std::max(compute_us, memory_us);
-    out += "floor of each " + f.name + ": " + compute + fmt("%.2f", f.bytes / 1e6) + " MB in " +
-           fmt("%.2f", memory_us) + " us at " + fmt("%.0f", copy_ceiling(d.ceilings)) + " GB/s | floor " +
-           fmt("%.2f", floor) + " us (" + (compute_us >= memory_us ? "compute" : "memory") + ") against " +
-           fmt("%.2f", f.median_wall_us) +
-           " us wall: " + (floor > 0 ? fmt("%.1f", f.median_wall_us / floor) + "x" : std::string("-")) +
+    out += "floor of each " + name + ": " + compute + fmt("%.2f", f.bytes / 1e6) + " MB in " + fmt("%.2f", memory_us) +
+           " us at " + fmt("%.0f", copy_ceiling(d.ceilings)) + " GB/s | floor " + fmt("%.2f", floor) + " us (" +
+           (compute_us >= memory_us ? "compute" : "memory") + ") against " + fmt("%.2f", median_wall_us) +
+           " us wall: " + (floor > 0 ? fmt("%.1f", median_wall_us / floor) + "x" : std::string("-")) +
            "; each kernel at its own roof, one after another: " + fmt("%.2f", f.own_roofs_us) + " us\n";
   }
   return out;
@@ -481,8 +480,13 @@ std::string to_trace_json(const ProfileData& d) {
 
   RangeBuilder steps{"step", kStepTrack}, phases{"phase", kPhaseTrack}, layers{"layer", kLayerTrack};
   std::vector<size_t> previous_on_stream(static_cast<size_t>(streams), SIZE_MAX);
-  std::vector<std::vector<size_t>> parts_of(launches.size());
-  for (size_t p = 0; p < d.parts().size(); ++p) parts_of[d.parts()[p].launch].push_back(p);
+  // The stamped phases by launch, walked alongside the launches.
+  const auto& parts = d.parts();
+  std::vector<size_t> part_order(parts.size());
+  for (size_t p = 0; p < parts.size(); ++p) part_order[p] = p;
+  std::stable_sort(part_order.begin(), part_order.end(),
+                   [&](size_t a, size_t b) { return parts[a].launch < parts[b].launch; });
+  size_t next_part = 0;
   for (size_t i = 0; i < launches.size(); ++i) {
     const Launch& l = launches[i];
     const int track = kernel_track(l.stream, lane[i]);
@@ -499,8 +503,8 @@ std::string to_trace_json(const ProfileData& d) {
     events.push_back(complete_event(d.name(l.kernel), "kernel", track, start, end - start, std::move(args)));
     if (exclusive_start > start + 5e-4)  // resident before its predecessor ended (not a rounding difference)
       events.push_back(complete_event("waits", "wait", track, start, exclusive_start - start));
-    for (size_t p : parts_of[i]) {
-      const PhaseSlice& part = d.parts()[p];
+    for (; next_part < part_order.size() && parts[part_order[next_part]].launch == i; ++next_part) {
+      const PhaseSlice& part = parts[part_order[next_part]];
       const double from = std::clamp(part.start_us, exclusive_start, end);
       const double to = std::clamp(part.start_us + part.dur_us, from, end);
       events.push_back(complete_event(d.name(part.part), "kernel_phase", track, from, to - from,
