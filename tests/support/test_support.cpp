@@ -102,6 +102,15 @@ CudaExec::CudaExec() {
 }
 CudaExec::~CudaExec() { kernels::destroy_stream(exec.stream); }
 
+StreamExec::StreamExec() {
+  exec.backend = kernels::Backend::cuda;
+  exec.stream = kernels::create_stream();
+}
+StreamExec::~StreamExec() {
+  kernels::synchronize(exec);
+  kernels::destroy_stream(exec.stream);
+}
+
 const kernels::DeviceInfo& cuda_device() {
   static const kernels::DeviceInfo info = kernels::cuda_device_info(0);
   return info;

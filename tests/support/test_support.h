@@ -191,6 +191,14 @@ struct CudaExec {
   kernels::Exec exec;
 };
 
+// A CUDA execution handle on a stream of its own without debug-sync, which would synchronize after every launch and
+// forbid both overlap and graph capture. Waits for its stream before destroying it.
+struct StreamExec {
+  StreamExec();
+  ~StreamExec();
+  kernels::Exec exec;
+};
+
 // Device 0 as the CUDA tests find it: what the code this binary runs there can do (kernels/runtime.h). A test of
 // a feature that the code path lacks checks what the engine does instead, or skips with the reason.
 const kernels::DeviceInfo& cuda_device();
