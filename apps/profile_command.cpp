@@ -2,24 +2,28 @@
 // time goes (see profile/report.h for the table, docs/profiler.md for how the times are taken).
 //
 //   nanotrain profile --model mlp --batch 64 --steps 50 [--warmup 10] [--device cpu|cuda] [--profile-out P]
-//                     [--profile-timer auto|cupti|events] [--no-hold]
+//                     [--profile-timer auto|cupti|events|stamps] [--no-hold] [--profile-graphs]
 //
 // The model, data and optimizer are set up as `train` sets them up. W warm-up steps run unprofiled (first
 // launches load kernels, first touches fault pages in); then N steps run under the profiler, then one
 // evaluation pass over the first N x batch test examples (so the eval phase shows at a comparable scale).
-// Steps run on past the end of an epoch into the next one, with its new data order.
+// Steps run on past the end of an epoch into the next one, with its new data order. With --profile-graphs the
+// profiled steps and the evaluation are captured as CUDA graphs and replayed once (one graph per epoch's share of
+// the steps): the same kernels in the same order as the eager run, timed as `train --profile-graphs` times them.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <vector>
 
 #include "apps/command.h"
 #include "apps/profiling.h"
 #include "apps/workload.h"
 #include "data/batcher.h"
 #include "engine/trainer.h"
+#include "kernels/runtime.h"
 #include "layers/softmax_xent.h"
 
 namespace nt::app {
@@ -37,6 +41,7 @@ struct ProfileCommand {
   std::string out_prefix;
   std::string timer = "auto";
   bool no_hold = false;
+  bool graphs = false;
 };
 
 void validate_profile(const ProfileCommand& p) {
@@ -48,6 +53,8 @@ void validate_profile(const ProfileCommand& p) {
   validate_workload(p.workload);
   validate_profile_out(p.out_prefix);
   parse_profile_timer(p.timer);
+  if (p.graphs && p.common.debug_sync)
+    throw UsageError("--profile-graphs: profiles replayed CUDA graphs, and --debug-sync forbids capturing them");
 }
 
 // Enqueues steps [first, first + count) of an endless run of epochs, starting each epoch's data order as
@@ -57,6 +64,22 @@ void enqueue_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exe
   for (int64_t s = first; s < first + count; ++s) {
     if (s % per_epoch == 0) data.begin_epoch(exec, static_cast<int>(s / per_epoch) + 1);
     trainer.enqueue_train_step(s % per_epoch);
+  }
+}
+
+// The same steps as enqueue_steps, captured as CUDA graphs and replayed once: one graph per epoch's share of the
+// steps, each new epoch's data order set eagerly before its graph. The graphs are kept until the work is read back.
+void replay_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exec, int64_t first, int64_t count,
+                  std::vector<kernels::Graph>& graphs) {
+  const int64_t per_epoch = trainer.steps_per_epoch();
+  for (int64_t s = first; s < first + count;) {
+    if (s % per_epoch == 0) data.begin_epoch(exec, static_cast<int>(s / per_epoch) + 1);
+    const int64_t run = std::min(first + count - s, per_epoch - s % per_epoch);
+    graphs.push_back(kernels::Graph::capture(exec, [&] {
+      for (int64_t i = s; i < s + run; ++i) trainer.enqueue_train_step(i % per_epoch);
+    }));
+    graphs.back().launch(exec);
+    s += run;
   }
 }
 
@@ -84,9 +107,14 @@ int run_profile(const ProfileCommand& p) {
   enqueue_steps(trainer, train_data, ctx.exec(), 0, p.warmup);
   kernels::synchronize(ctx.exec());
 
-  ProfileSession profiling(ctx, /*enabled=*/true, p.out_prefix, /*hold=*/!p.no_hold, parse_profile_timer(p.timer));
+  ProfileSession profiling(ctx, /*enabled=*/true, p.out_prefix, /*hold=*/!p.no_hold, parse_profile_timer(p.timer),
+                           p.graphs && ctx.on_cuda());
   profiling.resume();
-  enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps);
+  std::vector<kernels::Graph> graphs;
+  if (ctx.exec().observer && ctx.exec().observer->times_graph_replays())
+    replay_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps, graphs);
+  else
+    enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps);
   const EvalResult eval = trainer.evaluate(eval_data);
   profiling.pause();
   const auto [train_loss, train_acc] = trainer.read_train_totals(p.warmup + p.steps);
@@ -118,6 +146,9 @@ Command register_profile(CLI::App& app) {
   cmd->add_option("--profile-out", prof->out_prefix, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json")
       ->check(non_empty_path());
   cmd->add_option("--profile-timer", prof->timer, kProfileTimerHelp)->capture_default_str();
+  cmd->add_flag("--profile-graphs", prof->graphs,
+                "GPU: capture the profiled steps and the evaluation as CUDA graphs and time their replay (launch "
+                "stamps on sm_90, else CUPTI), as train --profile-graphs does");
   cmd->add_flag("--no-hold", prof->no_hold,
                 "GPU, events timer: do not hold the stream behind the host within a step (for runs under Nsight "
                 "Compute, which serializes launches); short kernels may then read long");

@@ -8,6 +8,7 @@
 #include "apps/command.h"
 #include "kernels/ceilings.h"
 #include "kernels/profile_delay.h"
+#include "profile/launch_stamps.h"
 #include "profile/report.h"
 
 namespace nt::app {
@@ -47,15 +48,35 @@ void validate_profile_out(const std::string& prefix) {
 
 profile::TimerChoice parse_profile_timer(const std::string& text) {
   if (auto choice = profile::parse_timer_choice(text)) return *choice;
-  throw UsageError(cat("--profile-timer: must be auto, cupti or events, got '", text, "'"));
+  throw UsageError(cat("--profile-timer: must be auto, cupti, events or stamps, got '", text, "'"));
 }
 
 ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold,
                                profile::TimerChoice timer, bool graphs, int sample_every)
     : ctx_(ctx), out_prefix_(std::move(out_prefix)) {
   if (!enabled) return;
+  profile::TimingScene scene;
+  scene.on_cuda = ctx.on_cuda();
+  scene.sample_every = sample_every;
+  scene.graphs = graphs;
+  scene.stamps_possible = ctx.on_cuda() && profile::launch_stamps_available() && ctx.exec().programmatic_launch &&
+                          ctx.device_info().has_programmatic_launch();
+  if (timer == profile::TimerChoice::stamps && ctx.on_cuda()) {
+    if (!profile::launch_stamps_available())
+      throw UsageError(
+          "--profile-timer stamps: this build's kernels do not stamp their launches (a profiling build: "
+          "NT_CMAKE_ARGS=-DNT_LAUNCH_STAMPS=ON scripts/setup)");
+    if (!graphs)
+      throw UsageError("--profile-timer stamps: launch stamps time the kernels of replayed graphs (--profile-graphs)");
+    if (!scene.stamps_possible)
+      throw UsageError(
+          cat("--profile-timer stamps: kernels stamp their launches under programmatic dependent launch, "
+              "which needs sm_90 code",
+              ctx.exec().programmatic_launch ? "" : " and no --no-pdl", " (this device runs ",
+              ctx.device_info().code_path(), ")"));
+  }
   profile::ProfilerOptions o;
-  o.timing = profile::timing_for(timer, ctx.on_cuda(), sample_every);
+  o.timing = profile::timing_for(timer, scene);
   o.cupti_fallback = profile::cupti_fallback_for(timer);
   if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();

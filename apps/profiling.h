@@ -7,9 +7,10 @@
 //
 // With enabled == false every call does nothing and no observer is ever attached.
 //
-// --profile-timer (GPU): auto (the default) times kernels with CUPTI's activity records when CUPTI loads and
-// starts, else with CUDA events and a one-line warning saying why; cupti insists (an error if it cannot be
-// used); events uses event pairs (the run under Nsight Compute, which holds CUPTI itself, must use them).
+// --profile-timer (GPU): auto (the default) times the kernels of replayed graphs with launch stamps where kernels can
+// write them (profile/launch_stamps.h), and otherwise with CUPTI's activity records when CUPTI loads and starts, else
+// with CUDA events and a one-line warning saying why; cupti insists (an error if it cannot be used); events uses event
+// pairs (the run under Nsight Compute, which holds CUPTI itself, must use them); stamps insists on launch stamps.
 #pragma once
 
 #include <memory>
@@ -23,18 +24,20 @@ namespace nt::app {
 // --profile-out PREFIX: its folder must exist (UsageError naming the flag).
 void validate_profile_out(const std::string& prefix);
 
-// --profile-timer auto|cupti|events (UsageError naming the flag for anything else).
+// --profile-timer auto|cupti|events|stamps (UsageError naming the flag for anything else).
 profile::TimerChoice parse_profile_timer(const std::string& text);
 inline constexpr const char* kProfileTimerHelp =
-    "GPU kernel timer: auto (CUPTI if it loads, else CUDA events), cupti (CUPTI or an error), events "
-    "(CUDA event pairs; for runs under Nsight Compute)";
+    "GPU kernel timer: auto (launch stamps for --profile-graphs on sm_90, else CUPTI if it loads, else CUDA events), "
+    "cupti (CUPTI or an error), events (CUDA event pairs; for runs under Nsight Compute), stamps (launch stamps: "
+    "replayed graphs on sm_90 only)";
 
 class ProfileSession {
  public:
   // hold: with the events timer, keep the GPU behind the host within steps (see profile/kernel_profiler.h); off
   // for runs under Nsight Compute, which serializes every launch and would stall each hold until its timeout.
   // timer: --profile-timer. An explicit cupti that cannot load throws nt::Error here.
-  // graphs: time the kernels of replayed CUDA graphs (CUPTI only; --profile-graphs), else run eagerly.
+  // graphs: time the kernels of replayed CUDA graphs (launch stamps or CUPTI; --profile-graphs), else run eagerly.
+  // An explicit stamps timer where stamps cannot time (no graphs, no programmatic launch) throws UsageError.
   // sample_every: time one step in N (--profile-every; profile/kernel_profiler.h, Sampling).
   ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true,
                  profile::TimerChoice timer = profile::TimerChoice::automatic, bool graphs = false,

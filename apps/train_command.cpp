@@ -62,7 +62,7 @@ struct TrainCommand {
   bool profile = false;                // time every kernel; print the table after the last epoch
   std::string profile_out;             // also write PREFIX.csv, .json, .trace.json (implies profile)
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
-  bool profile_graphs = false;         // CUPTI: profile the replayed graphs instead of eager launches
+  bool profile_graphs = false;         // profile the replayed graphs instead of eager launches
   int profile_every = 1;               // time one step in N (implies profile)
   std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
 };
@@ -118,6 +118,9 @@ void validate_train(const TrainCommand& t) {
   parse_progress_mode(t.progress);
   if (t.profile_every < 1 || t.profile_every > 1'000'000)
     throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
+  if (t.profile_graphs && (t.no_graphs || t.common.debug_sync))
+    throw UsageError(cat("--profile-graphs: profiles the replayed CUDA graphs, and ",
+                         t.no_graphs ? "--no-graphs" : "--debug-sync", " turns them off"));
   if (t.profile_every > 1 && t.profile_graphs)
     throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
@@ -442,7 +445,8 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     require_finite_checkpoint(ctx, *model, "--resume", t.resume_from);
     spdlog::info("resuming after epoch {} of {} from {}", trained, t.epochs, t.resume_from);
   }
-  // Profiled epochs run eagerly unless --profile-graphs asks CUPTI to time the replayed graphs (docs/profiler.md).
+  // Profiled epochs run eagerly unless --profile-graphs asks for the replayed graphs to be timed, by launch stamps or
+  // CUPTI (docs/profiler.md).
   ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1,
                            t.profile_out, /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs,
                            t.profile_every);
@@ -559,7 +563,8 @@ Command register_train(CLI::App& app) {
                    "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
       ->capture_default_str();
   train_cmd->add_flag("--profile-graphs", train->profile_graphs,
-                      "Profile the replayed CUDA graphs (CUPTI) instead of eager launches (implies --profile)");
+                      "Profile the replayed CUDA graphs (launch stamps on sm_90, else CUPTI) instead of eager launches "
+                      "(implies --profile)");
 
   return {train_cmd, [train, train_cmd] { return run_train(*train, *train_cmd); }};
 }

@@ -287,6 +287,7 @@ Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
   if (exec.observer) exec.observer->capture_begin();
   try {
     record();
+    if (exec.observer && exec.observer->stamps_launches()) close_launch_stamps(exec);
   } catch (...) {
     if (exec.observer) exec.observer->capture_end();
     cudaGraph_t broken = nullptr;

@@ -62,6 +62,11 @@ void* create_stream();  // a non-blocking cudaStream_t
 void destroy_stream(void* stream) noexcept;
 
 // ---- graphs --------------------------------------------------------------------------------------
+// The closing launch of a graph captured under the launch-stamps timer (profile/launch_stamps.h): a kernel that only
+// waits for its predecessor, so that the graph's last kernel has an end. Graph::capture adds it when the observer
+// asks (LaunchObserver::stamps_launches).
+void close_launch_stamps(const Exec& exec);
+
 // A captured sequence of stream work, replayed with one launch. Capture runs in the global mode, so
 // any synchronizing or allocating call inside `record` fails the capture: a training step that
 // captures is proven free of them. A graph captured while a profiler observes (exec.observer) tells it of

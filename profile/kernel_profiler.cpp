@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "profile/cupti_tracer.h"
+#include "profile/launch_stamps.h"
 #include "profile/phase_stamps.h"
 
 #if NT_WITH_CUDA
@@ -27,6 +28,8 @@ const char* timing_name(Timing t) {
       return "cuda events";
     case Timing::cupti:
       return "cupti";
+    case Timing::stamps:
+      return "launch stamps";
   }
   return "?";
 }
@@ -35,13 +38,24 @@ std::optional<TimerChoice> parse_timer_choice(std::string_view text) {
   if (text == "auto") return TimerChoice::automatic;
   if (text == "cupti") return TimerChoice::cupti;
   if (text == "events") return TimerChoice::events;
+  if (text == "stamps") return TimerChoice::stamps;
   return std::nullopt;
 }
 
-Timing timing_for(TimerChoice choice, bool on_cuda, int sample_every) {
-  if (!on_cuda) return Timing::host;
-  if (choice == TimerChoice::automatic) return sample_every > 1 ? Timing::cuda_events : Timing::cupti;
-  return choice == TimerChoice::events ? Timing::cuda_events : Timing::cupti;
+Timing timing_for(TimerChoice choice, const TimingScene& scene) {
+  if (!scene.on_cuda) return Timing::host;
+  switch (choice) {
+    case TimerChoice::automatic:
+      if (scene.graphs && scene.stamps_possible) return Timing::stamps;
+      return scene.sample_every > 1 ? Timing::cuda_events : Timing::cupti;
+    case TimerChoice::events:
+      return Timing::cuda_events;
+    case TimerChoice::stamps:
+      return Timing::stamps;
+    case TimerChoice::cupti:
+      break;
+  }
+  return Timing::cupti;
 }
 
 // ---- CUDA state ------------------------------------------------------------------------------------
@@ -66,6 +80,20 @@ struct KernelProfiler::Gpu {
   std::unique_ptr<CuptiTracer> cupti;
   uint64_t origin_ns = 0;                  // CUPTI's clock at start(): time zero of the trace
   std::vector<CuptiKernelRecord> records;  // collected, not yet matched
+
+  // Launch stamps (profile/launch_stamps.h): the ring the kernels write to, and its host copy.
+  LaunchStampRing ring{};
+  std::vector<LaunchStamp> launch_stamps;
+  uint64_t stamps_origin_ns = 0;  // %globaltimer of the first slot read: time zero of the trace
+  bool have_stamps_origin = false;
+
+  void create_ring(uint32_t capacity) {
+    NT_CUDA_CHECK(cudaMalloc(&ring.slots, sizeof(LaunchStamp) * capacity));
+    NT_CUDA_CHECK(cudaMalloc(&ring.count, sizeof(unsigned int)));
+    NT_CUDA_CHECK(cudaMemset(ring.count, 0, sizeof(unsigned int)));
+    NT_CUDA_CHECK(cudaDeviceSynchronize());  // the count is 0 before any kernel may take a slot
+    ring.capacity = capacity;
+  }
 
   // Phase stamps (profile/phase_stamps.h): device slots and their counter, read back at each flush.
   PhaseStamp* stamp_slots = nullptr;
@@ -127,6 +155,8 @@ struct KernelProfiler::Gpu {
     if (flag_host) NT_CUDA_CHECK_NOTHROW(cudaFreeHost(flag_host));
     if (stamp_slots) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_slots));
     if (stamp_count) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_count));
+    if (ring.slots) NT_CUDA_CHECK_NOTHROW(cudaFree(ring.slots));
+    if (ring.count) NT_CUDA_CHECK_NOTHROW(cudaFree(ring.count));
   }
 #endif
 };
@@ -144,12 +174,19 @@ KernelProfiler::KernelProfiler(ProfilerOptions options)
   NT_CHECK(options_.sample_every >= 1, "profiler: sample_every must be at least 1, got ", options_.sample_every);
   NT_CHECK(options_.sample_every == 1 || !options_.graphs,
            "profiler: sampling times steps, and a replayed graph is a whole epoch: not both");
+  NT_CHECK(timing_ != Timing::stamps || options_.graphs,
+           "profiler: launch stamps time the kernels of replayed graphs only (ProfilerOptions::graphs)");
+  NT_CHECK(timing_ != Timing::stamps || options_.launch_stamp_capacity > 0,
+           "profiler: launch_stamp_capacity must be positive");
+  if (timing_ == Timing::stamps && !launch_stamps_available())
+    throw Error("profiler: this build's kernels do not stamp their launches (configure with -DNT_LAUNCH_STAMPS=ON)");
   data_.sample_every = options_.sample_every;
   data_.ceilings = options_.ceilings;
   if (timing_ == Timing::cupti) {
     const CuptiLibrary& lib = cupti_library(options_.cupti_library);
     if (!lib.loaded) fall_back(lib.error);
   }
+  if (timing_ == Timing::stamps) closing_name_ = data_.intern(kLaunchStampsClose);
   data_.timer = timing_name(timing_);
 }
 
@@ -182,6 +219,11 @@ void KernelProfiler::start() {
       }
     }
     if (timing_ == Timing::cuda_events) gpu_->create(options_.pool_pairs, holds());
+    if (timing_ == Timing::stamps) {
+      gpu_->create_ring(options_.launch_stamp_capacity);
+      gpu_->launch_stamps.reserve(std::min<size_t>(options_.launch_stamp_capacity, 1u << 16));
+      install_ring(true);
+    }
     gpu_->create_stamps(options_.stamp_capacity);
     data_.timer = timing_name(timing_);
     open_.reserve(static_cast<size_t>(options_.pool_pairs));
@@ -214,11 +256,20 @@ void KernelProfiler::stop() {
   if (step_listener() == this) set_step_listener(nullptr);
 #if NT_WITH_CUDA
   if (gpu_) {
+    if (timing_ == Timing::stamps) install_ring(false);
     gpu_->cupti.reset();  // disables the activity kinds: the next profiler may open CUPTI
     NT_CUDA_CHECK_NOTHROW(cudaProfilerStop());
   }
 #endif
   stopped_ = true;
+}
+
+void KernelProfiler::install_ring(bool on) {
+#if NT_WITH_CUDA
+  install_launch_stamps(on ? gpu_->ring : LaunchStampRing{});
+#else
+  (void)on;
+#endif
 }
 
 double KernelProfiler::host_us(Clock::time_point t) const {
@@ -294,8 +345,9 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
   o.stream = g.note_stream(s);
   o.launch.stream = static_cast<int>(o.stream);
   g.dirty = true;
-  if (timing_ == Timing::cupti) {
+  if (timing_ == Timing::cupti || timing_ == Timing::stamps) {
     o.counted = take == Take::counted;
+    o.closes = o.launch.kernel == closing_name_;
     open_.push_back(o);
     return;
   }
@@ -339,7 +391,7 @@ void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
     return;
   }
 #if NT_WITH_CUDA
-  if (timing_ == Timing::cupti) {
+  if (timing_ == Timing::cupti || timing_ == Timing::stamps) {
     o.ended = true;
     return;
   }
@@ -376,7 +428,7 @@ void KernelProfiler::replayed(int sequence, void* stream) {
   NT_CHECK(sequence >= 0 && static_cast<size_t>(sequence) < sequences_.size(), "profiler: unknown graph sequence ",
            sequence);
   const Sequence& seq = sequences_[static_cast<size_t>(sequence)];
-  if (timing_ != Timing::cupti) {  // event pairs cannot bracket the kernels of a replayed graph
+  if (!times_graph_replays()) {  // event pairs cannot bracket the kernels of a replayed graph
     data_.launches_without_record += static_cast<int64_t>(seq.launches.size());
     return;
   }
@@ -386,6 +438,7 @@ void KernelProfiler::replayed(int sequence, void* stream) {
   // The replay's scopes are new openings: ids [first_id, last_id] of the capture map to a fresh block.
   const uint64_t base = seq.last_id ? reserve_scope_ids(seq.last_id - seq.first_id + 1) : 0;
   const auto renamed = [&](uint64_t id) { return id ? base + (id - seq.first_id) : 0; };
+  const int64_t replay = replays_++;
   for (size_t i = 0; i < seq.launches.size(); ++i) {
     Launch l = seq.launches[i];
     l.step_id = renamed(l.step_id), l.phase_id = renamed(l.phase_id), l.layer_id = renamed(l.layer_id);
@@ -394,6 +447,8 @@ void KernelProfiler::replayed(int sequence, void* stream) {
     o.ended = true;
     o.stamps = seq.stamps[i];
     o.stream = stream_index;
+    o.replay = replay;
+    o.closes = l.kernel == closing_name_;
     open_.push_back(o);
   }
   // After the launch, not before: the replay's kernels are queued and must be among the pending launches when
@@ -475,6 +530,8 @@ void KernelProfiler::flush() {
   synchronize();
   if (timing_ == Timing::cupti)
     flush_cupti();
+  else if (timing_ == Timing::stamps)
+    flush_stamps();
   else
     flush_events();
   open_.clear();
@@ -547,6 +604,66 @@ void KernelProfiler::flush_cupti() {
     added[k] = data_.add(o.launch);
   }
   g.records.clear();
+  read_stamps(added);
+#endif
+}
+
+// The streams are synchronized: every kernel of the batch has written its slots. One stream only: the slots' order is
+// the stream's (profile/launch_stamps.h).
+void KernelProfiler::flush_stamps() {
+#if NT_WITH_CUDA
+  Gpu& g = *gpu_;
+  NT_CHECK(g.streams.size() <= 1, "profiler: launch stamps time the kernels of one stream, and ", g.streams.size(),
+           " were launched on");
+  unsigned int written = 0;
+  NT_CUDA_CHECK(cudaMemcpy(&written, g.ring.count, sizeof written, cudaMemcpyDeviceToHost));
+  const uint32_t kept = std::min(written, g.ring.capacity);
+  g.launch_stamps.resize(kept);
+  if (kept > 0)
+    NT_CUDA_CHECK(cudaMemcpy(g.launch_stamps.data(), g.ring.slots, sizeof(LaunchStamp) * kept, cudaMemcpyDeviceToHost));
+  // As in read_stamps: the reset must land before any later kernel takes a slot.
+  NT_CUDA_CHECK(cudaMemset(g.ring.count, 0, sizeof(unsigned int)));
+  NT_CUDA_CHECK(cudaDeviceSynchronize());
+
+  std::vector<StampedLaunch> launches;
+  std::vector<size_t> which;  // launches[i] is open_[which[i]]
+  launches.reserve(open_.size()), which.reserve(open_.size());
+  for (size_t k = 0; k < open_.size(); ++k) {
+    const Open& o = open_[k];
+    if (!o.ended) continue;  // never launched
+    launches.push_back({o.replay, o.closes});
+    which.push_back(k);
+  }
+  StampedTimes times = times_from_launch_stamps(launches, g.launch_stamps);
+  if (written > kept) times = StampedTimes{std::vector<StampedTime>(launches.size()), times.untimed, false};
+  std::vector<size_t> added(open_.size(), kNotAdded);
+  if (!times.aligned) {
+    for (const StampedLaunch& l : launches) data_.launches_without_record += !l.closes;
+    std::fprintf(stderr,
+                 "profiler: %zu launches without a time: %zu start and %zu release slots for %zu launches, %zu of "
+                 "which wait for a release (%u slots taken, the ring holds %u)\n",
+                 launches.size(), times.start_slots, times.release_slots, launches.size(), times.waiting_for_release,
+                 written, g.ring.capacity);
+    read_stamps(added);
+    return;
+  }
+  data_.launches_without_record += times.untimed;
+  if (!g.have_stamps_origin && !g.launch_stamps.empty()) {
+    g.stamps_origin_ns = g.launch_stamps.front().start_ns;
+    g.have_stamps_origin = true;
+  }
+  const auto us_since_origin = [&](uint64_t ns) {
+    return 1e-3 * static_cast<double>(static_cast<int64_t>(ns - g.stamps_origin_ns));
+  };
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const StampedTime& t = times.launches[i];
+    if (!t.timed) continue;
+    Open& o = open_[which[i]];
+    o.launch.start_us = us_since_origin(t.start_ns);
+    o.launch.span_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
+    o.launch.exclusive_us = 1e-3 * static_cast<double>(t.end_ns - t.exclusive_start_ns);
+    added[which[i]] = data_.add(o.launch);
+  }
   read_stamps(added);
 #endif
 }

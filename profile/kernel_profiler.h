@@ -18,12 +18,19 @@
 // or start (not installed, CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, another tool holding it), the profiler falls
 // back to events and timing_note() says why (or throws, if ProfilerOptions::cupti_fallback is false).
 //
-// CUDA graphs (CUPTI, with ProfilerOptions::graphs). Launches observed while a graph is captured
+// CUDA graphs (CUPTI or launch stamps, with ProfilerOptions::graphs). Launches observed while a graph is captured
 // (capture_begin() ... capture_end()) are kept as a sequence; each replay of the graph appends that sequence
 // to the pending launches, with fresh step, phase and layer ids, and CUPTI's records of the replayed kernels
 // are matched like eager ones. So a profiled run can keep its graphs. It is an option, not the default: CUPTI's
 // records of graph kernels lengthen a graph epoch and some of its kernels, while eager launches, which are bound
-// by the host, absorb the records at no measurable cost (docs/profiler.md, "CUDA graphs"). Without
+// by the host, absorb the records at no measurable cost (docs/profiler.md, "CUDA graphs").
+//
+// GPU, Timing::stamps (a profiling build, NT_LAUNCH_STAMPS; replayed graphs only, sm_90 code under programmatic
+// launch; the constructor throws nt::Error in a build without it). Every kernel writes when it
+// started and when its wait for its predecessor returned into a ring the profiler installs (profile/launch_stamps.h);
+// a kernel's exclusive time runs from its own release to its successor's, so a kernel is timed only when its
+// successor is in the same replay: a graph captured under this timer ends with a closing launch, and launches made
+// eagerly are counted without a time. flush() reads the ring once. Without
 // it (and always with the events timer, which cannot bracket replayed kernels) the engine runs eagerly while it
 // is observed (times_graph_replays()); a replay the profiler is told of then counts as launches without a time.
 //
@@ -69,16 +76,26 @@
 
 namespace nt::profile {
 
-enum class Timing { host, cuda_events, cupti };
-const char* timing_name(Timing t);  // "host", "cuda events", "cupti"
+enum class Timing { host, cuda_events, cupti, stamps };
+const char* timing_name(Timing t);  // "host", "cuda events", "cupti", "launch stamps"
 
-// What the user asks for (--profile-timer): auto = cupti if it loads, else events (with a warning).
-enum class TimerChoice { automatic, cupti, events };
-std::optional<TimerChoice> parse_timer_choice(std::string_view text);  // "auto", "cupti", "events"; else nullopt
-// The timing for a choice on a backend (the CPU is always timed by the host clock) and whether falling back
-// from cupti to events is allowed (only for auto). Sampled (sample_every > 1), auto means events: CUPTI costs
-// every launch about the same whether it records it or not, so only events get cheaper between samples.
-Timing timing_for(TimerChoice choice, bool on_cuda, int sample_every = 1);
+// What the user asks for (--profile-timer): auto = launch stamps for replayed graphs where kernels can stamp, else
+// cupti if it loads, else events (with a warning).
+enum class TimerChoice { automatic, cupti, events, stamps };
+// "auto", "cupti", "events", "stamps"; else nullopt
+std::optional<TimerChoice> parse_timer_choice(std::string_view text);
+// Where the timing is chosen.
+struct TimingScene {
+  bool on_cuda = false;
+  int sample_every = 1;
+  bool graphs = false;           // the kernels of replayed graphs are timed (ProfilerOptions::graphs)
+  bool stamps_possible = false;  // a profiling build whose kernels can stamp: sm_90 code, programmatic launch
+};
+// The timing for a choice (the CPU is always timed by the host clock) and whether falling back from cupti to events
+// is allowed (only for auto). Sampled (sample_every > 1), auto means events: CUPTI costs every launch about the same
+// whether it records it or not, so only events get cheaper between samples. Replayed graphs, auto means launch
+// stamps where possible (a profiling build): CUPTI's instrumentation lengthens a graph epoch by about 16%.
+Timing timing_for(TimerChoice choice, const TimingScene& scene);
 inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoice::cupti; }
 
 struct ProfilerOptions {
@@ -86,11 +103,13 @@ struct ProfilerOptions {
   HoldFn hold;                         // events: keeps the stream behind the host within a step; empty = none
   int pool_pairs = 16384;              // launches read back at once (events: CUDA event pairs); then a flush
   uint32_t stamp_capacity = 1u << 16;  // GPU: phase stamps kept between two flushes (16 bytes each)
+  uint32_t launch_stamp_capacity =
+      1u << 20;  // stamps: slots between two flushes (16 bytes each; two per beside kernel)
   size_t max_trace_launches = 2'000'000;
   std::string device;                // where it runs, for the report
   bool cupti_fallback = true;        // cupti: fall back to events if CUPTI fails (else throw nt::Error)
   std::string cupti_library;         // cupti: this file instead of the search (cupti_tracer.h); "" = search
-  bool graphs = false;               // cupti: time the kernels of replayed CUDA graphs (see above)
+  bool graphs = false;               // cupti, stamps: time the kernels of replayed CUDA graphs (see above)
   int sample_every = 1;              // time one step in N (see above); 1 = every launch
   std::optional<Ceilings> ceilings;  // the device's measured ceilings, for the report's roofline columns
 };
@@ -120,7 +139,10 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   void step_opened() noexcept override;
   void step_closed() noexcept override;
   // LaunchObserver, graphs
-  bool times_graph_replays() const override { return timing_ == Timing::cupti && options_.graphs; }
+  bool times_graph_replays() const override {
+    return (timing_ == Timing::cupti || timing_ == Timing::stamps) && options_.graphs;
+  }
+  bool stamps_launches() const override { return timing_ == Timing::stamps; }
   void capture_begin() override;
   int capture_end() override;
   void replayed(int sequence, void* stream) override;
@@ -136,6 +158,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
     bool counted = true;  // false: recorded only for the clip of the next one (sampling, lead-in)
     uint32_t stamps = 0;  // its phase stamps' tag (0: none)
     uint32_t stream = 0;  // CUPTI: the stream's id in the kernel records
+    int64_t replay = -1;  // the graph replay it belongs to (-1: launched eagerly)
+    bool closes = false;  // stamps: the closing launch of a captured graph, not a row
   };
   struct Gpu;        // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
   struct Sequence {  // the launches of a captured graph
@@ -163,6 +187,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   void set_recording(bool on);  // cupti: records for the launches to come, or none
   void flush_events();
   void flush_cupti();
+  void flush_stamps();
+  void install_ring(bool on);                                // stamps: the kernels write to the ring, or nowhere
   void read_stamps(const std::vector<size_t>& trace_index);  // after a flush's launches were added
 
   ProfilerOptions options_;
@@ -188,6 +214,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   };
   std::vector<StampNames> stamp_names_{{}};
   uint32_t next_launch_stamps_ = 0;
+  int64_t replays_ = 0;    // graph replays seen
+  int closing_name_ = -1;  // the interned name of kLaunchStampsClose
 };
 
 }  // namespace nt::profile

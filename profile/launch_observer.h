@@ -47,6 +47,9 @@ class LaunchObserver {
     (void)sequence;
     (void)stream;
   }
+  // Whether kernels stamp their launches for this observer (profile/launch_stamps.h): the launch path flags each
+  // launch, and a graph captured under it ends with the closing launch (kLaunchStampsClose).
+  virtual bool stamps_launches() const { return false; }
 
   // Phase stamps for the next launch (profile/phase_stamps.h): the kernel marks the phases named here, by index.
   // The names must outlive the profiler (string literals). An observer that keeps no stamps returns an empty set.

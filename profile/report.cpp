@@ -240,9 +240,12 @@ std::string format_totals(const ProfileData& d) {
   return out + "profiler: " + std::to_string(d.synchronizations) + " synchronization" +
          (d.synchronizations == 1 ? "" : "s") + " for " + launches + " launches" +
          (d.device.empty() ? "" : ", device " + d.device) + (d.timer.empty() ? "" : ", timer " + d.timer) + "\n" +
-         (d.launches_without_record > 0 ? "warning: " + std::to_string(d.launches_without_record) +
-                                              " launches without a CUPTI record (in no row of the table)\n"
-                                        : "");
+         (d.launches_without_record > 0
+              ? "warning: " + std::to_string(d.launches_without_record) +
+                    (d.timer == "launch stamps" ? " launches without a time (launched eagerly, outside a replayed "
+                                                  "graph, or stamps lost; in no row of the table)\n"
+                                                : " launches without a CUPTI record (in no row of the table)\n")
+              : "");
 }
 
 namespace {

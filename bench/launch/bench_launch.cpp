@@ -9,11 +9,14 @@
 // without programmatic dependent launch (each kernel starts after its predecessor ended, as under ncu).
 //
 // Default: N launches of each kernel under the KernelProfiler with CUPTI's records (the `cupti` column),
-// then the same under the CUDA events timer with its hold (`events`), then back to back between two events
-// (`loop`: the stream's cost per kernel, launch processing included). --ncu: the N launches of each kernel
-// between cudaProfilerStart/Stop and nothing else, for `ncu --profile-from-start off` to read
+// then the same under the CUDA events timer with its hold (`events`), then captured as one CUDA graph with
+// programmatic dependent launch and replayed under the launch-stamps timer (`stamps`: the way that timer sees
+// kernels, each released by its predecessor's end; 0 where the build's kernels do not stamp (NT_LAUNCH_STAMPS) or
+// the code path has no programmatic launch), then back
+// to back between two events (`loop`: the stream's cost per kernel, launch processing included). --ncu: the N launches
+// of each kernel between cudaProfilerStart/Stop and nothing else, for `ncu --profile-from-start off` to read
 // gpu__time_duration (ncu holds CUPTI, so no profiler runs then). --out writes the default table as CSV
-// (kernel,true_us,cupti_us,events_us,loop_us) for bench/compare_ncu.py --calibration.
+// (kernel,true_us,cupti_us,events_us,stamps_us,loop_us) for bench/compare_ncu.py --calibration.
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +33,7 @@
 #include "kernels/profile_delay.h"
 #include "kernels/runtime.h"
 #include "profile/kernel_profiler.h"
+#include "profile/launch_stamps.h"
 
 namespace {
 
@@ -60,6 +64,33 @@ std::vector<double> profiled_us(Exec exec, nt::profile::Timing timing, int launc
       if (r.kernel == s.name) avg = r.avg_us();
     us.push_back(avg);
   }
+  return us;
+}
+
+// Average us per launch of each spin kernel under the launch-stamps timer: the launches captured as one graph with
+// programmatic dependent launch, replayed once. Zeros where kernels cannot stamp (no sm_90 code).
+std::vector<double> stamped_us(Exec exec, int launches) {
+  std::vector<double> us(kSpinCount, 0.0);
+  if (!nt::profile::launch_stamps_available() || !nt::kernels::cuda_device_info(0).has_programmatic_launch()) return us;
+  exec.programmatic_launch = true;
+  nt::profile::ProfilerOptions o;
+  o.timing = nt::profile::Timing::stamps;
+  o.graphs = true;
+  o.device = "cuda";
+  nt::profile::KernelProfiler profiler(std::move(o));
+  exec.observer = &profiler;
+  profiler.start();
+  const auto graph = nt::kernels::Graph::capture(exec, [&] {
+    for (int k = 0; k < kSpinCount; ++k) {
+      nt::profile::StepScope step(kSpins[k].name);
+      for (int i = 0; i < launches; ++i) launch_spin(exec, k);
+    }
+  });
+  graph.launch(exec);
+  profiler.stop();
+  for (int k = 0; k < kSpinCount; ++k)
+    for (const auto& r : profiler.data().rows())
+      if (r.kernel == kSpins[k].name) us[static_cast<size_t>(k)] = r.avg_us();
   return us;
 }
 
@@ -107,17 +138,19 @@ int main(int argc, char** argv) {
   } else {
     const auto cupti = profiled_us(exec, nt::profile::Timing::cupti, launches);
     const auto events = profiled_us(exec, nt::profile::Timing::cuda_events, launches);
+    const auto stamps = stamped_us(exec, launches);
     std::printf(
-        "kernel     | true us | cupti us | events us | loop us   (%d launches each, average; loop: median "
-        "of 20 loops)\n",
+        "kernel     | true us | cupti us | events us | stamps us | loop us   (%d launches each, average; loop: "
+        "median of 20 loops)\n",
         launches);
-    std::string csv = "kernel,true_us,cupti_us,events_us,loop_us\n";
+    std::string csv = "kernel,true_us,cupti_us,events_us,stamps_us,loop_us\n";
     for (int k = 0; k < kSpinCount; ++k) {
       const double loop = nt::bench::time_loop_us(stream, launches, 20, [&] { launch_spin(exec, k); });
-      std::printf("%-10s | %7d | %8.2f | %9.2f | %7.2f\n", kSpins[k].name, kSpins[k].micros, cupti[k], events[k], loop);
-      char line[160];
-      std::snprintf(line, sizeof line, "%s,%d,%.4f,%.4f,%.4f\n", kSpins[k].name, kSpins[k].micros, cupti[k], events[k],
-                    loop);
+      std::printf("%-10s | %7d | %8.2f | %9.2f | %9.2f | %7.2f\n", kSpins[k].name, kSpins[k].micros, cupti[k],
+                  events[k], stamps[k], loop);
+      char line[200];
+      std::snprintf(line, sizeof line, "%s,%d,%.4f,%.4f,%.4f,%.4f\n", kSpins[k].name, kSpins[k].micros, cupti[k],
+                    events[k], stamps[k], loop);
       csv += line;
     }
     if (!out.empty()) {

@@ -1,5 +1,6 @@
-// Spin kernels of bench_launch (spin_kernels.h): thread 0 reads the global timer (kernels/cuda/global_timer.cuh)
-// until kMicros us have passed; the other 31 threads and kMicros == 0 return at once.
+// Spin kernels of bench_launch (spin_kernels.h): after the dependency wait every kernel opens with
+// (kernels/cuda/launch.cuh), thread 0 reads the global timer (kernels/cuda/global_timer.cuh) until kMicros us have
+// passed; the other 31 threads and kMicros == 0 return at once.
 #include <cstdint>
 
 #include "bench/launch/spin_kernels.h"
@@ -12,6 +13,7 @@ namespace {
 
 template <int kMicros>
 __global__ void spin_kernel() {
+  kernels::cuda::begin_dependent_kernel();  // as every kernel: a no-op unless launched programmatically
   if constexpr (kMicros > 0) {
     if (threadIdx.x != 0) return;
     const uint64_t t0 = kernels::cuda::global_timer_ns();

@@ -1,4 +1,5 @@
 #include "kernels/cuda/launch.cuh"
+#include "kernels/runtime.h"
 
 namespace nt::kernels::cuda {
 
@@ -54,6 +55,17 @@ size_t max_shared_bytes_per_block() {
   return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>());
 }
 
+size_t stamped_smem_bytes(const void* kernel, size_t smem) {
+  const size_t flagged = launch_smem_bytes(smem, true);
+  if (flagged == smem) return smem;
+  if (flagged > max_shared_bytes_per_block()) return smem;
+  cudaFuncAttributes attr{};
+  NT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  if (flagged + attr.sharedSizeBytes > 48 * 1024 && flagged > static_cast<size_t>(attr.maxDynamicSharedSizeBytes))
+    NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(flagged)));
+  return flagged;
+}
+
 bool cluster_kernels_run(const void* kernel) {
   int dev = 0, major = 0;
   cudaFuncAttributes attr{};
@@ -66,4 +78,17 @@ bool cluster_kernels_run(const void* kernel) {
   return major >= 9 && attr.ptxVersion >= 90;
 }
 
+namespace {
+__global__ void launch_stamps_close_kernel() { begin_dependent_kernel(); }
+}  // namespace
+
 }  // namespace nt::kernels::cuda
+
+namespace nt::kernels {
+
+void close_launch_stamps(const Exec& exec) {
+  cuda::launch(exec, profile::kLaunchStampsClose, profile::OpCost{}, cuda::launch_stamps_close_kernel, dim3(1), dim3(1),
+               0);
+}
+
+}  // namespace nt::kernels

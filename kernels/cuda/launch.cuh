@@ -25,7 +25,9 @@
 #include <utility>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/global_timer.cuh"
 #include "kernels/exec.h"
+#include "profile/launch_stamps.h"
 #include "profile/nvtx.h"
 
 namespace nt::kernels::cuda {
@@ -35,10 +37,62 @@ namespace nt::kernels::cuda {
 
 inline cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
 
+// Launch stamps (profile/launch_stamps.h), in a build configured with NT_LAUNCH_STAMPS: the ring this translation
+// unit's kernels write to while the profiler times replayed graphs with them. Each unit has its own copy (no
+// relocatable device code) and registers how to set it. A kernel reads it only when its launch says it stamps
+// (launch_smem_bytes). Not in the default build: with profiling off it still cost every kernel 0.1 to 0.2 us on an
+// H100, as did a module variable that no kernel read (docs/profiler.md, "Launch stamps").
+#if NT_LAUNCH_STAMPS
+namespace {
+__device__ profile::LaunchStampRing launch_stamp_ring;
+void install_launch_stamp_ring(const profile::LaunchStampRing& ring) {
+  NT_CUDA_CHECK(cudaMemcpyToSymbol(launch_stamp_ring, &ring, sizeof ring));
+}
+[[maybe_unused]] const bool launch_stamp_ring_registered =
+    profile::register_launch_stamp_installer(&install_launch_stamp_ring);
+}  // namespace
+#endif
+
+// How a launch tells its kernel to stamp, without a load: its dynamic shared memory size is odd. Kernels ask for
+// whole floats and ints, so no other launch has an odd size (and one that did would only read an empty ring);
+// launch() adds the byte when the observer asks for stamps.
+inline size_t launch_smem_bytes(size_t smem, bool stamping) { return stamping ? smem + 1 - smem % 2 : smem; }
+
+#if NT_LAUNCH_STAMPS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define NT_STAMPS_IN_KERNELS 1
+// Whether this thread stamps its launch: thread 0 of block 0 of a launch flagged by launch_smem_bytes. Registers only.
+__device__ __forceinline__ bool stamps_launch() {
+  unsigned int smem_bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
+  return (smem_bytes & 1u) && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+}
+// Writes a stamp into the next slot of `ring`, if one is installed (past capacity the slot is counted and lost). The
+// slots' order does not matter (profile/launch_stamps.h sorts them by time), so this comes after the kernel has let
+// its successor launch: neither the ring's load nor the atomic is on the stream's critical path.
+__device__ __forceinline__ void write_launch_stamp(const profile::LaunchStampRing& ring, unsigned long long start_ns,
+                                                   unsigned long long release_ns) {
+  if (ring.slots == nullptr) return;
+  const unsigned int slot = atomicAdd(ring.count, 1u);
+  if (slot < ring.capacity) ring.slots[slot] = profile::LaunchStamp{start_ns, release_ns};
+}
+#else
+#define NT_STAMPS_IN_KERNELS 0
+#endif
+
 // The first statement of every kernel of the engine (see above). A no-op before sm_90, and when the
-// kernel was launched without the programmatic attribute.
+// kernel was launched without the programmatic attribute. Stamping: the ring is read before the wait and looked at
+// only after the kernel has let its successor launch, off the chain of waits.
 __device__ __forceinline__ void begin_dependent_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if NT_STAMPS_IN_KERNELS
+  const bool stamping = stamps_launch();
+  profile::LaunchStampRing ring{};
+  unsigned long long start_ns = 0, release_ns = 0;
+  if (stamping) start_ns = global_timer_ns(), ring = launch_stamp_ring;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (stamping) release_ns = global_timer_ns();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (stamping) write_launch_stamp(ring, start_ns, release_ns);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
@@ -54,14 +108,25 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 // before the predecessor: those had completed when the predecessor passed its own wait, which came before
 // it let this kernel launch. So the predecessor must be an ordinary kernel (begin_dependent_kernel), never
 // an overlapping one.
+// Stamping, it writes its start when it starts and, in a second slot, when its closing wait returns: its
+// predecessor's end.
 __device__ __forceinline__ void begin_overlapping_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if NT_STAMPS_IN_KERNELS
+  const bool stamping = stamps_launch();
+  unsigned long long start_ns = 0;
+  if (stamping) start_ns = global_timer_ns();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (stamping) write_launch_stamp(launch_stamp_ring, start_ns, 0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void end_overlapping_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+#if NT_STAMPS_IN_KERNELS
+  if (stamps_launch()) write_launch_stamp(launch_stamp_ring, 0, global_timer_ns());
 #endif
 }
 // The first and last statements of a kernel that is either, as its launch says (overlaps_previous): every thread
@@ -77,6 +142,10 @@ __device__ __forceinline__ void end_kernel(bool overlaps_previous) {
 }
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer, and runs sm_90 code
+// The shared memory size of a launch whose kernel stamps (launch_smem_bytes), with the kernel opted in to it where it
+// passes the 48 KB default or the kernel's own opt-in. Left as it is where the device has no byte to spare: that
+// launch then writes no stamps, and the profiler counts its batch untimed.
+size_t stamped_smem_bytes(const void* kernel, size_t smem);
 // The TF32 tensor-core kernels' guard: the current device runs sm_80 code or newer. Context refuses --tf32
 // elsewhere (engine/context.cpp), so failing here is a caller's bug, or the kernel lab forcing a TF32 tile.
 void require_tf32_code(const char* kernel);
@@ -122,6 +191,8 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
+  const bool stamping = exec.observer && exec.observer->stamps_launches();
+  if (stamping) smem = stamped_smem_bytes(reinterpret_cast<const void*>(kernel), smem);
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;

@@ -446,17 +446,29 @@ TEST_CASE("the profile timer flag: its values and what they mean on each backend
   CHECK(profile::parse_timer_choice("auto") == TimerChoice::automatic);
   CHECK(profile::parse_timer_choice("cupti") == TimerChoice::cupti);
   CHECK(profile::parse_timer_choice("events") == TimerChoice::events);
-  for (const char* bad : {"", "Auto", "cuda", "event", "cupti "}) CHECK_FALSE(profile::parse_timer_choice(bad));
-  CHECK(profile::timing_for(TimerChoice::automatic, true) == Timing::cupti);
-  CHECK(profile::timing_for(TimerChoice::cupti, true) == Timing::cupti);
-  CHECK(profile::timing_for(TimerChoice::events, true) == Timing::cuda_events);
-  CHECK(profile::timing_for(TimerChoice::automatic, true, 32) == Timing::cuda_events);  // sampled: CUPTI saves nothing
-  CHECK(profile::timing_for(TimerChoice::cupti, true, 32) == Timing::cupti);
-  for (auto c : {TimerChoice::automatic, TimerChoice::cupti, TimerChoice::events})
-    CHECK(profile::timing_for(c, false) == Timing::host);  // the CPU: host clocks whatever was asked
+  CHECK(profile::parse_timer_choice("stamps") == TimerChoice::stamps);
+  for (const char* bad : {"", "Auto", "cuda", "event", "cupti ", "stamp"})
+    CHECK_FALSE(profile::parse_timer_choice(bad));
+  const auto scene = [](bool on_cuda, int every, bool graphs, bool stamps_possible) {
+    return profile::TimingScene{on_cuda, every, graphs, stamps_possible};
+  };
+  CHECK(profile::timing_for(TimerChoice::automatic, scene(true, 1, false, true)) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::cupti, scene(true, 1, false, true)) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::events, scene(true, 1, false, true)) == Timing::cuda_events);
+  // sampled: CUPTI saves nothing between samples
+  CHECK(profile::timing_for(TimerChoice::automatic, scene(true, 32, false, true)) == Timing::cuda_events);
+  CHECK(profile::timing_for(TimerChoice::cupti, scene(true, 32, false, true)) == Timing::cupti);
+  // replayed graphs: launch stamps where kernels can write them, else CUPTI
+  CHECK(profile::timing_for(TimerChoice::automatic, scene(true, 1, true, true)) == Timing::stamps);
+  CHECK(profile::timing_for(TimerChoice::automatic, scene(true, 1, true, false)) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::cupti, scene(true, 1, true, true)) == Timing::cupti);
+  CHECK(profile::timing_for(TimerChoice::stamps, scene(true, 1, true, true)) == Timing::stamps);
+  for (auto c : {TimerChoice::automatic, TimerChoice::cupti, TimerChoice::events, TimerChoice::stamps})
+    CHECK(profile::timing_for(c, scene(false, 1, true, false)) == Timing::host);  // the CPU: host clocks always
   CHECK(profile::cupti_fallback_for(TimerChoice::automatic));
   CHECK_FALSE(profile::cupti_fallback_for(TimerChoice::cupti));
   CHECK(std::string(profile::timing_name(Timing::cupti)) == "cupti");
+  CHECK(std::string(profile::timing_name(Timing::stamps)) == "launch stamps");
 }
 
 TEST_CASE("a cupti profiler without CUPTI falls back to events, or refuses when cupti was insisted on",
@@ -603,6 +615,8 @@ TEST_CASE("the report names the timer and counts launches without a CUPTI record
   const std::string json = profile::to_json(d);
   CHECK(json.find("\"timer\": \"cupti\"") != std::string::npos);
   CHECK(json.find("\"launches_without_record\": 3") != std::string::npos);
+  d.timer = "launch stamps";  // its untimed launches are eager ones: no record was expected of them
+  CHECK(profile::format_totals(d).find("3 launches without a time (launched eagerly") != std::string::npos);
 }
 
 namespace {
@@ -620,6 +634,10 @@ TEST_CASE("the profile timer flag: bad values are one line naming it, and events
           "[cpu][profile][cli][cupti]") {
   for (const char* command : {"profile", "train"})
     check_flag_refused(std::string(command) + " --device cpu --profile-timer nvtx", "--profile-timer");
+  // --profile-graphs needs the graphs it profiles
+  check_flag_refused("train --device cpu --profile-graphs --no-graphs", "--profile-graphs");
+  check_flag_refused("train --device cpu --profile-graphs --debug-sync", "--profile-graphs");
+  check_flag_refused("profile --device cpu --profile-graphs --debug-sync", "--profile-graphs");
   const auto r =
       test::run_command(test::cli_path() + " profile --device cpu --model mlp --batch 32 --steps 2 --warmup 0 " +
                         "--profile-timer cupti --data " + test::mnist_dir());

@@ -17,9 +17,10 @@ __device__ void spin_for(uint64_t ns) {
   }
 }
 
-__global__ void spin_kernel(int micros) {
-  kernels::cuda::begin_dependent_kernel();
+__global__ void spin_kernel(int micros, bool beside) {
+  kernels::cuda::begin_kernel(beside);
   if (threadIdx.x == 0) spin_for(uint64_t(micros) * 1000);
+  kernels::cuda::end_kernel(beside);
 }
 
 constexpr int kMaxPhases = 4;
@@ -42,8 +43,10 @@ constexpr const char* kPhaseNames[kMaxPhases] = {"phase 0", "phase 1", "phase 2"
 
 }  // namespace
 
-void launch_spin(const kernels::Exec& exec, const char* name, int micros) {
-  kernels::cuda::launch(exec, name, profile::OpCost{}, spin_kernel, dim3(1), dim3(32), 0, micros);
+void launch_spin(const kernels::Exec& exec, const char* name, int micros, bool beside) {
+  profile::OpCost cost;
+  cost.overlaps_previous = beside;
+  kernels::cuda::launch(exec, name, cost, spin_kernel, dim3(1), dim3(32), 0, micros, beside);
 }
 
 void launch_phased_spin(const kernels::Exec& exec, const int* phase_micros, int count) {

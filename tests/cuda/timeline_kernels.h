@@ -6,8 +6,9 @@
 
 namespace nt::test {
 
-// One block whose thread 0 spins on %globaltimer for `micros` microseconds, on exec's stream.
-void launch_spin(const kernels::Exec& exec, const char* name, int micros);
+// One block whose thread 0 spins on %globaltimer for `micros` microseconds, on exec's stream. beside: declared to run
+// beside its predecessor (launch.cuh, begin_overlapping_kernel), which it must then not depend on.
+void launch_spin(const kernels::Exec& exec, const char* name, int micros, bool beside = false);
 
 // One block whose thread 0 marks phase k (profile/phase_stamps.h) and spins phase_micros[k] microseconds, for each k
 // < phases in turn, then marks the end; the phases are named "phase 0", "phase 1", ... (at most 4).
