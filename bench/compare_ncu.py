@@ -12,7 +12,12 @@ and cudaProfilerStop, in the same order. ncu holds CUPTI itself, so its run must
 (with --no-hold: ncu serializes launches); the run compared may use any timer. The lists are zipped in order
 (ncu names are the CUDA functions, ours the ops, so names cannot be matched; counts and order can) and
 averaged per (kernel, phase, layer) row of our table. --reference adds the columns of another of our runs
-(e.g. the events timer next to cupti), shown but not judged.
+(e.g. the events timer next to cupti), shown but not judged; with --judge-reference the first reference is the judge
+instead of ncu: another timer over the same execution (the launch stamps of replayed graphs against CUPTI's records
+of the same replays, where graph execution itself moves some kernels by up to 20% from ncu's serialized launches),
+every row averaging >= --min-us within --tolerance-pct, but for those whose kernels share the GPU with a neighbour
+(as below) or follow one that ran beside its predecessor: the two timers place the end of a kernel that overlaps
+differently (docs/profiler.md, "Launch stamps").
 
 --calibration: what each timer reads for kernels of known length (spin kernels of 0 to 20 us: SPIN.csv from
 `bench_launch --out`, SPIN_NCU.csv from ncu over `bench_launch --ncu`). ncu's gpu__time_duration of a kernel
@@ -105,17 +110,20 @@ def ncu_fixed_us(spin_csv, spin_ncu_csv, timer):
     if not spins or len(theirs) % len(spins):
         sys.exit(f"{spin_ncu_csv}: {len(theirs)} launches, not a multiple of the {len(spins)} kernels of {spin_csv}")
     per = len(theirs) // len(spins)  # bench_launch --ncu: `per` launches of each kernel, in the CSV's order
-    column = {"cupti": "cupti_us", "cuda events": "events_us"}.get(timer, "cupti_us")
+    column = {"cupti": "cupti_us", "cuda events": "events_us", "launch stamps": "stamps_us"}.get(timer, "cupti_us")
+    if column not in spins[0]:
+        sys.exit(f"{spin_csv}: no {column} column for the {timer} timer")
     print("Calibration: kernels of known length (bench_launch; one block spinning on %globaltimer), us per launch")
-    print(f"{'kernel':<10} | {'true':>6} | {'ncu':>6} | {'cupti':>6} | {'events':>6} | {'ncu - cupti':>11} | "
-          f"{'ncu - events':>12} | {'ncu - true':>10}")
+    print(f"{'kernel':<10} | {'true':>6} | {'ncu':>6} | {'cupti':>6} | {'events':>6} | {'stamps':>6} | "
+          f"{'ncu - ' + timer:>20} | {'ncu - true':>10}")
     gaps = []
     for k, spin in enumerate(spins):
         ncu = sum(us for _, us in theirs[k * per:(k + 1) * per]) / per
         true, cupti, events = float(spin["true_us"]), float(spin["cupti_us"]), float(spin["events_us"])
+        stamps = float(spin.get("stamps_us", 0))
         gaps.append(ncu - float(spin[column]))
-        print(f"{spin['kernel']:<10} | {true:6.2f} | {ncu:6.2f} | {cupti:6.2f} | {events:6.2f} | {ncu - cupti:11.2f} | "
-              f"{ncu - events:12.2f} | {ncu - true:10.2f}")
+        print(f"{spin['kernel']:<10} | {true:6.2f} | {ncu:6.2f} | {cupti:6.2f} | {events:6.2f} | {stamps:6.2f} | "
+              f"{gaps[-1]:20.2f} | {ncu - true:10.2f}")
     gaps.sort()
     fixed = (gaps[(len(gaps) - 1) // 2] + gaps[len(gaps) // 2]) / 2
     print(f"ncu's fixed cost beyond {timer}: {fixed:.2f} us per kernel (median of {len(gaps)}; spread "
@@ -132,7 +140,11 @@ def main():
     ap.add_argument("--tolerance-pct", type=float, default=10.0)
     ap.add_argument("--calibration", nargs=2, metavar=("SPIN.csv", "SPIN_NCU.csv"),
                     help="judge against ncu less its fixed cost, measured on kernels of known length")
+    ap.add_argument("--judge-reference", action="store_true",
+                    help="judge against the first --reference (the same execution, another timer), not ncu")
     a = ap.parse_args()
+    if a.judge_reference and not a.reference:
+        sys.exit("--judge-reference: name the reference with --reference")
 
     theirs = ncu_launches(a.ncu)
     paths = [a.ours] + a.reference
@@ -152,8 +164,9 @@ def main():
     rows = OrderedDict()
     for i, (function, ncu_us) in enumerate(theirs):
         kernel, phase, layer, _, span, beside = first[i]
+        after_beside = i > 0 and first[i - 1][5]
         beside = beside or (i + 1 < len(first) and first[i + 1][5])
-        row = rows.setdefault((kernel, phase, layer), [0, 0.0, set(), [0.0] * len(runs), 0.0, False])
+        row = rows.setdefault((kernel, phase, layer), [0, 0.0, set(), [0.0] * len(runs), 0.0, False, False])
         row[0] += 1
         row[1] += ncu_us
         row[2].add(short_name(function))
@@ -161,6 +174,7 @@ def main():
             row[3][r] += launches[i][3]
         row[4] += span
         row[5] = row[5] or beside
+        row[6] = row[6] or after_beside
 
     def pct(x, ref):
         return 100.0 * (x - ref) / ref if ref > 0 else float("inf")
@@ -170,17 +184,20 @@ def main():
     if fixed is not None:
         header += [f"ncu - {fixed:.2f}", "Diff %", ""]
         numeric |= {9, 10}
-    for name, _ in runs[1:]:
+    for r, (name, _) in enumerate(runs[1:]):
         numeric |= {len(header), len(header) + 1}
         header += [f"{name} avg us", "Diff %"]
+        if r == 0 and a.judge_reference:
+            numeric.add(len(header))
+            header += [f"{runs[0][0]} vs it", ""]
     header.append("ncu function")
     table = [header]
-    failures, raw_failures = 0, 0
+    failures, raw_failures, reference_failures = 0, 0, 0
     total_ncu, totals = 0.0, [0.0] * len(runs)
     # A kernel that shares the GPU with a neighbour has an exclusive time that is how far it extends the stream, not its
     # length alone: shown, not judged here (the --no-pdl run, where nothing overlaps, judges it).
-    for (kernel, phase, layer), (calls, ncu_us, functions, us, span_us, beside) in sorted(rows.items(),
-                                                                                          key=lambda kv: -kv[1][1]):
+    for (kernel, phase, layer), (calls, ncu_us, functions, us, span_us, beside, after_beside) in sorted(
+            rows.items(), key=lambda kv: -kv[1][1]):
         ncu_avg = ncu_us / calls
         avgs = [x / calls for x in us]
         judged = avgs[0] >= a.min_us and not beside
@@ -200,8 +217,15 @@ def main():
             failures += bad
             line += [f"{calibrated:.2f}", f"{pct(avgs[0], calibrated):+.1f}",
                      "FAIL" if bad else ("ok" if judged else unjudged)]
-        for avg in avgs[1:]:
+        for r, avg in enumerate(avgs[1:]):
             line += [f"{avg:.2f}", f"{pct(avg, ncu_avg):+.1f}"]
+            if r == 0 and a.judge_reference:
+                shared = beside or after_beside
+                judged_here = avgs[0] >= a.min_us and not shared
+                bad = judged_here and abs(pct(avgs[0], avg)) > a.tolerance_pct
+                reference_failures += bad
+                line += [f"{pct(avgs[0], avg):+.1f}",
+                         "FAIL" if bad else ("ok" if judged_here else ("(overlap)" if shared else "(short)"))]
         line.append(",".join(sorted(functions)))
         table.append(line)
     widths = [max(len(r[c]) for r in table) for c in range(len(header))]
@@ -216,6 +240,10 @@ def main():
     if fixed is not None:
         print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}% of ncu less its fixed "
               f"{fixed:.2f} us: {failures}")
+    if a.judge_reference:
+        print(f"{runs[0][0]}: rows averaging >= {a.min_us:g} us outside +-{a.tolerance_pct:g}% of {runs[1][0]} (the judge "
+              f"here; ncu shown): {reference_failures}")
+        return 1 if reference_failures else 0
     return 1 if failures else 0
 
 
