@@ -15,6 +15,7 @@
 #include <string>
 
 #include "data/batcher.h"
+#include "gpu_timer.h"
 #include "kernels/runtime.h"
 #include "profile/kernel_profiler.h"
 #include "profile/launch_stamps.h"
@@ -25,14 +26,7 @@ using namespace nt;
 
 namespace {
 
-profile::ProfilerOptions graph_timer(profile::Timing timing) {
-  profile::ProfilerOptions o;
-  o.timing = timing;
-  o.cupti_fallback = false;
-  o.device = "cuda";
-  o.graphs = true;
-  return o;
-}
+profile::ProfilerOptions graph_timer(profile::Timing timing) { return test::gpu_timer(timing, /*graphs=*/true); }
 
 struct Spin {
   const char* name;

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu_timer.h"
 #include "kernels/runtime.h"
 #include "profile/kernel_profiler.h"
 #include "profile/report.h"
@@ -20,13 +21,9 @@ using test::StreamExec;
 
 namespace {
 
+// CUPTI times the kernels of replayed graphs too; events cannot.
 profile::ProfilerOptions timer_options(profile::Timing timing) {
-  profile::ProfilerOptions o;
-  o.timing = timing;
-  o.cupti_fallback = false;
-  o.device = "cuda";
-  o.graphs = timing == profile::Timing::cupti;  // time the kernels of replayed graphs too
-  return o;
+  return test::gpu_timer(timing, /*graphs=*/timing == profile::Timing::cupti);
 }
 
 // Microseconds between two recorded events.
