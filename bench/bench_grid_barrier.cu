@@ -1,0 +1,177 @@
+// What a barrier across the whole GPU costs: the floor under a persistent training kernel whose phases (forward,
+// loss, backward, update) are separated by barriers (docs/persistent-mlp.md).
+//
+//   bench_grid_barrier [--barriers N]
+//
+// Each kernel runs N barriers back to back; its time less that of the same kernel running none, over N, is one
+// barrier (CUDA events, the median of 20 repetitions after a warm-up; bench_timing.h). Blocks of 256 threads, all
+// resident at once (checked with the occupancy API: a grid barrier with a block still waiting to be scheduled would
+// never return). The barriers:
+//
+//   counter     thread 0 of each block adds to a counter in global memory (a release: its block's writes first); the
+//               last to arrive resets the counter and bumps a generation word, on which the others spin (acquire
+//               loads); then __syncthreads. One block per SM, then half and twice as many blocks.
+//   + exchange  the same with a phase's worth of data moved between barriers: every block writes 1 KB and reads the
+//               next block's 1 KB through L2 (132 KB a phase, the order of an mlp layer's activations at batch 64).
+//   cluster     barrier.cluster across a cluster of 8 blocks (the hardware barrier of sm_90; the blocks of a cluster can
+//               read each other's shared memory): the barrier of a design that splits a layer within clusters only.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_timing.h"
+#include "core/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/runtime.h"
+
+namespace {
+
+using nt::kernels::Exec;
+namespace cuda = nt::kernels::cuda;
+
+constexpr int kThreads = 256;
+constexpr int kExchangeFloats = 256;  // 1 KB per block per phase
+
+struct GridBarrier {
+  unsigned int* count;       // blocks arrived at the current barrier
+  unsigned int* generation;  // barriers completed
+};
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Every thread of every block calls it; returns when all blocks have arrived, with their writes visible.
+__device__ __forceinline__ void grid_barrier(const GridBarrier& b) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int generation = load_acquire(b.generation);
+    __threadfence();  // the block's writes before its arrival
+    if (atomicAdd(b.count, 1u) == gridDim.x - 1) {
+      *b.count = 0;  // nobody arrives at the next barrier before the release below
+      __threadfence();
+      store_release(b.generation, generation + 1);
+    } else {
+      while (load_acquire(b.generation) == generation) {
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// barriers: how many; exchange: nullptr, or kExchangeFloats per block written before and read after each barrier.
+__global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* exchange, float* sink) {
+  cuda::begin_dependent_kernel();
+  float acc = 0;
+  for (int i = 0; i < barriers; ++i) {
+    if (exchange)
+      for (int j = threadIdx.x; j < kExchangeFloats; j += blockDim.x)
+        exchange[blockIdx.x * kExchangeFloats + j] = acc + float(i + j);
+    grid_barrier(b);
+    if (exchange) {
+      const unsigned int next = (blockIdx.x + 1) % gridDim.x;
+      for (int j = threadIdx.x; j < kExchangeFloats; j += blockDim.x) acc += exchange[next * kExchangeFloats + j];
+      grid_barrier(b);  // the next phase overwrites what this one read: a second barrier, as a real step would
+    }
+  }
+  if (acc == -1.f) *sink = acc;  // keeps the reads
+}
+
+__global__ void NT_CLUSTER_DIMS(8, 1, 1) cluster_barrier_kernel(int barriers) {
+  cuda::begin_dependent_kernel();
+#if NT_CLUSTERS
+  for (int i = 0; i < barriers; ++i)
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#else
+  (void)barriers;
+#endif
+}
+
+struct Result {
+  std::string name;
+  int blocks;
+  double us_per_barrier;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int barriers = 2000;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--barriers") && i + 1 < argc) {
+      barriers = std::atoi(argv[++i]);
+      if (barriers < 1 || barriers > 1'000'000) {
+        std::fprintf(stderr, "--barriers: expected 1..1000000, got %s\n", argv[i]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_grid_barrier [--barriers N]\n");
+      return 2;
+    }
+  }
+  if (nt::kernels::cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_grid_barrier: no CUDA device\n");
+    return 1;
+  }
+  Exec exec;
+  exec.backend = nt::kernels::Backend::cuda;
+  exec.stream = nt::kernels::create_stream();
+  const auto stream = static_cast<cudaStream_t>(exec.stream);
+  const int sms = cuda::multiprocessor_count();
+  int resident_per_sm = 0;
+  NT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident_per_sm, counter_barrier_kernel, kThreads, 0));
+
+  unsigned int* words = nullptr;
+  float* exchange = nullptr;
+  float* sink = nullptr;
+  NT_CUDA_CHECK(cudaMalloc(&words, 2 * sizeof(unsigned int)));
+  NT_CUDA_CHECK(cudaMemset(words, 0, 2 * sizeof(unsigned int)));
+  NT_CUDA_CHECK(cudaMalloc(&exchange, sizeof(float) * kExchangeFloats * 2 * sms));
+  NT_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
+  const GridBarrier barrier{words, words + 1};
+
+  std::vector<Result> results;
+  // Per barrier: (N barriers) - (none), over N. With the exchange, one phase is two barriers and the data between.
+  const auto per_barrier = [&](const auto& run, int per_phase) {
+    const double with = nt::bench::time_loop_us(stream, 3, 20, [&] { run(barriers); });
+    const double without = nt::bench::time_loop_us(stream, 3, 20, [&] { run(0); });
+    return (with - without) / (double(barriers) * per_phase);
+  };
+  for (const int blocks : {sms, sms / 2, 2 * sms}) {
+    if (blocks > sms * resident_per_sm) continue;  // not all resident: a grid barrier would hang
+    results.push_back({"counter", blocks, per_barrier([&](int n) {
+                         cuda::launch(exec, "counter_barrier", {}, counter_barrier_kernel, dim3(blocks), dim3(kThreads),
+                                      0, barrier, n, static_cast<float*>(nullptr), sink);
+                       }, 1)});
+  }
+  results.push_back({"counter + 1 KB exchange a block, per phase", sms, per_barrier([&](int n) {
+                       cuda::launch(exec, "counter_barrier_exchange", {}, counter_barrier_kernel, dim3(sms),
+                                    dim3(kThreads), 0, barrier, n, exchange, sink);
+                     }, 1)});
+  if (cuda::cluster_kernels_run(cluster_barrier_kernel)) {
+    const int blocks = sms / 8 * 8;
+    results.push_back({"cluster of 8", blocks, per_barrier([&](int n) {
+                         cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel, dim3(blocks),
+                                      dim3(kThreads), 0, n);
+                       }, 1)});
+  }
+  std::printf("barrier                                    | blocks | us per barrier   (%d barriers a kernel, %d SMs, "
+              "%d blocks of %d threads resident per SM)\n",
+              barriers, sms, resident_per_sm, kThreads);
+  for (const Result& r : results) std::printf("%-42s | %6d | %8.3f\n", r.name.c_str(), r.blocks, r.us_per_barrier);
+  NT_CUDA_CHECK(cudaFree(words));
+  NT_CUDA_CHECK(cudaFree(exchange));
+  NT_CUDA_CHECK(cudaFree(sink));
+  nt::kernels::destroy_stream(exec.stream);
+  return 0;
+}
