@@ -13,8 +13,13 @@
 //               loads); then __syncthreads. One block per SM, then half and twice as many blocks.
 //   + exchange  the same with a phase's worth of data moved between barriers: every block writes 1 KB and reads the
 //               next block's 1 KB through L2 (132 KB a phase, the order of an mlp layer's activations at batch 64).
-//   cluster     barrier.cluster across a cluster of 8 blocks (the hardware barrier of sm_90; the blocks of a cluster can
-//               read each other's shared memory): the barrier of a design that splits a layer within clusters only.
+//   cluster     barrier.cluster across a cluster of 8 blocks, and of 16 (a non-portable size the kernel opts in to):
+//               the hardware barrier of sm_90, whose blocks can read each other's shared memory; the barrier of a design
+//               that keeps a layer's exchange within a cluster.
+//
+// And what every block reading the same activations costs (a layer's input read by all the blocks that own its
+// outputs): each block reads one buffer of 80 KB (h1 at batch 64) through L2 (ld.global.cg: not from L1), 132 blocks;
+// the time less an empty kernel's over the bytes moved is L2's delivery rate for this pattern.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -87,7 +92,8 @@ __global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* excha
   if (acc == -1.f) *sink = acc;  // keeps the reads
 }
 
-__global__ void NT_CLUSTER_DIMS(8, 1, 1) cluster_barrier_kernel(int barriers) {
+template <int kClusterBlocks>
+__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) cluster_barrier_kernel(int barriers) {
   cuda::begin_dependent_kernel();
 #if NT_CLUSTERS
   for (int i = 0; i < barriers; ++i)
@@ -95,6 +101,18 @@ __global__ void NT_CLUSTER_DIMS(8, 1, 1) cluster_barrier_kernel(int barriers) {
 #else
   (void)barriers;
 #endif
+}
+
+// Every block reads all `floats` of `in` (through L2: .cg), `rounds` times; the sum keeps the loads.
+__global__ void broadcast_read_kernel(const float4* in, int floats4, int rounds, float* sink) {
+  cuda::begin_dependent_kernel();
+  float acc = 0;
+  for (int r = 0; r < rounds; ++r)
+    for (int i = threadIdx.x; i < floats4; i += blockDim.x) {
+      const float4 v = __ldcg(in + i);
+      acc += v.x + v.y + v.z + v.w;
+    }
+  if (acc == -1.f) *sink = acc;
 }
 
 struct Result {
@@ -158,17 +176,47 @@ int main(int argc, char** argv) {
                        cuda::launch(exec, "counter_barrier_exchange", {}, counter_barrier_kernel, dim3(sms),
                                     dim3(kThreads), 0, barrier, n, exchange, sink);
                      }, 1)});
-  if (cuda::cluster_kernels_run(cluster_barrier_kernel)) {
+  if (cuda::cluster_kernels_run(cluster_barrier_kernel<8>)) {
     const int blocks = sms / 8 * 8;
     results.push_back({"cluster of 8", blocks, per_barrier([&](int n) {
-                         cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel, dim3(blocks),
+                         cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<8>, dim3(blocks),
                                       dim3(kThreads), 0, n);
                        }, 1)});
+    // 16 blocks is beyond the portable cluster size: the kernel must opt in, and the device may refuse.
+    if (cudaFuncSetAttribute(cluster_barrier_kernel<16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+        cudaSuccess) {
+      const int blocks16 = sms / 16 * 16;
+      results.push_back({"cluster of 16", blocks16, per_barrier([&](int n) {
+                           cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<16>, dim3(blocks16),
+                                        dim3(kThreads), 0, n);
+                         }, 1)});
+    } else {
+      cudaGetLastError();
+      std::printf("cluster of 16: not allowed on this device\n");
+    }
   }
   std::printf("barrier                                    | blocks | us per barrier   (%d barriers a kernel, %d SMs, "
               "%d blocks of %d threads resident per SM)\n",
               barriers, sms, resident_per_sm, kThreads);
   for (const Result& r : results) std::printf("%-42s | %6d | %8.3f\n", r.name.c_str(), r.blocks, r.us_per_barrier);
+
+  // The same activations read by every block.
+  constexpr int kActivationFloats4 = 64 * 320 / 4;  // h1 at batch 64: 80 KB
+  constexpr int kRounds = 50;
+  float4* activations = nullptr;
+  NT_CUDA_CHECK(cudaMalloc(&activations, sizeof(float4) * kActivationFloats4));
+  NT_CUDA_CHECK(cudaMemset(activations, 0, sizeof(float4) * kActivationFloats4));
+  const auto read_us = [&](int rounds) {
+    return nt::bench::time_loop_us(stream, 3, 20, [&] {
+      cuda::launch(exec, "broadcast_read", {}, broadcast_read_kernel, dim3(sms), dim3(kThreads), 0,
+                   static_cast<const float4*>(activations), kActivationFloats4, rounds, sink);
+    });
+  };
+  const double us = (read_us(kRounds) - read_us(0)) / kRounds;
+  const double bytes = double(sms) * kActivationFloats4 * sizeof(float4);
+  std::printf("broadcast read: %d blocks each read the same 80 KB through L2: %.3f us, %.0f GB/s delivered\n", sms, us,
+              bytes / (us * 1e3));
+  NT_CUDA_CHECK(cudaFree(activations));
   NT_CUDA_CHECK(cudaFree(words));
   NT_CUDA_CHECK(cudaFree(exchange));
   NT_CUDA_CHECK(cudaFree(sink));
