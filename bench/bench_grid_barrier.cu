@@ -19,7 +19,9 @@
 //
 // And what every block reading the same activations costs (a layer's input read by all the blocks that own its
 // outputs): each block reads one buffer of 80 KB (h1 at batch 64) through L2 (ld.global.cg: not from L1), 132 blocks;
-// the time less an empty kernel's over the bytes moved is L2's delivery rate for this pattern.
+// the time less an empty kernel's over the bytes moved is L2's delivery rate for this pattern, with one 16-byte load
+// in flight per thread and with four. Then the gradient sum of a design with a weight copy per cluster: 8 partial
+// gradients of the mlp's 303,680 weights, each block summing its slice of all 8 in a fixed order and writing it.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -103,16 +105,40 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) cluster_barrier_kernel(int
 #endif
 }
 
-// Every block reads all `floats` of `in` (through L2: .cg), `rounds` times; the sum keeps the loads.
+// Every block reads all `floats4` of `in` (through L2: .cg), `rounds` times, kInFlight loads per thread at a time; the
+// sum keeps the loads.
+template <int kInFlight>
 __global__ void broadcast_read_kernel(const float4* in, int floats4, int rounds, float* sink) {
   cuda::begin_dependent_kernel();
   float acc = 0;
   for (int r = 0; r < rounds; ++r)
-    for (int i = threadIdx.x; i < floats4; i += blockDim.x) {
-      const float4 v = __ldcg(in + i);
-      acc += v.x + v.y + v.z + v.w;
+    for (int i = threadIdx.x; i < floats4; i += blockDim.x * kInFlight) {
+      float4 v[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int k = i + u * blockDim.x;
+        v[u] = k < floats4 ? __ldcg(in + k) : float4{0, 0, 0, 0};
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
     }
   if (acc == -1.f) *sink = acc;
+}
+
+// partials: `copies` arrays of `floats4` float4; block b sums its slice of each, in copy order, into out.
+__global__ void gradient_sum_kernel(const float4* partials, int copies, int floats4, float4* out, int rounds) {
+  cuda::begin_dependent_kernel();
+  const int per_block = (floats4 + gridDim.x - 1) / gridDim.x;
+  const int first = blockIdx.x * per_block, last = min(floats4, first + per_block);
+  for (int r = 0; r < rounds; ++r)
+    for (int i = first + threadIdx.x; i < last; i += blockDim.x) {
+      float4 sum = __ldcg(partials + i);
+      for (int c = 1; c < copies; ++c) {
+        const float4 v = __ldcg(partials + size_t(c) * floats4 + i);
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      __stcg(out + i, sum);
+    }
 }
 
 struct Result {
@@ -206,17 +232,43 @@ int main(int argc, char** argv) {
   float4* activations = nullptr;
   NT_CUDA_CHECK(cudaMalloc(&activations, sizeof(float4) * kActivationFloats4));
   NT_CUDA_CHECK(cudaMemset(activations, 0, sizeof(float4) * kActivationFloats4));
-  const auto read_us = [&](int rounds) {
+  const double bytes = double(sms) * kActivationFloats4 * sizeof(float4);
+  const auto broadcast = [&](auto kernel, int in_flight) {
+    const auto read_us = [&](int rounds) {
+      return nt::bench::time_loop_us(stream, 3, 20, [&] {
+        cuda::launch(exec, "broadcast_read", {}, kernel, dim3(sms), dim3(kThreads), 0,
+                     static_cast<const float4*>(activations), kActivationFloats4, rounds, sink);
+      });
+    };
+    const double us = (read_us(kRounds) - read_us(0)) / kRounds;
+    std::printf("broadcast read, %d load(s) in flight a thread: %d blocks each read the same 80 KB through L2: %.3f us, "
+                "%.0f GB/s delivered\n",
+                in_flight, sms, us, bytes / (us * 1e3));
+  };
+  broadcast(broadcast_read_kernel<1>, 1);
+  broadcast(broadcast_read_kernel<4>, 4);
+  NT_CUDA_CHECK(cudaFree(activations));
+
+  // The gradient sum of 8 cluster copies of the mlp's weights.
+  constexpr int kCopies = 8;
+  constexpr int kWeightFloats4 = 303680 / 4;
+  float4* partials = nullptr;
+  float4* summed = nullptr;
+  NT_CUDA_CHECK(cudaMalloc(&partials, sizeof(float4) * kWeightFloats4 * kCopies));
+  NT_CUDA_CHECK(cudaMemset(partials, 0, sizeof(float4) * kWeightFloats4 * kCopies));
+  NT_CUDA_CHECK(cudaMalloc(&summed, sizeof(float4) * kWeightFloats4));
+  const auto sum_us = [&](int rounds) {
     return nt::bench::time_loop_us(stream, 3, 20, [&] {
-      cuda::launch(exec, "broadcast_read", {}, broadcast_read_kernel, dim3(sms), dim3(kThreads), 0,
-                   static_cast<const float4*>(activations), kActivationFloats4, rounds, sink);
+      cuda::launch(exec, "gradient_sum", {}, gradient_sum_kernel, dim3(sms), dim3(kThreads), 0,
+                   static_cast<const float4*>(partials), kCopies, kWeightFloats4, summed, rounds);
     });
   };
-  const double us = (read_us(kRounds) - read_us(0)) / kRounds;
-  const double bytes = double(sms) * kActivationFloats4 * sizeof(float4);
-  std::printf("broadcast read: %d blocks each read the same 80 KB through L2: %.3f us, %.0f GB/s delivered\n", sms, us,
-              bytes / (us * 1e3));
-  NT_CUDA_CHECK(cudaFree(activations));
+  const double sum = (sum_us(kRounds) - sum_us(0)) / kRounds;
+  const double sum_bytes = double(kWeightFloats4) * sizeof(float4) * (kCopies + 1);
+  std::printf("gradient sum: %d partials of 303,680 floats summed by %d blocks, each its slice: %.3f us, %.0f GB/s\n",
+              kCopies, sms, sum, sum_bytes / (sum * 1e3));
+  NT_CUDA_CHECK(cudaFree(partials));
+  NT_CUDA_CHECK(cudaFree(summed));
   NT_CUDA_CHECK(cudaFree(words));
   NT_CUDA_CHECK(cudaFree(exchange));
   NT_CUDA_CHECK(cudaFree(sink));
