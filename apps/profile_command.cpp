@@ -58,27 +58,23 @@ void validate_profile(const ProfileCommand& p) {
 }
 
 // Enqueues steps [first, first + count) of an endless run of epochs, starting each epoch's data order as
-// the steps reach it.
-void enqueue_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exec, int64_t first, int64_t count) {
-  const int64_t per_epoch = trainer.steps_per_epoch();
-  for (int64_t s = first; s < first + count; ++s) {
-    if (s % per_epoch == 0) data.begin_epoch(exec, static_cast<int>(s / per_epoch) + 1);
-    trainer.enqueue_train_step(s % per_epoch);
-  }
-}
-
-// The same steps as enqueue_steps, captured as CUDA graphs and replayed once: one graph per epoch's share of the
-// steps, each new epoch's data order set eagerly before its graph. The graphs are kept until the work is read back.
-void replay_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exec, int64_t first, int64_t count,
-                  std::vector<kernels::Graph>& graphs) {
+// the steps reach it. With `graphs`, each epoch's share of the steps is captured as a CUDA graph and replayed once (the
+// data order is set eagerly, before the graph); the graphs are kept there until the work is read back.
+void enqueue_steps(Trainer& trainer, BatchSource& data, const kernels::Exec& exec, int64_t first, int64_t count,
+                   std::vector<kernels::Graph>* graphs = nullptr) {
   const int64_t per_epoch = trainer.steps_per_epoch();
   for (int64_t s = first; s < first + count;) {
     if (s % per_epoch == 0) data.begin_epoch(exec, static_cast<int>(s / per_epoch) + 1);
     const int64_t run = std::min(first + count - s, per_epoch - s % per_epoch);
-    graphs.push_back(kernels::Graph::capture(exec, [&] {
+    const auto enqueue_run = [&] {
       for (int64_t i = s; i < s + run; ++i) trainer.enqueue_train_step(i % per_epoch);
-    }));
-    graphs.back().launch(exec);
+    };
+    if (graphs) {
+      graphs->push_back(kernels::Graph::capture(exec, enqueue_run));
+      graphs->back().launch(exec);
+    } else {
+      enqueue_run();
+    }
     s += run;
   }
 }
@@ -111,10 +107,8 @@ int run_profile(const ProfileCommand& p) {
                            p.graphs && ctx.on_cuda());
   profiling.resume();
   std::vector<kernels::Graph> graphs;
-  if (ctx.exec().observer && ctx.exec().observer->times_graph_replays())
-    replay_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps, graphs);
-  else
-    enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps);
+  const bool replayed = ctx.exec().observer && ctx.exec().observer->times_graph_replays();
+  enqueue_steps(trainer, train_data, ctx.exec(), p.warmup, p.steps, replayed ? &graphs : nullptr);
   const EvalResult eval = trainer.evaluate(eval_data);
   profiling.pause();
   const auto [train_loss, train_acc] = trainer.read_train_totals(p.warmup + p.steps);
@@ -147,8 +141,8 @@ Command register_profile(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--profile-timer", prof->timer, kProfileTimerHelp)->capture_default_str();
   cmd->add_flag("--profile-graphs", prof->graphs,
-                "GPU: capture the profiled steps and the evaluation as CUDA graphs and time their replay (launch "
-                "stamps on sm_90, else CUPTI), as train --profile-graphs does");
+                "GPU: capture the profiled steps and the evaluation as CUDA graphs and time their replay (CUPTI; "
+                "launch stamps in a profiling build), as train --profile-graphs does");
   cmd->add_flag("--no-hold", prof->no_hold,
                 "GPU, events timer: do not hold the stream behind the host within a step (for runs under Nsight "
                 "Compute, which serializes launches); short kernels may then read long");

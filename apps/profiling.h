@@ -27,7 +27,8 @@ void validate_profile_out(const std::string& prefix);
 // --profile-timer auto|cupti|events|stamps (UsageError naming the flag for anything else).
 profile::TimerChoice parse_profile_timer(const std::string& text);
 inline constexpr const char* kProfileTimerHelp =
-    "GPU kernel timer: auto (launch stamps for --profile-graphs on sm_90, else CUPTI if it loads, else CUDA events), "
+    "GPU kernel timer: auto (launch stamps for --profile-graphs in a profiling build, else CUPTI if it loads, else "
+    "CUDA events), "
     "cupti (CUPTI or an error), events (CUDA event pairs; for runs under Nsight Compute), stamps (launch stamps: "
     "replayed graphs on sm_90 only)";
 

@@ -562,9 +562,10 @@ Command register_train(CLI::App& app) {
                    "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
                    "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
       ->capture_default_str();
-  train_cmd->add_flag("--profile-graphs", train->profile_graphs,
-                      "Profile the replayed CUDA graphs (launch stamps on sm_90, else CUPTI) instead of eager launches "
-                      "(implies --profile)");
+  train_cmd->add_flag(
+      "--profile-graphs", train->profile_graphs,
+      "Profile the replayed CUDA graphs (CUPTI; launch stamps in a profiling build) instead of eager launches "
+      "(implies --profile)");
 
   return {train_cmd, [train, train_cmd] { return run_train(*train, *train_cmd); }};
 }

@@ -60,6 +60,51 @@ Timing timing_for(TimerChoice choice, const TimingScene& scene) {
 
 // ---- CUDA state ------------------------------------------------------------------------------------
 
+#if NT_WITH_CUDA
+namespace {
+// Slots that kernels fill through an atomic counter (phase stamps, launch stamps), and their host copy, read back and
+// emptied at each flush.
+template <class Slot>
+struct DeviceSlots {
+  Slot* slots = nullptr;
+  unsigned int* count = nullptr;  // slots taken since the last drain; past capacity a slot is counted and lost
+  uint32_t capacity = 0;
+  std::vector<Slot> host;
+
+  void create(uint32_t n) {
+    NT_CUDA_CHECK(cudaMalloc(&slots, sizeof(Slot) * n));
+    NT_CUDA_CHECK(cudaMalloc(&count, sizeof(unsigned int)));
+    reset_count();
+    capacity = n;
+    host.reserve(std::min<size_t>(n, 1u << 16));
+  }
+  // Copies the slots taken since the last drain into `host` and empties the counter; returns how many were taken
+  // (more than `host` holds when the slots ran out). The streams must be synchronized.
+  uint32_t drain() {
+    unsigned int taken = 0;
+    NT_CUDA_CHECK(cudaMemcpy(&taken, count, sizeof taken, cudaMemcpyDeviceToHost));
+    host.resize(std::min(taken, capacity));
+    if (taken == 0) return 0;
+    NT_CUDA_CHECK(cudaMemcpy(host.data(), slots, sizeof(Slot) * host.size(), cudaMemcpyDeviceToHost));
+    reset_count();
+    return taken;
+  }
+  void destroy() noexcept {
+    if (slots) NT_CUDA_CHECK_NOTHROW(cudaFree(slots));
+    if (count) NT_CUDA_CHECK_NOTHROW(cudaFree(count));
+  }
+
+ private:
+  // Asynchronous to the host like every cudaMemset on device memory: wait for it, or a kernel launched next on one of
+  // the profiled (non-blocking) streams could take a slot before the count is back to 0.
+  void reset_count() {
+    NT_CUDA_CHECK(cudaMemset(count, 0, sizeof(unsigned int)));
+    NT_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+};
+}  // namespace
+#endif
+
 struct KernelProfiler::Gpu {
 #if NT_WITH_CUDA
   std::vector<cudaEvent_t> starts, stops;  // the pool: pair i is open_[i] between flushes
@@ -81,33 +126,14 @@ struct KernelProfiler::Gpu {
   uint64_t origin_ns = 0;                  // CUPTI's clock at start(): time zero of the trace
   std::vector<CuptiKernelRecord> records;  // collected, not yet matched
 
-  // Launch stamps (profile/launch_stamps.h): the ring the kernels write to, and its host copy.
-  LaunchStampRing ring{};
-  std::vector<LaunchStamp> launch_stamps;
+  // Launch stamps (profile/launch_stamps.h): the ring the kernels write to.
+  DeviceSlots<LaunchStamp> launch_stamps;
   uint64_t stamps_origin_ns = 0;  // %globaltimer of the first slot read: time zero of the trace
   bool have_stamps_origin = false;
+  LaunchStampRing ring() const { return {launch_stamps.slots, launch_stamps.count, launch_stamps.capacity}; }
 
-  void create_ring(uint32_t capacity) {
-    NT_CUDA_CHECK(cudaMalloc(&ring.slots, sizeof(LaunchStamp) * capacity));
-    NT_CUDA_CHECK(cudaMalloc(&ring.count, sizeof(unsigned int)));
-    NT_CUDA_CHECK(cudaMemset(ring.count, 0, sizeof(unsigned int)));
-    NT_CUDA_CHECK(cudaDeviceSynchronize());  // the count is 0 before any kernel may take a slot
-    ring.capacity = capacity;
-  }
-
-  // Phase stamps (profile/phase_stamps.h): device slots and their counter, read back at each flush.
-  PhaseStamp* stamp_slots = nullptr;
-  unsigned int* stamp_count = nullptr;
-  uint32_t stamp_capacity = 0;
-  std::vector<PhaseStamp> stamps;  // the host copy
-
-  void create_stamps(uint32_t capacity) {
-    NT_CUDA_CHECK(cudaMalloc(&stamp_slots, sizeof(PhaseStamp) * capacity));
-    NT_CUDA_CHECK(cudaMalloc(&stamp_count, sizeof(unsigned int)));
-    NT_CUDA_CHECK(cudaMemset(stamp_count, 0, sizeof(unsigned int)));
-    stamp_capacity = capacity;
-    stamps.reserve(capacity);
-  }
+  // Phase stamps (profile/phase_stamps.h).
+  DeviceSlots<PhaseStamp> phase_stamps;
 
   void create(int pairs, bool with_hold) {
     starts.resize(static_cast<size_t>(pairs));
@@ -153,10 +179,8 @@ struct KernelProfiler::Gpu {
       if (e) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(e));
     if (reference) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(reference));
     if (flag_host) NT_CUDA_CHECK_NOTHROW(cudaFreeHost(flag_host));
-    if (stamp_slots) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_slots));
-    if (stamp_count) NT_CUDA_CHECK_NOTHROW(cudaFree(stamp_count));
-    if (ring.slots) NT_CUDA_CHECK_NOTHROW(cudaFree(ring.slots));
-    if (ring.count) NT_CUDA_CHECK_NOTHROW(cudaFree(ring.count));
+    phase_stamps.destroy();
+    launch_stamps.destroy();
   }
 #endif
 };
@@ -220,11 +244,10 @@ void KernelProfiler::start() {
     }
     if (timing_ == Timing::cuda_events) gpu_->create(options_.pool_pairs, holds());
     if (timing_ == Timing::stamps) {
-      gpu_->create_ring(options_.launch_stamp_capacity);
-      gpu_->launch_stamps.reserve(std::min<size_t>(options_.launch_stamp_capacity, 1u << 16));
+      gpu_->launch_stamps.create(options_.launch_stamp_capacity);
       install_ring(true);
     }
-    gpu_->create_stamps(options_.stamp_capacity);
+    gpu_->phase_stamps.create(options_.stamp_capacity);
     data_.timer = timing_name(timing_);
     open_.reserve(static_cast<size_t>(options_.pool_pairs));
     NT_CUDA_CHECK_NOTHROW(cudaProfilerStart());  // Nsight: --profile-from-start off / --capture-range=cudaProfilerApi
@@ -266,7 +289,7 @@ void KernelProfiler::stop() {
 
 void KernelProfiler::install_ring(bool on) {
 #if NT_WITH_CUDA
-  install_launch_stamps(on ? gpu_->ring : LaunchStampRing{});
+  install_launch_stamps(on ? gpu_->ring() : LaunchStampRing{});
 #else
   (void)on;
 #endif
@@ -461,11 +484,12 @@ void KernelProfiler::replayed(int sequence, void* stream) {
 
 PhaseStamps KernelProfiler::phase_stamps(const char* const* names, size_t count) {
 #if NT_WITH_CUDA
-  if (!gpu_ || !gpu_->stamp_slots || count == 0 || !started_ || stopped_) return {};
+  if (!gpu_ || !gpu_->phase_stamps.slots || count == 0 || !started_ || stopped_) return {};
   if (capturing_ < 0 && take_now() == Take::skipped) return {};  // an untimed launch: nothing to place them in
   stamp_names_.push_back({names, count});
   next_launch_stamps_ = static_cast<uint32_t>(stamp_names_.size() - 1);
-  return {gpu_->stamp_slots, gpu_->stamp_count, gpu_->stamp_capacity, next_launch_stamps_};
+  const auto& slots = gpu_->phase_stamps;
+  return {slots.slots, slots.count, slots.capacity, next_launch_stamps_};
 #else
   (void)names;
   (void)count;
@@ -608,22 +632,15 @@ void KernelProfiler::flush_cupti() {
 #endif
 }
 
-// The streams are synchronized: every kernel of the batch has written its slots. One stream only: the slots' order is
-// the stream's (profile/launch_stamps.h).
+// The streams are synchronized: every kernel of the batch has written its slots. One stream only: the slots' times
+// give the stream's order (profile/launch_stamps.h).
 void KernelProfiler::flush_stamps() {
 #if NT_WITH_CUDA
   Gpu& g = *gpu_;
   NT_CHECK(g.streams.size() <= 1, "profiler: launch stamps time the kernels of one stream, and ", g.streams.size(),
            " were launched on");
-  unsigned int written = 0;
-  NT_CUDA_CHECK(cudaMemcpy(&written, g.ring.count, sizeof written, cudaMemcpyDeviceToHost));
-  const uint32_t kept = std::min(written, g.ring.capacity);
-  g.launch_stamps.resize(kept);
-  if (kept > 0)
-    NT_CUDA_CHECK(cudaMemcpy(g.launch_stamps.data(), g.ring.slots, sizeof(LaunchStamp) * kept, cudaMemcpyDeviceToHost));
-  // As in read_stamps: the reset must land before any later kernel takes a slot.
-  NT_CUDA_CHECK(cudaMemset(g.ring.count, 0, sizeof(unsigned int)));
-  NT_CUDA_CHECK(cudaDeviceSynchronize());
+  const uint32_t taken = g.launch_stamps.drain();
+  const std::vector<LaunchStamp>& slots = g.launch_stamps.host;
 
   std::vector<StampedLaunch> launches;
   std::vector<size_t> which;  // launches[i] is open_[which[i]]
@@ -634,22 +651,23 @@ void KernelProfiler::flush_stamps() {
     launches.push_back({o.replay, o.closes});
     which.push_back(k);
   }
-  StampedTimes times = times_from_launch_stamps(launches, g.launch_stamps);
-  if (written > kept) times = StampedTimes{std::vector<StampedTime>(launches.size()), times.untimed, false};
+  const StampedTimes times = times_from_launch_stamps(launches, slots);
   std::vector<size_t> added(open_.size(), kNotAdded);
-  if (!times.aligned) {
-    for (const StampedLaunch& l : launches) data_.launches_without_record += !l.closes;
+  // A full ring lost slots: what is left cannot be matched with certainty.
+  if (!times.aligned || taken > slots.size()) {
+    const auto rows = std::count_if(launches.begin(), launches.end(), [](const StampedLaunch& l) { return !l.closes; });
+    data_.launches_without_record += rows;
     std::fprintf(stderr,
-                 "profiler: %zu launches without a time: %zu start and %zu release slots for %zu launches, %zu of "
+                 "profiler: %lld launches without a time: %zu start and %zu release slots for %zu launches, %zu of "
                  "which wait for a release (%u slots taken, the ring holds %u)\n",
-                 launches.size(), times.start_slots, times.release_slots, launches.size(), times.waiting_for_release,
-                 written, g.ring.capacity);
+                 static_cast<long long>(rows), times.start_slots, times.release_slots, launches.size(),
+                 times.waiting_for_release, taken, g.launch_stamps.capacity);
     read_stamps(added);
     return;
   }
   data_.launches_without_record += times.untimed;
-  if (!g.have_stamps_origin && !g.launch_stamps.empty()) {
-    g.stamps_origin_ns = g.launch_stamps.front().start_ns;
+  if (!g.have_stamps_origin && !slots.empty()) {
+    g.stamps_origin_ns = slots.front().start_ns;
     g.have_stamps_origin = true;
   }
   const auto us_since_origin = [&](uint64_t ns) {
@@ -675,18 +693,10 @@ void KernelProfiler::read_stamps(const std::vector<size_t>& added) {
   // Only a launch that asked for stamps writes any (phase_stamps): without one pending, there is nothing to read.
   if (std::none_of(open_.begin(), open_.end(), [](const Open& o) { return o.stamps != 0; })) return;
   Gpu& g = *gpu_;
-  unsigned int written = 0;
-  NT_CUDA_CHECK(cudaMemcpy(&written, g.stamp_count, sizeof written, cudaMemcpyDeviceToHost));
-  if (written == 0) return;
-  const uint32_t kept = std::min(written, g.stamp_capacity);
-  data_.stamps_lost += static_cast<int64_t>(written - kept);
-  g.stamps.resize(kept);
-  NT_CUDA_CHECK(cudaMemcpy(g.stamps.data(), g.stamp_slots, sizeof(PhaseStamp) * kept, cudaMemcpyDeviceToHost));
-  // Asynchronous to the host like every cudaMemset on device memory: wait for it, or a kernel launched next on one of
-  // our (non-blocking) streams could take a slot before the count is back to 0. Only runs that wrote stamps pay this.
-  NT_CUDA_CHECK(cudaMemset(g.stamp_count, 0, sizeof(unsigned int)));
-  NT_CUDA_CHECK(cudaDeviceSynchronize());
-  const StampedRuns runs = split_stamps(g.stamps);
+  const uint32_t taken = g.phase_stamps.drain();
+  if (taken == 0) return;
+  data_.stamps_lost += static_cast<int64_t>(taken - g.phase_stamps.host.size());
+  const StampedRuns runs = split_stamps(g.phase_stamps.host);
   data_.stamps_lost += runs.unended;
   // The pending launches of each tag, in order: a graph replayed twice runs its stamped launch twice.
   std::unordered_map<uint32_t, std::vector<size_t>> by_tag;

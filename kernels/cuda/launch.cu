@@ -56,7 +56,7 @@ size_t max_shared_bytes_per_block() {
 }
 
 size_t stamped_smem_bytes(const void* kernel, size_t smem) {
-  const size_t flagged = launch_smem_bytes(smem, true);
+  const size_t flagged = launch_smem_bytes(smem);
   if (flagged == smem) return smem;
   if (flagged > max_shared_bytes_per_block()) return smem;
   cudaFuncAttributes attr{};

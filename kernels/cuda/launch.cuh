@@ -56,7 +56,7 @@ void install_launch_stamp_ring(const profile::LaunchStampRing& ring) {
 // How a launch tells its kernel to stamp, without a load: its dynamic shared memory size is odd. Kernels ask for
 // whole floats and ints, so no other launch has an odd size (and one that did would only read an empty ring);
 // launch() adds the byte when the observer asks for stamps.
-inline size_t launch_smem_bytes(size_t smem, bool stamping) { return stamping ? smem + 1 - smem % 2 : smem; }
+inline size_t launch_smem_bytes(size_t smem) { return smem | 1u; }
 
 #if NT_LAUNCH_STAMPS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NT_STAMPS_IN_KERNELS 1
