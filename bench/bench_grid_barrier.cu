@@ -14,8 +14,8 @@
 //   + exchange  the same with a phase's worth of data moved between barriers: every block writes 1 KB and reads the
 //               next block's 1 KB through L2 (132 KB a phase, the order of an mlp layer's activations at batch 64).
 //   cluster     barrier.cluster across a cluster of 8 blocks, and of 16 (a non-portable size the kernel opts in to):
-//               the hardware barrier of sm_90, whose blocks can read each other's shared memory; the barrier of a design
-//               that keeps a layer's exchange within a cluster.
+//               the hardware barrier of sm_90, whose blocks can read each other's shared memory; the barrier of a
+//               design that keeps a layer's exchange within a cluster.
 //
 // And what every block reading the same activations costs (a layer's input read by all the blocks that own its
 // outputs): each block reads one buffer of 80 KB (h1 at batch 64) through L2 (ld.global.cg: not from L1), 132 blocks;
@@ -39,6 +39,7 @@ namespace {
 
 using nt::kernels::Exec;
 namespace cuda = nt::kernels::cuda;
+using cuda::StampRing;
 
 constexpr int kThreads = 256;
 constexpr int kExchangeFloats = 256;  // 1 KB per block per phase
@@ -77,8 +78,8 @@ __device__ __forceinline__ void grid_barrier(const GridBarrier& b) {
 }
 
 // barriers: how many; exchange: nullptr, or kExchangeFloats per block written before and read after each barrier.
-__global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* exchange, float* sink) {
-  cuda::begin_dependent_kernel();
+__global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* exchange, float* sink, StampRing stamps) {
+  cuda::begin_dependent_kernel(stamps);
   float acc = 0;
   for (int i = 0; i < barriers; ++i) {
     if (exchange)
@@ -95,8 +96,8 @@ __global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* excha
 }
 
 template <int kClusterBlocks>
-__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) cluster_barrier_kernel(int barriers) {
-  cuda::begin_dependent_kernel();
+__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) cluster_barrier_kernel(int barriers, StampRing stamps) {
+  cuda::begin_dependent_kernel(stamps);
 #if NT_CLUSTERS
   for (int i = 0; i < barriers; ++i)
     asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
@@ -108,8 +109,8 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) cluster_barrier_kernel(int
 // Every block reads all `floats4` of `in` (through L2: .cg), `rounds` times, kInFlight loads per thread at a time; the
 // sum keeps the loads.
 template <int kInFlight>
-__global__ void broadcast_read_kernel(const float4* in, int floats4, int rounds, float* sink) {
-  cuda::begin_dependent_kernel();
+__global__ void broadcast_read_kernel(const float4* in, int floats4, int rounds, float* sink, StampRing stamps) {
+  cuda::begin_dependent_kernel(stamps);
   float acc = 0;
   for (int r = 0; r < rounds; ++r)
     for (int i = threadIdx.x; i < floats4; i += blockDim.x * kInFlight) {
@@ -126,8 +127,9 @@ __global__ void broadcast_read_kernel(const float4* in, int floats4, int rounds,
 }
 
 // partials: `copies` arrays of `floats4` float4; block b sums its slice of each, in copy order, into out.
-__global__ void gradient_sum_kernel(const float4* partials, int copies, int floats4, float4* out, int rounds) {
-  cuda::begin_dependent_kernel();
+__global__ void gradient_sum_kernel(const float4* partials, int copies, int floats4, float4* out, int rounds,
+                                    StampRing stamps) {
+  cuda::begin_dependent_kernel(stamps);
   const int per_block = (floats4 + gridDim.x - 1) / gridDim.x;
   const int first = blockIdx.x * per_block, last = min(floats4, first + per_block);
   for (int r = 0; r < rounds; ++r)
@@ -193,37 +195,50 @@ int main(int argc, char** argv) {
   };
   for (const int blocks : {sms, sms / 2, 2 * sms}) {
     if (blocks > sms * resident_per_sm) continue;  // not all resident: a grid barrier would hang
-    results.push_back({"counter", blocks, per_barrier([&](int n) {
-                         cuda::launch(exec, "counter_barrier", {}, counter_barrier_kernel, dim3(blocks), dim3(kThreads),
-                                      0, barrier, n, static_cast<float*>(nullptr), sink);
-                       }, 1)});
+    results.push_back({"counter", blocks,
+                       per_barrier(
+                           [&](int n) {
+                             cuda::launch(exec, "counter_barrier", {}, counter_barrier_kernel, dim3(blocks),
+                                          dim3(kThreads), 0, barrier, n, static_cast<float*>(nullptr), sink);
+                           },
+                           1)});
   }
-  results.push_back({"counter + 1 KB exchange a block, per phase", sms, per_barrier([&](int n) {
-                       cuda::launch(exec, "counter_barrier_exchange", {}, counter_barrier_kernel, dim3(sms),
-                                    dim3(kThreads), 0, barrier, n, exchange, sink);
-                     }, 1)});
+  results.push_back({"counter + 1 KB exchange a block, per phase", sms,
+                     per_barrier(
+                         [&](int n) {
+                           cuda::launch(exec, "counter_barrier_exchange", {}, counter_barrier_kernel, dim3(sms),
+                                        dim3(kThreads), 0, barrier, n, exchange, sink);
+                         },
+                         1)});
   if (cuda::cluster_kernels_run(cluster_barrier_kernel<8>)) {
     const int blocks = sms / 8 * 8;
-    results.push_back({"cluster of 8", blocks, per_barrier([&](int n) {
-                         cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<8>, dim3(blocks),
-                                      dim3(kThreads), 0, n);
-                       }, 1)});
+    results.push_back({"cluster of 8", blocks,
+                       per_barrier(
+                           [&](int n) {
+                             cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<8>, dim3(blocks),
+                                          dim3(kThreads), 0, n);
+                           },
+                           1)});
     // 16 blocks is beyond the portable cluster size: the kernel must opt in, and the device may refuse.
     if (cudaFuncSetAttribute(cluster_barrier_kernel<16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
         cudaSuccess) {
       const int blocks16 = sms / 16 * 16;
-      results.push_back({"cluster of 16", blocks16, per_barrier([&](int n) {
-                           cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<16>, dim3(blocks16),
-                                        dim3(kThreads), 0, n);
-                         }, 1)});
+      results.push_back({"cluster of 16", blocks16,
+                         per_barrier(
+                             [&](int n) {
+                               cuda::launch(exec, "cluster_barrier", {}, cluster_barrier_kernel<16>, dim3(blocks16),
+                                            dim3(kThreads), 0, n);
+                             },
+                             1)});
     } else {
       cudaGetLastError();
       std::printf("cluster of 16: not allowed on this device\n");
     }
   }
-  std::printf("barrier                                    | blocks | us per barrier   (%d barriers a kernel, %d SMs, "
-              "%d blocks of %d threads resident per SM)\n",
-              barriers, sms, resident_per_sm, kThreads);
+  std::printf(
+      "barrier                                    | blocks | us per barrier   (%d barriers a kernel, %d SMs, "
+      "%d blocks of %d threads resident per SM)\n",
+      barriers, sms, resident_per_sm, kThreads);
   for (const Result& r : results) std::printf("%-42s | %6d | %8.3f\n", r.name.c_str(), r.blocks, r.us_per_barrier);
 
   // The same activations read by every block.
@@ -241,9 +256,10 @@ int main(int argc, char** argv) {
       });
     };
     const double us = (read_us(kRounds) - read_us(0)) / kRounds;
-    std::printf("broadcast read, %d load(s) in flight a thread: %d blocks each read the same 80 KB through L2: %.3f us, "
-                "%.0f GB/s delivered\n",
-                in_flight, sms, us, bytes / (us * 1e3));
+    std::printf(
+        "broadcast read, %d load(s) in flight a thread: %d blocks each read the same 80 KB through L2: %.3f us, "
+        "%.0f GB/s delivered\n",
+        in_flight, sms, us, bytes / (us * 1e3));
   };
   broadcast(broadcast_read_kernel<1>, 1);
   broadcast(broadcast_read_kernel<4>, 4);

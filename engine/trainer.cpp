@@ -18,9 +18,11 @@ bool replay_graphs(const Context& ctx, const TrainOptions& options) {
   return ctx.on_cuda() && options.use_graphs && (observer == nullptr || observer->times_graph_replays());
 }
 
-// A graph is replayed under the observer that saw its capture (or none); another one needs a new capture.
+// A graph is replayed under the observer that saw its capture (or none, unless its kernels stamp for that observer);
+// another one needs a new capture.
 bool stale(const kernels::Graph& graph, const kernels::Exec& exec) {
-  return graph.empty() || (exec.observer != nullptr && graph.observed_by() != exec.observer);
+  const bool needs_its_observer = exec.observer != nullptr || graph.bound_to_observer();
+  return graph.empty() || (needs_its_observer && graph.observed_by() != exec.observer);
 }
 }  // namespace
 

@@ -273,6 +273,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
     std::swap(nodes_, other.nodes_);
     std::swap(observer_, other.observer_);
     std::swap(sequence_, other.sequence_);
+    std::swap(stamped_, other.stamped_);
   }
   return *this;
 }
@@ -287,7 +288,7 @@ Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
   if (exec.observer) exec.observer->capture_begin();
   try {
     record();
-    if (exec.observer && exec.observer->stamps_launches()) close_launch_stamps(exec);
+    if (exec.observer && exec.observer->stamps_launches()) close_launch_stamps(exec), g.stamped_ = true;
   } catch (...) {
     if (exec.observer) exec.observer->capture_end();
     cudaGraph_t broken = nullptr;
@@ -314,6 +315,8 @@ void Graph::launch(const Exec& exec) const {
   NT_CHECK(exec_ != nullptr, "launching an empty graph");
   NT_CHECK(exec.observer == nullptr || exec.observer == observer_,
            "a graph captured without the profiler now attached cannot be profiled: capture it again");
+  NT_CHECK(!stamped_ || exec.observer == observer_,
+           "a graph captured under the launch-stamps timer writes into that profiler's ring: capture it again");
 #if NT_WITH_CUDA
   NT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream_of(exec)));
   if (exec.observer) exec.observer->replayed(sequence_, exec.stream);

@@ -71,7 +71,9 @@ void close_launch_stamps(const Exec& exec);
 // any synchronizing or allocating call inside `record` fails the capture: a training step that
 // captures is proven free of them. A graph captured while a profiler observes (exec.observer) tells it of
 // the capture and of every launch (profile/launch_observer.h); it can be launched only under that
-// observer or none, and observed_by() lets its owner capture again when the observer has changed.
+// observer or none, and observed_by() lets its owner capture again when the observer has changed. One captured under
+// the launch-stamps timer holds that profiler's ring in its kernels' parameters: it is launched under that profiler
+// only (bound_to_observer()).
 class Graph {
  public:
   Graph() = default;
@@ -86,6 +88,7 @@ class Graph {
   bool empty() const { return exec_ == nullptr; }
   size_t node_count() const { return nodes_; }
   const profile::LaunchObserver* observed_by() const { return observer_; }
+  bool bound_to_observer() const { return stamped_; }
 
  private:
   void* graph_ = nullptr;  // cudaGraph_t
@@ -93,6 +96,7 @@ class Graph {
   size_t nodes_ = 0;
   profile::LaunchObserver* observer_ = nullptr;  // that saw the capture
   int sequence_ = -1;                            // its name for the captured launches
+  bool stamped_ = false;                         // its kernels write launch stamps into observer_'s ring
 };
 
 // ---- stream marks --------------------------------------------------------------------------------

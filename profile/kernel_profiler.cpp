@@ -245,7 +245,7 @@ void KernelProfiler::start() {
     if (timing_ == Timing::cuda_events) gpu_->create(options_.pool_pairs, holds());
     if (timing_ == Timing::stamps) {
       gpu_->launch_stamps.create(options_.launch_stamp_capacity);
-      install_ring(true);
+      stamp_ring_ = gpu_->ring();
     }
     gpu_->phase_stamps.create(options_.stamp_capacity);
     data_.timer = timing_name(timing_);
@@ -279,20 +279,12 @@ void KernelProfiler::stop() {
   if (step_listener() == this) set_step_listener(nullptr);
 #if NT_WITH_CUDA
   if (gpu_) {
-    if (timing_ == Timing::stamps) install_ring(false);
+    stamp_ring_ = {};
     gpu_->cupti.reset();  // disables the activity kinds: the next profiler may open CUPTI
     NT_CUDA_CHECK_NOTHROW(cudaProfilerStop());
   }
 #endif
   stopped_ = true;
-}
-
-void KernelProfiler::install_ring(bool on) {
-#if NT_WITH_CUDA
-  install_launch_stamps(on ? gpu_->ring() : LaunchStampRing{});
-#else
-  (void)on;
-#endif
 }
 
 double KernelProfiler::host_us(Clock::time_point t) const {

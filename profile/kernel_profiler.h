@@ -26,8 +26,9 @@
 // by the host, absorb the records at no measurable cost (docs/profiler.md, "CUDA graphs").
 //
 // GPU, Timing::stamps (a profiling build, NT_LAUNCH_STAMPS; replayed graphs only, sm_90 code under programmatic
-// launch; the constructor throws nt::Error in a build without it). Every kernel writes when it
-// started and when its wait for its predecessor returned into a ring the profiler installs (profile/launch_stamps.h);
+// launch; the constructor throws nt::Error in a build without it). Every kernel writes when it started and when its
+// wait for its predecessor returned into a ring the profiler owns and the launch path passes to every kernel while
+// the profiler runs (launch_stamp_ring(), profile/launch_stamps.h);
 // a kernel's exclusive time runs from its own release to its successor's, so a kernel is timed only when its
 // successor is in the same replay: a graph captured under this timer ends with a closing launch, and launches made
 // eagerly are counted without a time. flush() reads the ring once. Without
@@ -142,7 +143,7 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   bool times_graph_replays() const override {
     return (timing_ == Timing::cupti || timing_ == Timing::stamps) && options_.graphs;
   }
-  bool stamps_launches() const override { return timing_ == Timing::stamps; }
+  LaunchStampRing launch_stamp_ring() const override { return stamp_ring_; }
   void capture_begin() override;
   int capture_end() override;
   void replayed(int sequence, void* stream) override;
@@ -188,7 +189,6 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   void flush_events();
   void flush_cupti();
   void flush_stamps();
-  void install_ring(bool on);                                // stamps: the kernels write to the ring, or nowhere
   void read_stamps(const std::vector<size_t>& trace_index);  // after a flush's launches were added
 
   ProfilerOptions options_;
@@ -214,8 +214,9 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   };
   std::vector<StampNames> stamp_names_{{}};
   uint32_t next_launch_stamps_ = 0;
-  int64_t replays_ = 0;    // graph replays seen
-  int closing_name_ = -1;  // the interned name of kLaunchStampsClose
+  int64_t replays_ = 0;         // graph replays seen
+  int closing_name_ = -1;       // the interned name of kLaunchStampsClose
+  LaunchStampRing stamp_ring_;  // Timing::stamps, between start() and stop(): what every launch passes its kernel
 };
 
 }  // namespace nt::profile

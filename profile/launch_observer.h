@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "profile/launch_stamps.h"
 #include "profile/phase_stamps.h"
 
 namespace nt::profile {
@@ -47,9 +48,11 @@ class LaunchObserver {
     (void)sequence;
     (void)stream;
   }
-  // Whether kernels stamp their launches for this observer (profile/launch_stamps.h): the launch path flags each
-  // launch, and a graph captured under it ends with the closing launch (kLaunchStampsClose).
-  virtual bool stamps_launches() const { return false; }
+  // The ring kernels stamp their launches into for this observer (profile/launch_stamps.h); empty when it does not
+  // time with them. The launch path passes it to every kernel, and a graph captured under an observer that stamps
+  // ends with the closing launch (kLaunchStampsClose).
+  virtual LaunchStampRing launch_stamp_ring() const { return {}; }
+  bool stamps_launches() const { return launch_stamp_ring().slots != nullptr; }
 
   // Phase stamps for the next launch (profile/phase_stamps.h): the kernel marks the phases named here, by index.
   // The names must outlive the profiler (string literals). An observer that keeps no stamps returns an empty set.

@@ -4,24 +4,6 @@
 
 namespace nt::profile {
 
-namespace {
-std::vector<LaunchStampInstaller>& installers() {
-  static std::vector<LaunchStampInstaller> all;  // filled at static initialization, read on the profiler's thread
-  return all;
-}
-}  // namespace
-
-bool register_launch_stamp_installer(LaunchStampInstaller install) {
-  installers().push_back(install);
-  return true;
-}
-
-void install_launch_stamps(const LaunchStampRing& ring) {
-  for (LaunchStampInstaller install : installers()) install(ring);
-}
-
-bool launch_stamps_available() { return !installers().empty(); }
-
 StampedTimes times_from_launch_stamps(const std::vector<StampedLaunch>& launches,
                                       const std::vector<LaunchStamp>& slots) {
   StampedTimes out;

@@ -3,8 +3,8 @@
 //
 // Every kernel of the engine passes griddepcontrol.wait once (kernels/cuda/launch.cuh), and under programmatic
 // dependent launch that wait returns when the stream predecessor has completed and its writes are visible. While a
-// ring is installed, thread 0 of block 0 of every kernel writes two %globaltimer readings into a slot of the ring (an
-// atomic counter gives it): when it started, and when its wait returned. So each kernel's release tells when its
+// profiler passes a ring, thread 0 of block 0 of every kernel writes two %globaltimer readings into a slot of the ring
+// (an atomic counter gives it): when it started, and when its wait returned. So each kernel's release tells when its
 // predecessor ended, and
 //
 //   release(k) = the time kernel k's wait returned: at its start for a dependent kernel, at its end for one that runs
@@ -23,12 +23,11 @@
 // eagerly after a host gap) it is not known. So a graph captured under this timer ends with a closing kernel
 // (kLaunchStampsClose), whose release is the end of the graph's last kernel; eager launches are not timed.
 //
-// Only in a build configured with NT_LAUNCH_STAMPS (a profiling build): there a kernel reads the ring from a
-// __device__ variable of its own translation unit (the CUDA code is built without relocatable device code, so each
-// unit has its own copy), and only when its launch is flagged (kernels/cuda/launch.cuh, launch_smem_bytes). Each unit
-// registers a function that sets its copy (register_launch_stamp_installer, at static initialization), and the
-// profiler installs its ring through all of them at start() and an empty one at stop(). The default build has none of
-// it: the code costs every kernel 0.1 to 0.2 us on an H100 even with profiling off (docs/profiler.md).
+// Only in a build configured with NT_LAUNCH_STAMPS (a profiling build). There the ring reaches the kernels as their
+// last parameter, which the launch path appends (kernels/cuda/launch.cuh, StampRing), and which is empty unless a
+// profiler times with it (LaunchObserver::launch_stamp_ring). In the default build that parameter is an empty struct:
+// a parameter of 8 bytes or more, even unread, or a module variable, cost every kernel about 0.1 us per launch with
+// profiling off (docs/profiler.md, "Launch stamps"), and an empty one nothing measurable.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +44,7 @@ struct LaunchStamp {
   unsigned long long release_ns = 0;
 };
 
-struct LaunchStampRing {
+struct LaunchStampRing {          // passed by value to every kernel
   LaunchStamp* slots = nullptr;   // nullptr: no profiler listens; kernels write nothing
   unsigned int* count = nullptr;  // slots taken since the last read; past capacity a stamp is counted and lost
   unsigned int capacity = 0;
@@ -54,11 +53,11 @@ struct LaunchStampRing {
 // The kernel name of the closing launch (kernels/runtime.h, close_launch_stamps).
 inline constexpr const char* kLaunchStampsClose = "launch_stamps_close";
 
-// Each CUDA translation unit that includes the launch path registers how to set its ring (kernels/cuda/launch.cuh).
-using LaunchStampInstaller = void (*)(const LaunchStampRing& ring);
-bool register_launch_stamp_installer(LaunchStampInstaller install);  // returns true, for a static initializer
-void install_launch_stamps(const LaunchStampRing& ring);             // every registered unit; synchronous
-bool launch_stamps_available();  // this build's kernels stamp (NT_LAUNCH_STAMPS): some unit registered
+#ifndef NT_LAUNCH_STAMPS
+#define NT_LAUNCH_STAMPS 0
+#endif
+// This build's kernels stamp their launches (NT_LAUNCH_STAMPS).
+constexpr bool launch_stamps_available() { return NT_LAUNCH_STAMPS != 0; }
 
 // ---- reading them back (host; pure, so the CPU tests drive it) ----------------------------------------
 

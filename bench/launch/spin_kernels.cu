@@ -12,8 +12,8 @@ namespace nt::bench {
 namespace {
 
 template <int kMicros>
-__global__ void spin_kernel() {
-  kernels::cuda::begin_dependent_kernel();  // as every kernel: a no-op unless launched programmatically
+__global__ void spin_kernel(kernels::cuda::StampRing stamps) {
+  kernels::cuda::begin_dependent_kernel(stamps);  // as every kernel: a no-op unless launched programmatically
   if constexpr (kMicros > 0) {
     if (threadIdx.x != 0) return;
     const uint64_t t0 = kernels::cuda::global_timer_ns();
@@ -22,7 +22,7 @@ __global__ void spin_kernel() {
   }
 }
 
-using Kernel = void (*)();
+using Kernel = void (*)(kernels::cuda::StampRing);
 constexpr Kernel kKernels[] = {spin_kernel<0>, spin_kernel<2>, spin_kernel<5>, spin_kernel<10>, spin_kernel<20>};
 static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == kSpinCount, "one kernel per entry of kSpins");
 

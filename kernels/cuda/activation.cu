@@ -32,8 +32,9 @@ struct ReluBackward {
 
 // out = f(a) or f(a, b) elementwise over (n) fp32, one float per thread per stride. b unused for unary f.
 template <class F, bool kBinary>
-__global__ void __launch_bounds__(kThreads) elementwise_kernel(const float* a, const float* b, float* out, int64_t n) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    elementwise_kernel(const float* a, const float* b, float* out, int64_t n, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const F f;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -47,8 +48,8 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(const float* a, c
 // The same over 16-byte aligned pointers: one float4 per thread per stride, then the n % 4 tail.
 template <class F, bool kBinary>
 __global__ void __launch_bounds__(kThreads)
-    elementwise_vec4_kernel(const float* a, const float* b, float* out, int64_t n) {
-  begin_dependent_kernel();
+    elementwise_vec4_kernel(const float* a, const float* b, float* out, int64_t n, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const F f;
   const int64_t n4 = n / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;

@@ -60,13 +60,14 @@ __device__ __forceinline__ Normalize channel_norm(const ChannelValues& mean, con
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_vec4_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                              const int32_t* __restrict__ perm, int64_t first, int B, int D, int P, ChannelValues mean,
-                             ChannelValues std, bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
+                             ChannelValues std, bool overlap, float* __restrict__ x, int32_t* __restrict__ y,
+                             StampRing stamps) {
   __shared__ float value_of[256];  // value_of[p] = norm_c(p)
   const int c = blockIdx.z;
   const Normalize norm = channel_norm(mean, std, c);
   for (int p = threadIdx.x; p < 256; p += blockDim.x) value_of[p] = norm(static_cast<uint8_t>(p));
   __syncthreads();
-  begin_kernel(overlap);
+  begin_kernel(overlap, stamps);
   const int q = blockIdx.x * blockDim.x + threadIdx.x;  // which 4 values of the plane
   const int64_t plane = int64_t(c) * P;                 // offset of plane c in an image
   const bool row_leader = blockIdx.x == 0 && c == 0 && threadIdx.x == 0;
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kMaxThreads)
           float4{value_of[px.x], value_of[px.y], value_of[px.z], value_of[px.w]};
     }
   }
-  end_kernel(overlap);
+  end_kernel(overlap, stamps);
 }
 
 // x: (B,C,P) fp32; threads over the P columns of plane c = blockIdx.z (blockIdx.x, threadIdx.x), rows over
@@ -87,8 +88,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 __global__ void __launch_bounds__(kMaxThreads)
     gather_batch_kernel(const uint8_t* __restrict__ images, const uint8_t* __restrict__ labels,
                         const int32_t* __restrict__ perm, int64_t first, int B, int D, int P, ChannelValues mean,
-                        ChannelValues std, bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
-  begin_kernel(overlap);
+                        ChannelValues std, bool overlap, float* __restrict__ x, int32_t* __restrict__ y,
+                        StampRing stamps) {
+  begin_kernel(overlap, stamps);
   const int c = blockIdx.z;
   const Normalize norm = channel_norm(mean, std, c);
   const int d = blockIdx.x * blockDim.x + threadIdx.x;  // column within plane c
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (row_leader) y[b] = labels[r];
     if (d < P) x[int64_t(b) * D + at] = norm(images[r * D + at]);
   }
-  end_kernel(overlap);
+  end_kernel(overlap, stamps);
 }
 
 // x: (B,C,H,W) fp32, mirrored and/or translated images; see the file's comment for the thread mapping.
@@ -108,8 +110,8 @@ __global__ void __launch_bounds__(kMaxThreads)
                                   const int32_t* __restrict__ perm, int64_t first, int B, int D, int H, int W, int k,
                                   const uint64_t* __restrict__ shift_key, bool flip,
                                   const uint64_t* __restrict__ flip_key, ChannelValues mean, ChannelValues std,
-                                  bool overlap, float* __restrict__ x, int32_t* __restrict__ y) {
-  begin_kernel(overlap);
+                                  bool overlap, float* __restrict__ x, int32_t* __restrict__ y, StampRing stamps) {
+  begin_kernel(overlap, stamps);
   const uint64_t skey = k > 0 ? *shift_key : 0, fkey = flip ? *flip_key : 0;
   const int i = blockIdx.x * blockDim.y + threadIdx.y;  // output image row
   const int64_t plane = int64_t(blockIdx.z) * H;        // first row of channel c in (C*H, W)
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       out[j] = row_inside && sj >= 0 && sj < W ? norm(in[mirrored ? W - 1 - sj : sj]) : fill;
     }
   }
-  end_kernel(overlap);
+  end_kernel(overlap, stamps);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }

@@ -71,8 +71,8 @@ namespace {
 // grid (groups, P): block (grp, p) writes the partials of its tc·V channels over rows chunk p.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
-    nhwc_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws) {
-  begin_dependent_kernel();
+    nhwc_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   __shared__ float sm_mean[kThreads * kMaxVec], sm_m2[kThreads * kMaxVec], sm_n[kThreads * kMaxVec];
   const int t = threadIdx.x, q = t % g.tc, r = t / g.tc;
   const int64_t col = int64_t(blockIdx.x) * g.tc + q;  // vector column: channels col·V .. col·V + V-1
@@ -131,8 +131,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(const Geometry g, const ForwardArgs a) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_forward_kernel(const Geometry g, const ForwardArgs a, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
   const int64_t chain_c = c0 + threadIdx.x / kFinalizeLanes;  // the channel whose partials this thread chains
   const int lane = threadIdx.x % kFinalizeLanes;
@@ -152,8 +153,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_forward_kernel(cons
 // parameters come from the running statistics.
 template <int V, bool kTrain, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
-    nchw_forward_apply_kernel(const Geometry g, const Geometry parts, const ForwardArgs a) {
-  begin_dependent_kernel();
+    nchw_forward_apply_kernel(const Geometry g, const Geometry parts, const ForwardArgs a, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
   const FwdParams f = channel_forward_params<kTrain>(parts, a, c, p);
@@ -176,8 +177,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // grid (groups, P), reversed. kTrain: parameters from the finalize kernel, else from running statistics.
 template <int V, bool kTrain, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nhwc_forward_apply_kernel(const Geometry g, const ForwardArgs a) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    nhwc_forward_apply_kernel(const Geometry g, const ForwardArgs a, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int q = threadIdx.x % g.tc, r = threadIdx.x / g.tc;
   const int64_t col = int64_t(g.groups - 1 - static_cast<int>(blockIdx.x)) * g.tc + q;
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
@@ -224,8 +226,9 @@ __device__ __forceinline__ Pack<V> grad_in(const BackwardArgs& b, int64_t unit, 
 
 // grid (C, P): block (c, p) writes (S1, S2) of channel c over chunk p.
 template <int V, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Geometry g, const BackwardArgs b) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    nchw_backward_reduce_kernel(const Geometry g, const BackwardArgs b, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
   const float mean = b.save_mean[c];
@@ -253,8 +256,9 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_reduce_kernel(const Ge
 }
 
 template <int V, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Geometry g, const BackwardArgs b) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    nhwc_backward_reduce_kernel(const Geometry g, const BackwardArgs b, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   __shared__ float sm_s1[kThreads * kMaxVec], sm_s2[kThreads * kMaxVec];
   const int t = threadIdx.x, q = t % g.tc, r = t / g.tc;
   const int64_t col = int64_t(blockIdx.x) * g.tc + q;
@@ -311,8 +315,9 @@ __global__ void __launch_bounds__(kThreads) nhwc_backward_reduce_kernel(const Ge
 
 // grid (C, P), reversed; warp 0 finalizes the channel (blocks p == 0 store dgamma/dbeta).
 template <int V, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nchw_backward_apply_kernel(const Geometry g, const BackwardArgs b) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    nchw_backward_apply_kernel(const Geometry g, const BackwardArgs b, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = g.C - 1 - int64_t(blockIdx.x);
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);
   const BwdParams f = block_backward_params(g, b, c, p);
@@ -338,8 +343,9 @@ __global__ void __launch_bounds__(kThreads) nchw_backward_apply_kernel(const Geo
 }
 
 template <int V, bool kRelu>
-__global__ void __launch_bounds__(kThreads) nhwc_backward_apply_kernel(const Geometry g, const BackwardArgs b) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    nhwc_backward_apply_kernel(const Geometry g, const BackwardArgs b, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int q = threadIdx.x % g.tc, r = threadIdx.x / g.tc;
   const int64_t col = int64_t(g.groups - 1 - static_cast<int>(blockIdx.x)) * g.tc + q;
   const int p = g.chunks - 1 - static_cast<int>(blockIdx.y);

@@ -236,8 +236,8 @@ __device__ __forceinline__ int64_t nchw_unit(const Geometry& g, int64_t c, int64
 // grid (C, P): block (c, p) writes the partial (mean, M2, count) of channel c over chunk p.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
-    nchw_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws) {
-  begin_dependent_kernel();
+    nchw_stats_kernel(const Geometry g, const float* __restrict__ x, float* __restrict__ ws, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
   const int64_t begin = int64_t(p) * g.chunk, end = std::min(g.extent, begin + g.chunk);
@@ -314,8 +314,9 @@ __device__ __forceinline__ void store_backward_partial(const Geometry& parts, co
 }
 
 // Laid out as finalize_forward_kernel; writes dgamma/dbeta and, with dx, the apply parameters at params_at.
-__global__ void __launch_bounds__(kFinalizeThreads) finalize_backward_kernel(const Geometry g, const BackwardArgs b) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_backward_kernel(const Geometry g, const BackwardArgs b, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c0 = int64_t(blockIdx.x) * kFinalizeChannels;
   const int64_t chain_c = c0 + threadIdx.x / kFinalizeLanes;
   const int lane = threadIdx.x % kFinalizeLanes;

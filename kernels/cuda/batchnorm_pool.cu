@@ -88,8 +88,9 @@ __device__ __forceinline__ void store_pair(float* p, float2 v) {
 // The window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
 template <bool kTrain, bool kRelu, int kWindow, bool kPairs>
 __global__ void __launch_bounds__(kThreads)
-    nchw_pool_forward_kernel(const Geometry g, const PoolGeometry pg, const ForwardArgs a, int32_t* argmax) {
-  begin_dependent_kernel();
+    nchw_pool_forward_kernel(const Geometry g, const PoolGeometry pg, const ForwardArgs a, int32_t* argmax,
+                             StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
   const int win = kWindow > 0 ? kWindow : pg.window;
@@ -135,8 +136,9 @@ __global__ void __launch_bounds__(kThreads)
 // grid (C, P'): block (c, p) writes (S1, S2) of channel c over pooled outputs [p·L, (p+1)·L) (layout pg.parts).
 template <bool kRelu>
 __global__ void __launch_bounds__(kThreads)
-    nchw_pool_backward_reduce_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax) {
-  begin_dependent_kernel();
+    nchw_pool_backward_reduce_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax,
+                                     StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
   const float mean = b.save_mean[c];
@@ -162,8 +164,9 @@ __global__ void __launch_bounds__(kThreads)
 // w is even, so no cell is cut by the plane's right edge).
 template <bool kRelu, int kWindow, bool kPairs>
 __global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
-    nchw_pool_backward_apply_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax) {
-  begin_dependent_kernel();
+    nchw_pool_backward_apply_kernel(const PoolGeometry pg, const BackwardArgs b, const int32_t* argmax,
+                                    StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t C = pg.parts.C, c = blockIdx.x;
   const int p = blockIdx.y;
   const int win = kWindow > 0 ? kWindow : pg.window;

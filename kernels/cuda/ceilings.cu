@@ -93,8 +93,9 @@ __host__ __device__ inline float fma_start(int pattern, int chain) {
 }
 
 // out: (grid·block) floats, = the sum of each thread's chains.
-__global__ void __launch_bounds__(kBlock) ceiling_fp32_fma_kernel(float* out, float b, float c, int iterations) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kBlock)
+    ceiling_fp32_fma_kernel(float* out, float b, float c, int iterations, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int tid = static_cast<int>(blockIdx.x) * kBlock + static_cast<int>(threadIdx.x);
   float a[kFmaChains];
 #pragma unroll
@@ -158,8 +159,8 @@ __device__ __forceinline__ void mma_loop(const uint32_t (&a)[4], const uint32_t 
 #endif
 
 // out: (grid·block) floats, = the sum of each thread's accumulator elements, accumulator by accumulator.
-__global__ void __launch_bounds__(kBlock) ceiling_tf32_mma_kernel(float* out, int iterations) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kBlock) ceiling_tf32_mma_kernel(float* out, int iterations, StampRing stamps) {
+  begin_dependent_kernel(stamps);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   // Fragments of mma.m16n8k8 (kernels/cuda/mma_tf32.cuh): a0 A[g][t], a1 A[g+8][t], a2 A[g][t+4], a3 A[g+8][t+4];
@@ -174,8 +175,8 @@ __global__ void __launch_bounds__(kBlock) ceiling_tf32_mma_kernel(float* out, in
 #endif
 }
 
-__global__ void __launch_bounds__(kBlock) ceiling_bf16_mma_kernel(float* out, int iterations) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kBlock) ceiling_bf16_mma_kernel(float* out, int iterations, StampRing stamps) {
+  begin_dependent_kernel(stamps);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
   // Fragments of mma.m16n8k16 (.bf16), two elements a register, the first in the low half:
@@ -361,7 +362,7 @@ Rate measure_fp32(const Exec& exec) {
 
 // kDepth: the MMA's K (8: TF32 m16n8k8, 16: BF16 m16n8k16).
 template <int kDepth>
-Rate measure_mma(const Exec& exec, void (*kernel)(float*, int), const char* name, const char* label,
+Rate measure_mma(const Exec& exec, void (*kernel)(float*, int, StampRing), const char* name, const char* label,
                  const char* instruction) {
   const int wave = blocks_per_wave(kernel);
   DeviceBytes out(size_t{kMaxWaves} * wave * kBlock * sizeof(float));

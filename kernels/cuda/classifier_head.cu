@@ -232,8 +232,8 @@ struct BlockTotals {
 
 template <int MaxC>
 __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads)
-    classifier_head_kernel(ClassifierHeadArgs h) {
-  begin_dependent_kernel();
+    classifier_head_kernel(ClassifierHeadArgs h, StampRing stamps) {
+  begin_dependent_kernel(stamps);
 #if NT_CLUSTERS
   extern __shared__ __align__(16) float smem[];
   __shared__ double warp_loss[kWarps];

@@ -227,8 +227,8 @@ __device__ __forceinline__ void store_row_sum(const ConvArgs& a, float* part, in
 // smem: two stages of As[BK][BM+4], Bs[BK][BN+4] and the BN-entry column table; after the last slab the
 // stages park the k-groups' partial tiles (Cfg::KG > 1, gemm_tile.cuh).
 template <class Cfg, class Pass>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a) {
-  begin_kernel(a.overlaps_previous);
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kernel(ConvArgs a, StampRing stamps) {
+  begin_kernel(a.overlaps_previous, stamps);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kRowStep = kThreads / BK;                          // rows between one thread's slab elements
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;  // slab elements per thread
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
     }
     multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
   });
-  end_kernel(a.overlaps_previous);
+  end_kernel(a.overlaps_previous, stamps);
   reduce_k_groups<Cfg>(acc, smem, group);  // the stages are free: every thread passed the last barrier
   if constexpr (Pass::kStaged) {
     if (a.split == 1) {  // uniform: k-group 0's sums through shared memory, then y and the statistics from there
@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
 // row, 32 banks) and multiplied by m16n8k8 TF32 MMAs (kernels/cuda/mma_tf32.cuh). The MMAs make the multiply
 // nearly free, so what is left is the gathers and their latency (docs/conv.md: tried with cp.async, slower).
 template <class Cfg, class Pass>
-__global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
-  begin_kernel(a.overlaps_previous);
+__global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a, StampRing stamps) {
+  begin_kernel(a.overlaps_previous, stamps);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads, kLd = Cfg::kLd;
   constexpr int kRowStep = kThreads / BK;
   constexpr int kElemsA = BM / kRowStep, kElemsB = BN / kRowStep;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
     }
     mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
   });
-  end_kernel(a.overlaps_previous);
+  end_kernel(a.overlaps_previous, stamps);
 
   if constexpr (Pass::kStaged) {
     if (a.split == 1) {  // uniform; the stages are free: every thread passed the last barrier
@@ -425,8 +425,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a) {
 // Split-K reduction (gemm_tile::sum_split_partials): one thread per output of the flattened (M·N [+ M])
 // result, the S partials added in a fixed tree, then the epilogue.
 template <class Pass>
-__global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows) conv_split_reduce_kernel(ConvArgs a, int total) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows)
+    conv_split_reduce_kernel(ConvArgs a, int total, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   float sum;
   if (!gemm_tile::sum_split_partials(a.partial, a.partial_stride, a.split, total, sum)) return;
   const int e = blockIdx.x * 32 + threadIdx.x, mn = a.M * a.N;

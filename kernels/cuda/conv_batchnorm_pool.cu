@@ -181,10 +181,10 @@ struct StemBlock {
 // evaluation) the wait comes first.
 template <int Taps, bool kEarly>
 __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg,
-                                                            bool beside = false) {
+                                                            const StampRing& stamps, bool beside = false) {
   extern __shared__ float stem_staged[];
   __shared__ StemFilters<Taps> table;
-  if constexpr (!kEarly) begin_dependent_kernel();
+  if constexpr (!kEarly) begin_dependent_kernel(stamps);
   StemBlock<Taps> b;
   b.staged = stem_staged;
   b.k0 = int64_t(blockIdx.x) * b.kChannels;
@@ -193,7 +193,7 @@ __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, 
   fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
   __syncthreads();
-  if constexpr (kEarly) begin_kernel(beside);
+  if constexpr (kEarly) begin_kernel(beside, stamps);
   b.filters = table;
   b.table = &table;
   return b;
@@ -381,8 +381,8 @@ __device__ __forceinline__ double conv_mean(const double* s, const float (&w)[Ta
 // (enter_stem_block); of the filter table it uses the tap offsets.
 template <int Taps>
 __global__ void __launch_bounds__(kThreads)
-    stem_moments_kernel(const StemGeometry sg, const StemConv cv, double* __restrict__ moments) {
-  const StemBlock<Taps> b = enter_stem_block<Taps, false>(cv, sg);  // x: the gather just before
+    stem_moments_kernel(const StemGeometry sg, const StemConv cv, double* __restrict__ moments, StampRing stamps) {
+  const StemBlock<Taps> b = enter_stem_block<Taps, false>(cv, sg, stamps);  // x: the gather just before
   constexpr int E = moment_entries(Taps), kTiles = (E + kMomentTile - 1) / kMomentTile;
   __shared__ double s[kTiles * kMomentTile];
   const float shift = moment_shift(cv);
@@ -441,8 +441,9 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 template <bool kTrain, bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax) {
-  const StemBlock<Taps> b = enter_stem_block<Taps, kTrain>(cv, sg);  // evaluation: x from the gather just before
+                             int32_t* argmax, StampRing stamps) {
+  const StemBlock<Taps> b =
+      enter_stem_block<Taps, kTrain>(cv, sg, stamps);  // evaluation: x from the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
   if constexpr (kTrain)
@@ -487,8 +488,8 @@ __global__ void __launch_bounds__(kThreads)
 template <bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
-                                     const int32_t* argmax, bool beside) {
-  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, beside);
+                                     const int32_t* argmax, bool beside, StampRing stamps) {
+  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, stamps, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
 #pragma unroll
@@ -518,7 +519,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __shared__ double totals[Kb * kFields];
   block_sums(acc, totals);
-  end_kernel(beside);
+  end_kernel(beside, stamps);
   const int64_t pc = int64_t(sg.parts.chunks) * sg.parts.C;
   for (int i = threadIdx.x; i < Kb * kFields; i += kThreads) {
     const int c = i / kFields, field = i % kFields;
@@ -534,8 +535,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_weight_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
-                       const double* __restrict__ moments, float* __restrict__ dw) {
-  begin_dependent_kernel();
+                       const double* __restrict__ moments, float* __restrict__ dw, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   __shared__ double s[moment_entries(Taps)];
   const int chunks = sg.parts.chunks;
   const int64_t k = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;

@@ -36,13 +36,13 @@ constexpr int kDirectMaxWeights = 8192;  // K·C·R·S floats in shared memory (
 // grid: ceil(N·P·Q / kDirectThreads); smem: w (K, C·R·S) then the tap table (ForwardPass::k_info of each tap).
 // Taps: C·R·S exactly (no guard in the loops), or kDirectTaps with a guard for any smaller count.
 template <int Taps>
-__global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(ConvArgs a) {
+__global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(ConvArgs a, StampRing stamps) {
   static_assert(Taps <= kDirectTaps);
   __shared__ float sw[kDirectMaxWeights];
   __shared__ ForwardPass::KInfo taps[kDirectTaps];
   const int ntaps = a.K;  // the GEMM's depth: C·R·S
   for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
-  begin_dependent_kernel();  // the weights (and x) may come from the kernels before
+  begin_dependent_kernel(stamps);  // the weights (and x) may come from the kernels before
   for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads)
     sw[i] = a.tf32 ? round_to_tf32(__ldg(&a.a_src[i])) : __ldg(&a.a_src[i]);
   __syncthreads();
@@ -83,7 +83,7 @@ constexpr int kDirectPixelsPerThread = 4;
 constexpr int kDirectPixelsPerBlock = kDirectThreads * kDirectPixelsPerThread;
 
 template <int Taps, int Channels>
-__global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_kernel(ConvArgs a) {
+__global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_kernel(ConvArgs a, StampRing stamps) {
   static_assert(Taps <= kDirectTaps);
   constexpr int kSums = Taps + 1;  // per channel: the taps' products, then dy alone (dbias)
   static_assert(kDirectThreads % 4 == 0);
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_ke
   __shared__ float parked[Channels * kSums][kDirectThreads + 1];  // +1: a row's consecutive threads, distinct banks
   const int ntaps = a.K;
   for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
-  begin_dependent_kernel();  // dy comes from the kernels before
+  begin_dependent_kernel(stamps);  // dy comes from the kernels before
   __syncthreads();
 
   const int m0 = blockIdx.y * Channels;

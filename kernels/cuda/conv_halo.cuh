@@ -143,10 +143,10 @@ __device__ __forceinline__ void stage_chunk(const Args& a, float* planes, float*
 
 // grid (n·bands, ceil(M / BM)), 128 threads, dynamic shared memory: BM·kLd + Cc·L floats.
 template <int BM>
-__global__ void __launch_bounds__(kThreads) conv_halo_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads) conv_halo_kernel(Args a, StampRing stamps) {
   constexpr int BN = kTileColumns, WM = BM / 2, WN = BN / 2, kTilesM = WM / 16, kTilesN = WN / 8;
   static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
-  begin_dependent_kernel();
+  begin_dependent_kernel(stamps);
   extern __shared__ __align__(16) float smem[];
   float* As = smem;                    // BM × kLd
   float* planes = smem + BM * a.a_ld;  // Cc × L

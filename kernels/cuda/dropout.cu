@@ -48,9 +48,10 @@ __device__ __forceinline__ unsigned char dropout_one(float x, float& y, uint64_t
 }
 
 // x, y: (n) fp32; mask: (n) bytes; counter: {value, done}. One element per thread per stride.
-__global__ void __launch_bounds__(kThreads) dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask,
-                                                                   int64_t n, DropoutScalars a, uint64_t* counter) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    dropout_forward_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutScalars a,
+                           uint64_t* counter, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const uint64_t draw = grid_counter_begin(counter);
   const uint64_t key = dropout_key(a.seed, draw);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -66,8 +67,8 @@ __global__ void __launch_bounds__(kThreads) dropout_forward_kernel(const float* 
 // n % 4 tail.
 __global__ void __launch_bounds__(kThreads)
     dropout_forward_vec4_kernel(const float* x, float* y, uint8_t* __restrict__ mask, int64_t n, DropoutScalars a,
-                                uint64_t* counter) {
-  begin_dependent_kernel();
+                                uint64_t* counter, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const uint64_t draw = grid_counter_begin(counter);
   const uint64_t key = dropout_key(a.seed, draw);
   const int64_t n4 = n / 4;
@@ -99,8 +100,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // dy, dx: (n) fp32; mask: (n) bytes. One element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
-    dropout_backward_kernel(const float* dy, const uint8_t* __restrict__ mask, float* dx, int64_t n, float keep_p) {
-  begin_dependent_kernel();
+    dropout_backward_kernel(const float* dy, const uint8_t* __restrict__ mask, float* dx, int64_t n, float keep_p,
+                            StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     dx[i] = masked(dy[i], mask[i], keep_p);
@@ -108,9 +110,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // dy, dx 16-byte and mask 4-byte aligned: one float4 + uchar4 per thread per stride, then the n % 4 tail.
 __global__ void __launch_bounds__(kThreads)
-    dropout_backward_vec4_kernel(const float* dy, const uint8_t* __restrict__ mask, float* dx, int64_t n,
-                                 float keep_p) {
-  begin_dependent_kernel();
+    dropout_backward_vec4_kernel(const float* dy, const uint8_t* __restrict__ mask, float* dx, int64_t n, float keep_p,
+                                 StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int64_t n4 = n / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

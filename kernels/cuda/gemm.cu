@@ -347,23 +347,24 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 
 // grid: (tiles_m · tiles_n); one block per output tile.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) gemm_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_kernel(p.overlaps_previous);
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    gemm_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
+  begin_kernel(p.overlaps_previous, stamps);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, 1>];
   gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
-  end_kernel(p.overlaps_previous);
+  end_kernel(p.overlaps_previous, stamps);
 }
 
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
 template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
 __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
-    gemm_splitk_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_kernel(p.overlaps_previous);
+    gemm_splitk_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
+  begin_kernel(p.overlaps_previous, stamps);
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_CLUSTERS
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, S>];
   gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
-  end_kernel(p.overlaps_previous);
+  end_kernel(p.overlaps_previous, stamps);
 #else
   __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
 #endif
@@ -372,11 +373,11 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
 // grid: (tiles_m · tiles_n, 1, S); block z writes its partial over K-range z to the workspace.
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    gemm_workspace_split_kernel(KernelArgs p, Epilogue epilogue) {
-  begin_kernel(p.overlaps_previous);
+    gemm_workspace_split_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
+  begin_kernel(p.overlaps_previous, stamps);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, kWorkspaceSplit>];
   gemm_block<Cfg, TransA, TransB, Vec, kWorkspaceSplit>(p, smem, epilogue, static_cast<int>(blockIdx.z));
-  end_kernel(p.overlaps_previous);
+  end_kernel(p.overlaps_previous, stamps);
 }
 
 // The workspace split's second kernel: output e of (M·N, then M row sums) = the S partials added in a fixed
@@ -384,8 +385,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // grid split_reduce_grid(total).
 template <Epilogue E>
 __global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows)
-    gemm_split_reduce_kernel(KernelArgs p, int splits, int total) {
-  begin_dependent_kernel();  // the partials come from the kernel before
+    gemm_split_reduce_kernel(KernelArgs p, int splits, int total, StampRing stamps) {
+  begin_dependent_kernel(stamps);  // the partials come from the kernel before
   float sum;
   if (!gemm_tile::sum_split_partials(p.partial, p.partial_stride, splits, total, sum)) return;
   const int e = blockIdx.x * 32 + threadIdx.x, mn = p.M * p.N;
@@ -453,7 +454,7 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-using KernelFn = void (*)(KernelArgs, Epilogue);
+using KernelFn = void (*)(KernelArgs, Epilogue, StampRing);
 
 template <class Cfg, bool TransA, bool TransB, bool Vec>
 KernelFn pick_split(int split_k, bool through_workspace) {
@@ -499,7 +500,7 @@ KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   }
 }
 
-using ReduceFn = void (*)(KernelArgs, int, int);
+using ReduceFn = void (*)(KernelArgs, int, int, StampRing);
 ReduceFn pick_reduce(Epilogue e) {
   switch (e) {
     case Epilogue::bias:

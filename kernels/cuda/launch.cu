@@ -55,17 +55,6 @@ size_t max_shared_bytes_per_block() {
   return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>());
 }
 
-size_t stamped_smem_bytes(const void* kernel, size_t smem) {
-  const size_t flagged = launch_smem_bytes(smem);
-  if (flagged == smem) return smem;
-  if (flagged > max_shared_bytes_per_block()) return smem;
-  cudaFuncAttributes attr{};
-  NT_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  if (flagged + attr.sharedSizeBytes > 48 * 1024 && flagged > static_cast<size_t>(attr.maxDynamicSharedSizeBytes))
-    NT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(flagged)));
-  return flagged;
-}
-
 bool cluster_kernels_run(const void* kernel) {
   int dev = 0, major = 0;
   cudaFuncAttributes attr{};
@@ -79,7 +68,7 @@ bool cluster_kernels_run(const void* kernel) {
 }
 
 namespace {
-__global__ void launch_stamps_close_kernel() { begin_dependent_kernel(); }
+__global__ void launch_stamps_close_kernel(StampRing stamps) { begin_dependent_kernel(stamps); }
 }  // namespace
 
 }  // namespace nt::kernels::cuda

@@ -22,6 +22,8 @@
 
 #include <cuda_runtime.h>
 
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/cuda_check.h"
@@ -37,61 +39,48 @@ namespace nt::kernels::cuda {
 
 inline cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
 
-// Launch stamps (profile/launch_stamps.h), in a build configured with NT_LAUNCH_STAMPS: the ring this translation
-// unit's kernels write to while the profiler times replayed graphs with them. Each unit has its own copy (no
-// relocatable device code) and registers how to set it. A kernel reads it only when its launch says it stamps
-// (launch_smem_bytes). Not in the default build: with profiling off it still cost every kernel 0.1 to 0.2 us on an
-// H100, as did a module variable that no kernel read (docs/profiler.md, "Launch stamps").
+// Launch stamps (profile/launch_stamps.h): every kernel's last parameter is a StampRing, which launch() appends. In a
+// profiling build (NT_LAUNCH_STAMPS) it is the profiler's ring, empty unless the observer times replayed graphs with
+// the stamps; then thread 0 of block 0 writes when the kernel started and when its wait returned. In the default build
+// it is an empty struct, and the kernels have no stamping code: with profiling off, a parameter of 8 bytes or more
+// cost every kernel about 0.1 us per launch on an H200 even unread, as a module variable did (docs/profiler.md,
+// "Launch stamps"); an empty one costs nothing measurable, and keeps one signature for both builds.
 #if NT_LAUNCH_STAMPS
-namespace {
-__device__ profile::LaunchStampRing launch_stamp_ring;
-void install_launch_stamp_ring(const profile::LaunchStampRing& ring) {
-  NT_CUDA_CHECK(cudaMemcpyToSymbol(launch_stamp_ring, &ring, sizeof ring));
-}
-[[maybe_unused]] const bool launch_stamp_ring_registered =
-    profile::register_launch_stamp_installer(&install_launch_stamp_ring);
-}  // namespace
+using StampRing = profile::LaunchStampRing;
+#else
+struct StampRing {};
 #endif
-
-// How a launch tells its kernel to stamp, without a load: its dynamic shared memory size is odd. Kernels ask for
-// whole floats and ints, so no other launch has an odd size (and one that did would only read an empty ring);
-// launch() adds the byte when the observer asks for stamps.
-inline size_t launch_smem_bytes(size_t smem) { return smem | 1u; }
 
 #if NT_LAUNCH_STAMPS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NT_STAMPS_IN_KERNELS 1
-// Whether this thread stamps its launch: thread 0 of block 0 of a launch flagged by launch_smem_bytes. Registers only.
-__device__ __forceinline__ bool stamps_launch() {
-  unsigned int smem_bytes;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_bytes));
-  return (smem_bytes & 1u) && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+// Whether this thread stamps its launch: thread 0 of block 0 of a launch given a ring. Parameters and registers only.
+__device__ __forceinline__ bool stamps_launch(const StampRing& stamps) {
+  return stamps.slots != nullptr &&
+         (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
 }
-// Writes a stamp into the next slot of `ring`, if one is installed (past capacity the slot is counted and lost). The
-// slots' order does not matter (profile/launch_stamps.h sorts them by time), so this comes after the kernel has let
-// its successor launch: neither the ring's load nor the atomic is on the stream's critical path.
-__device__ __forceinline__ void write_launch_stamp(const profile::LaunchStampRing& ring, unsigned long long start_ns,
+// Writes a stamp into the next slot of the ring (past capacity the slot is counted and lost). The slots' order does
+// not matter (profile/launch_stamps.h sorts them by time), so this comes after the kernel has let its successor launch:
+// the atomic is off the stream's chain of waits.
+__device__ __forceinline__ void write_launch_stamp(const StampRing& stamps, unsigned long long start_ns,
                                                    unsigned long long release_ns) {
-  if (ring.slots == nullptr) return;
-  const unsigned int slot = atomicAdd(ring.count, 1u);
-  if (slot < ring.capacity) ring.slots[slot] = profile::LaunchStamp{start_ns, release_ns};
+  const unsigned int slot = atomicAdd(stamps.count, 1u);
+  if (slot < stamps.capacity) stamps.slots[slot] = profile::LaunchStamp{start_ns, release_ns};
 }
 #else
 #define NT_STAMPS_IN_KERNELS 0
 #endif
 
 // The first statement of every kernel of the engine (see above). A no-op before sm_90, and when the
-// kernel was launched without the programmatic attribute. Stamping: the ring is read before the wait and looked at
-// only after the kernel has let its successor launch, off the chain of waits.
-__device__ __forceinline__ void begin_dependent_kernel() {
+// kernel was launched without the programmatic attribute.
+__device__ __forceinline__ void begin_dependent_kernel([[maybe_unused]] const StampRing& stamps) {
 #if NT_STAMPS_IN_KERNELS
-  const bool stamping = stamps_launch();
-  profile::LaunchStampRing ring{};
+  const bool stamping = stamps_launch(stamps);
   unsigned long long start_ns = 0, release_ns = 0;
-  if (stamping) start_ns = global_timer_ns(), ring = launch_stamp_ring;
+  if (stamping) start_ns = global_timer_ns();
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (stamping) release_ns = global_timer_ns();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (stamping) write_launch_stamp(ring, start_ns, release_ns);
+  if (stamping) write_launch_stamp(stamps, start_ns, release_ns);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -110,42 +99,38 @@ __device__ __forceinline__ void begin_dependent_kernel() {
 // an overlapping one.
 // Stamping, it writes its start when it starts and, in a second slot, when its closing wait returns: its
 // predecessor's end.
-__device__ __forceinline__ void begin_overlapping_kernel() {
+__device__ __forceinline__ void begin_overlapping_kernel([[maybe_unused]] const StampRing& stamps) {
 #if NT_STAMPS_IN_KERNELS
-  const bool stamping = stamps_launch();
+  const bool stamping = stamps_launch(stamps);
   unsigned long long start_ns = 0;
   if (stamping) start_ns = global_timer_ns();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (stamping) write_launch_stamp(launch_stamp_ring, start_ns, 0);
+  if (stamping) write_launch_stamp(stamps, start_ns, 0);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void end_overlapping_kernel() {
+__device__ __forceinline__ void end_overlapping_kernel([[maybe_unused]] const StampRing& stamps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #if NT_STAMPS_IN_KERNELS
-  if (stamps_launch()) write_launch_stamp(launch_stamp_ring, 0, global_timer_ns());
+  if (stamps_launch(stamps)) write_launch_stamp(stamps, 0, global_timer_ns());
 #endif
 }
 // The first and last statements of a kernel that is either, as its launch says (overlaps_previous): every thread
 // calls both.
-__device__ __forceinline__ void begin_kernel(bool overlaps_previous) {
+__device__ __forceinline__ void begin_kernel(bool overlaps_previous, const StampRing& stamps) {
   if (overlaps_previous)
-    begin_overlapping_kernel();
+    begin_overlapping_kernel(stamps);
   else
-    begin_dependent_kernel();
+    begin_dependent_kernel(stamps);
 }
-__device__ __forceinline__ void end_kernel(bool overlaps_previous) {
-  if (overlaps_previous) end_overlapping_kernel();
+__device__ __forceinline__ void end_kernel(bool overlaps_previous, const StampRing& stamps) {
+  if (overlaps_previous) end_overlapping_kernel(stamps);
 }
 
 bool programmatic_launch_supported();  // the current device is sm_90 or newer, and runs sm_90 code
-// The shared memory size of a launch whose kernel stamps (launch_smem_bytes), with the kernel opted in to it where it
-// passes the 48 KB default or the kernel's own opt-in. Left as it is where the device has no byte to spare: that
-// launch then writes no stamps, and the profiler counts its batch untimed.
-size_t stamped_smem_bytes(const void* kernel, size_t smem);
 // The TF32 tensor-core kernels' guard: the current device runs sm_80 code or newer. Context refuses --tf32
 // elsewhere (engine/context.cpp), so failing here is a caller's bug, or the kernel lab forcing a TF32 tile.
 void require_tf32_code(const char* kernel);
@@ -181,6 +166,7 @@ bool cluster_kernels_run(void (*kernel)(Params...)) {
   return cluster_kernels_run(reinterpret_cast<const void*>(kernel));
 }
 
+// Every kernel's last parameter is its StampRing, which this supplies: args are the ones before it.
 template <class... KernelParams, class... Args>
 void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...), dim3 grid,
             dim3 block, size_t smem, Args&&... args) {
@@ -191,8 +177,11 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  const bool stamping = exec.observer && exec.observer->stamps_launches();
-  if (stamping) smem = stamped_smem_bytes(reinterpret_cast<const void*>(kernel), smem);
+#if NT_LAUNCH_STAMPS
+  const StampRing stamps = exec.observer ? exec.observer->launch_stamp_ring() : StampRing{};
+#else
+  const StampRing stamps{};
+#endif
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -200,7 +189,10 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u;
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  static_assert(
+      std::is_same_v<std::tuple_element_t<sizeof...(KernelParams) - 1, std::tuple<KernelParams...>>, StampRing>,
+      "a kernel's last parameter is its StampRing (see above)");
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)..., stamps);
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);
   if (exec.observer) {

@@ -14,8 +14,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 1024;
 
-__global__ void __launch_bounds__(kThreads) count_nonfinite_kernel(const float* x, int64_t n, int64_t* count) {
-  begin_dependent_kernel();
+__global__ void __launch_bounds__(kThreads)
+    count_nonfinite_kernel(const float* x, int64_t n, int64_t* count, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   unsigned long long bad = 0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) bad += !isfinite(x[i]);

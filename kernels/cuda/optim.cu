@@ -71,8 +71,8 @@ __device__ __forceinline__ void sgd_step(float& p, float g, float* v, const Hype
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
     sgd_update_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
-                      int64_t n, Hyper h) {
-  begin_dependent_kernel();
+                      int64_t n, Hyper h, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   h = scheduled(h);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(kThreads)
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads)
     sgd_update_vec4_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ velocity,
-                           int64_t n, Hyper h) {
-  begin_dependent_kernel();
+                           int64_t n, Hyper h, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   h = scheduled(h);
   h = scheduled(h);
   const int64_t n4 = n / 4;
@@ -181,8 +181,8 @@ __device__ __forceinline__ AdamStep adam_begin(const uint64_t* step, const AdamC
 // p, g, m, v: (n) fp32; one element per thread per stride. step: {value, done}, advanced by the last block.
 __global__ void __launch_bounds__(kThreads)
     adam_update_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ m,
-                       float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step) {
-  begin_dependent_kernel();
+                       float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   uint64_t value;
   const AdamStep s = adam_begin(step, c, value);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(kThreads)
 // p, g, m, v: (n) fp32, 16-byte aligned; one float4 per thread per stride, then the n % 4 tail.
 __global__ void __launch_bounds__(kThreads)
     adam_update_vec4_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ m,
-                            float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step) {
-  begin_dependent_kernel();
+                            float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   uint64_t value;
   const AdamStep s = adam_begin(step, c, value);
   const int64_t n4 = n / 4;

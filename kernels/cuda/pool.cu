@@ -36,8 +36,8 @@ struct Dims {
 // x: (N, C, H, W); y, argmax: (N, C, P, Q); outputs = N·C·P·Q. One output element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
     maxpool2d_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int32_t* __restrict__ argmax,
-                             int outputs, Dims d) {
-  begin_dependent_kernel();
+                             int outputs, Dims d, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int stride = gridDim.x * blockDim.x;
   for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += stride) {
     int row, j, plane, i;
@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kThreads)
 // dy, argmax: (N, C, P, Q); dx: (N, C, H, W); inputs = N·C·H·W. One input element per thread per stride.
 __global__ void __launch_bounds__(kThreads)
     maxpool2d_backward_kernel(const float* __restrict__ dy, const int32_t* __restrict__ argmax, float* __restrict__ dx,
-                              int inputs, Dims d) {
-  begin_dependent_kernel();
+                              int inputs, Dims d, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const int stride = gridDim.x * blockDim.x;
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < inputs; e += stride) {
     int row, w, plane, h;

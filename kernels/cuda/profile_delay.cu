@@ -17,8 +17,9 @@ namespace nt::kernels::cuda {
 namespace {
 
 // One thread; returns when *flag has reached target (wrap-around safe) or after timeout_ns.
-__global__ void profile_hold_kernel(const volatile uint32_t* flag, uint32_t target, uint64_t timeout_ns) {
-  begin_dependent_kernel();
+__global__ void profile_hold_kernel(const volatile uint32_t* flag, uint32_t target, uint64_t timeout_ns,
+                                    StampRing stamps) {
+  begin_dependent_kernel(stamps);
   const uint64_t t0 = global_timer_ns();
   while (static_cast<int32_t>(*flag - target) < 0 && global_timer_ns() - t0 < timeout_ns) __nanosleep(500);
 }

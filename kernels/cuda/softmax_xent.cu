@@ -41,8 +41,8 @@ constexpr int kWarps = kThreads / kWarpSize;
 // logits: (B,C) row-major; one warp per row, rows strided over the block's 32 warps; lanes stride over C.
 __global__ void __launch_bounds__(kThreads)
     softmax_xent_kernel(const float* __restrict__ logits, const int32_t* __restrict__ labels, int B, int C,
-                        float* __restrict__ dlogits, double* loss_sum, int64_t* correct) {
-  begin_dependent_kernel();
+                        float* __restrict__ dlogits, double* loss_sum, int64_t* correct, StampRing stamps) {
+  begin_dependent_kernel(stamps);
   __shared__ double warp_loss[kWarps];
   __shared__ long long warp_hits[kWarps];
   const int lane = threadIdx.x % kWarpSize;

@@ -1,8 +1,8 @@
-// The launch-stamps timer on the GPU (profile/launch_stamps.h), in a build whose kernels stamp (NT_LAUNCH_STAMPS):
-// kernels of known length replayed from a graph read their lengths, a kernel beside its predecessor extends the
-// stream only by what it adds, CUPTI's records of the same replay agree, eager launches are counted without a time,
-// and a real mlp epoch replayed under the timer has every kernel timed under its phase and layer. In the default
-// build the timer refuses with a message that names the build option.
+// The launch-stamps timer on the GPU (profile/launch_stamps.h), in a build whose kernels stamp (NT_LAUNCH_STAMPS): the
+// ring reaches the kernels only while the profiler runs, kernels of known length replayed from a graph read their
+// lengths, a kernel beside its predecessor extends the stream only by what it adds, CUPTI's records of the same replay
+// agree, eager launches are counted without a time, and a real mlp epoch replayed under the timer has every kernel
+// timed under its phase and layer. In the default build the timer refuses with a message that names the build option.
 //
 // Tolerances. %globaltimer ticks every 32 ns on an H100. A kernel's end is seen when its successor's wait returns,
 // which comes a fraction of a microsecond after the end; the spins run on one thread of one block, whose exit and the
@@ -77,6 +77,24 @@ TEST_CASE("launch stamps: a build without them refuses the timer and names the o
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("NT_LAUNCH_STAMPS") != std::string::npos);
   }
+}
+
+TEST_CASE("launch stamps: kernels are given the ring only while the profiler runs", "[cuda][profile][stamps]") {
+  if (!stamps_run()) return;
+  profile::KernelProfiler profiler(graph_timer(profile::Timing::stamps));
+  CHECK(profiler.launch_stamp_ring().slots == nullptr);  // before start(): launches pass an empty ring
+  profiler.start();
+  const profile::LaunchStampRing ring = profiler.launch_stamp_ring();
+  CHECK(ring.slots != nullptr);
+  CHECK(ring.count != nullptr);
+  CHECK(ring.capacity == graph_timer(profile::Timing::stamps).launch_stamp_capacity);
+  profiler.stop();
+  CHECK(profiler.launch_stamp_ring().slots == nullptr);  // a graph replayed after stop() writes nowhere
+
+  profile::KernelProfiler cupti(graph_timer(profile::Timing::cupti));
+  cupti.start();
+  CHECK(cupti.launch_stamp_ring().slots == nullptr);  // another timer: the kernels never stamp
+  cupti.stop();
 }
 
 TEST_CASE("launch stamps: kernels of known length replayed from a graph read their lengths",

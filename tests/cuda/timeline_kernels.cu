@@ -10,6 +10,7 @@ namespace nt::test {
 namespace {
 
 using kernels::cuda::global_timer_ns;
+using kernels::cuda::StampRing;
 
 __device__ void spin_for(uint64_t ns) {
   const uint64_t t0 = global_timer_ns();
@@ -17,10 +18,10 @@ __device__ void spin_for(uint64_t ns) {
   }
 }
 
-__global__ void spin_kernel(int micros, bool beside) {
-  kernels::cuda::begin_kernel(beside);
+__global__ void spin_kernel(int micros, bool beside, StampRing stamps) {
+  kernels::cuda::begin_kernel(beside, stamps);
   if (threadIdx.x == 0) spin_for(uint64_t(micros) * 1000);
-  kernels::cuda::end_kernel(beside);
+  kernels::cuda::end_kernel(beside, stamps);
 }
 
 constexpr int kMaxPhases = 4;
@@ -29,14 +30,14 @@ struct PhaseMicros {
   int micros[kMaxPhases];
 };
 
-__global__ void phased_spin_kernel(PhaseMicros phases, profile::PhaseStamps stamps) {
-  kernels::cuda::begin_dependent_kernel();
+__global__ void phased_spin_kernel(PhaseMicros phases, profile::PhaseStamps phase_stamps, StampRing stamps) {
+  kernels::cuda::begin_dependent_kernel(stamps);
   if (threadIdx.x != 0) return;
   for (int k = 0; k < phases.n; ++k) {
-    stamps.mark(static_cast<uint32_t>(k));
+    phase_stamps.mark(static_cast<uint32_t>(k));
     spin_for(uint64_t(phases.micros[k]) * 1000);
   }
-  stamps.end();
+  phase_stamps.end();
 }
 
 constexpr const char* kPhaseNames[kMaxPhases] = {"phase 0", "phase 1", "phase 2", "phase 3"};
