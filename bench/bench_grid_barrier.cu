@@ -32,6 +32,7 @@
 
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
+#include "kernels/cuda/grid_barrier.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/runtime.h"
 
@@ -39,43 +40,12 @@ namespace {
 
 using nt::kernels::Exec;
 namespace cuda = nt::kernels::cuda;
+using cuda::grid_barrier;
+using cuda::GridBarrier;
 using cuda::StampRing;
 
 constexpr int kThreads = 256;
 constexpr int kExchangeFloats = 256;  // 1 KB per block per phase
-
-struct GridBarrier {
-  unsigned int* count;       // blocks arrived at the current barrier
-  unsigned int* generation;  // barriers completed
-};
-
-__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
-  unsigned int v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// Every thread of every block calls it; returns when all blocks have arrived, with their writes visible.
-__device__ __forceinline__ void grid_barrier(const GridBarrier& b) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int generation = load_acquire(b.generation);
-    __threadfence();  // the block's writes before its arrival
-    if (atomicAdd(b.count, 1u) == gridDim.x - 1) {
-      *b.count = 0;  // nobody arrives at the next barrier before the release below
-      __threadfence();
-      store_release(b.generation, generation + 1);
-    } else {
-      while (load_acquire(b.generation) == generation) {
-      }
-    }
-  }
-  __syncthreads();
-}
 
 // barriers: how many; exchange: nullptr, or kExchangeFloats per block written before and read after each barrier.
 __global__ void counter_barrier_kernel(GridBarrier b, int barriers, float* exchange, float* sink, StampRing stamps) {

@@ -166,17 +166,28 @@ bool cluster_kernels_run(void (*kernel)(Params...)) {
   return cluster_kernels_run(reinterpret_cast<const void*>(kernel));
 }
 
-// Every kernel's last parameter is its StampRing, which this supplies: args are the ones before it.
+// Every kernel's last parameter is its StampRing, which this supplies: args are the ones before it. cooperative: the
+// blocks must all be resident at once (a persistent kernel's grid barriers, kernels/cuda/grid_barrier.cuh); the launch
+// fails, and says so, where they cannot be. A cooperative launch is not programmatic: it starts when its predecessor
+// has completed.
 template <class... KernelParams, class... Args>
-void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...), dim3 grid,
-            dim3 block, size_t smem, Args&&... args) {
+void launch_with(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...),
+                 dim3 grid, dim3 block, size_t smem, bool cooperative, Args&&... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;  // empty problem: nothing to launch
   profile::NvtxRange range(name);
   cudaStream_t stream = stream_of(exec);
   if (exec.observer) exec.observer->begin(name, stream);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned int count = 0;
+  if (exec.programmatic_launch && !cooperative && programmatic_launch_supported()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  const bool programmatic = count > 0;
+  if (cooperative) {
+    attributes[count].id = cudaLaunchAttributeCooperative;
+    attributes[count++].val.cooperative = 1;
+  }
 #if NT_LAUNCH_STAMPS
   const StampRing stamps = exec.observer ? exec.observer->launch_stamp_ring() : StampRing{};
 #else
@@ -187,8 +198,8 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = exec.programmatic_launch && programmatic_launch_supported() ? 1u : 0u;
+  config.attrs = attributes;
+  config.numAttrs = count;
   static_assert(
       std::is_same_v<std::tuple_element_t<sizeof...(KernelParams) - 1, std::tuple<KernelParams...>>, StampRing>,
       "a kernel's last parameter is its StampRing (see above)");
@@ -197,13 +208,19 @@ void launch(const Exec& exec, const char* name, const profile::OpCost& cost, voi
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);
   if (exec.observer) {
     profile::OpCost told = cost;
-    told.overlaps_previous = cost.overlaps_previous && config.numAttrs > 0;
+    told.overlaps_previous = cost.overlaps_previous && programmatic;
     exec.observer->end(name, stream, told);
   }
   if (exec.debug_sync) {
     err = cudaStreamSynchronize(stream);
     if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, true);
   }
+}
+
+template <class... KernelParams, class... Args>
+void launch(const Exec& exec, const char* name, const profile::OpCost& cost, void (*kernel)(KernelParams...), dim3 grid,
+            dim3 block, size_t smem, Args&&... args) {
+  launch_with(exec, name, cost, kernel, grid, block, smem, /*cooperative=*/false, std::forward<Args>(args)...);
 }
 
 // Ceiling division for grid sizes.

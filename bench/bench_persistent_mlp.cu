@@ -1,0 +1,100 @@
+// The persistent mlp step's epoch (kernels/persistent_mlp.h): one launch for an epoch's SGD steps of the mlp
+// (784 -> 320 -> 160 -> 10) on data of MNIST's shape and format (60,000 random 28x28 uint8 images), at batch 64
+// (938 steps) and 256 (235 steps), momentum 0.9. CUDA events around the launch after a warm-up, the median of 7
+// (bench_timing.h). Evaluation is not part of the op, so the figure is the training steps of an epoch alone; the
+// per-kernel path's epoch (nanotrain train) adds its 157 evaluation batches.
+//
+//   bench_persistent_mlp [--steps N]       N: steps per launch at batch 64 (default 938; batch 256 runs N / 4)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "bench/bench_timing.h"
+#include "core/cuda_check.h"
+#include "kernels/persistent_mlp.h"
+#include "kernels/runtime.h"
+
+namespace {
+
+using nt::kernels::Exec;
+
+template <class T>
+T* upload(const Exec& exec, const std::vector<T>& host) {
+  auto* p = static_cast<T*>(nt::kernels::device_alloc(exec.backend, host.size() * sizeof(T)));
+  nt::kernels::copy_host_to_device(exec, p, host.data(), host.size() * sizeof(T));
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps64 = 938;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps64 = std::atoi(argv[++i]);
+      if (steps64 < 4 || steps64 > 100000) {
+        std::fprintf(stderr, "--steps: expected 4..100000, got %s\n", argv[i]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_persistent_mlp [--steps N]\n");
+      return 2;
+    }
+  }
+  if (nt::kernels::cuda_device_count() == 0) {
+    std::fprintf(stderr, "bench_persistent_mlp: no CUDA device\n");
+    return 1;
+  }
+  Exec exec;
+  exec.backend = nt::kernels::Backend::cuda;
+  exec.stream = nt::kernels::create_stream();
+  const int width[] = {784, 320, 160, 10};
+  constexpr int kImages = 60000, kLayers = 3;
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> images(size_t(kImages) * 784), labels(kImages);
+  for (auto& p : images) p = static_cast<uint8_t>(rng() % 256);
+  for (auto& l : labels) l = static_cast<uint8_t>(rng() % 10);
+  std::vector<int32_t> perm(size_t(kImages) + 256);
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i % kImages);
+  std::shuffle(perm.begin(), perm.begin() + kImages, rng);
+
+  std::printf("persistent mlp 784-320-160-10, SGD momentum 0.9, one launch per epoch's steps\n");
+  std::printf("batch | steps | ms per launch | us per step\n");
+  for (const int B : {64, 256}) {
+    const int steps = B == 64 ? steps64 : steps64 / 4;
+    if (!nt::kernels::cuda::persistent_mlp_fits(width, kLayers, B)) {
+      std::printf("%5d | does not fit this device\n", B);
+      continue;
+    }
+    nt::kernels::PersistentMlpArgs a;
+    a.src.images = upload(exec, images), a.src.labels = upload(exec, labels), a.src.perm = upload(exec, perm);
+    a.src.D = 784, a.src.mean = 0.1307f, a.src.std = 0.3081f;
+    a.steps = steps, a.B = B, a.layers = kLayers;
+    for (int l = 0; l <= kLayers; ++l) a.width[l] = width[l];
+    for (int l = 0; l < kLayers; ++l) {
+      const size_t n = size_t(width[l]) * width[l + 1];
+      const float bound = 1.f / std::sqrt(float(width[l]));
+      std::uniform_real_distribution<float> u(-bound, bound);
+      std::vector<float> w(n), b(static_cast<size_t>(width[l + 1]));
+      for (auto& x : w) x = u(rng);
+      for (auto& x : b) x = u(rng);
+      a.weight[l] = upload(exec, w), a.bias[l] = upload(exec, b);
+      a.weight_velocity[l] = upload(exec, std::vector<float>(n, 0.f));
+      a.bias_velocity[l] = upload(exec, std::vector<float>(b.size(), 0.f));
+    }
+    a.lr = 0.01f, a.momentum = 0.9f;
+    a.loss_sum = upload(exec, std::vector<double>{0.0});
+    a.correct = upload(exec, std::vector<int64_t>{0});
+    a.workspace = upload(exec, std::vector<unsigned char>(nt::kernels::persistent_mlp_workspace_bytes(width, 3, B), 0));
+    const double us = nt::bench::time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, 7,
+                                              [&] { nt::kernels::persistent_mlp(exec, a); });
+    std::printf("%5d | %5d | %13.2f | %11.2f\n", B, steps, us / 1000.0, us / steps);
+  }
+  return 0;
+}

@@ -1,0 +1,102 @@
+// The persistent mlp step's CPU twin (kernels/persistent_mlp.h): the GPU kernel's arithmetic, step by step, in one
+// thread. Every sum is kernels/persistent_mlp_math.h's, so only expf/logf separate the two backends.
+//
+// Shapes: x = a[-1] (B, w[0]); a[l] (B, w[l+1]) for the hidden layers; logits and their gradient (B, C); d[l], the
+// gradient at layer l's output, (B, w[l+1]). W[l] (w[l+1], w[l]) row-major.
+#include <vector>
+
+#include "kernels/persistent_mlp.h"
+#include "kernels/persistent_mlp_math.h"
+
+namespace nt::kernels::cpu {
+
+namespace {
+
+using persistent::dot4;
+using persistent::fma_rn;
+using persistent::SgdStep;
+
+// The batch of step s, normalized (kernels/batch.h), and its labels.
+void gather(const PersistentMlpArgs& a, int64_t first, std::vector<float>& x, std::vector<int>& y) {
+  const BatchSource& src = a.src;
+  const int D = src.D;
+  const int P = src.height > 0 && src.width > 0 ? src.height * src.width : D;
+  for (int b = 0; b < a.B; ++b) {
+    const int64_t r = src.perm[first + b];
+    y[b] = src.labels[r];
+    for (int k = 0; k < D; ++k) {
+      const int c = k / P;
+      x[size_t(b) * D + k] = persistent::normalize_pixel(src.images[r * D + k], src.mean.value[c], src.std.value[c]);
+    }
+  }
+}
+
+// W -= the SGD step for dW = dᵀ·in (d: (B, N), in: (B, K)) and b -= for db = Σ_b d, each sum in increasing b.
+void update_layer(const PersistentMlpArgs& a, const SgdStep& sgd, int l, const float* d, const float* in) {
+  const int B = a.B, K = a.width[l], N = a.width[l + 1];
+  float dummy = 0.f;
+  for (int n = 0; n < N; ++n) {
+    for (int k = 0; k < K; ++k) {
+      float g = 0.f;
+      for (int b = 0; b < B; ++b) g = fma_rn(d[size_t(b) * N + n], in[size_t(b) * K + k], g);
+      const size_t i = size_t(n) * K + k;
+      sgd.apply(a.weight[l][i], g, a.momentum != 0.f ? a.weight_velocity[l][i] : dummy);
+    }
+    float g = 0.f;
+    for (int b = 0; b < B; ++b) g = persistent::add_rn(g, d[size_t(b) * N + n]);
+    sgd.apply(a.bias[l][n], g, a.momentum != 0.f ? a.bias_velocity[l][n] : dummy);
+  }
+}
+
+}  // namespace
+
+void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
+  (void)exec;
+  check_persistent_mlp(a);
+  const int L = a.layers, B = a.B, C = a.width[L];
+  const SgdStep sgd{a.lr_scale ? a.lr * *a.lr_scale : a.lr, a.momentum, a.weight_decay};
+
+  // act[0] = x, act[l + 1] = layer l's output (the head's: logits, then their gradient in place); grad[l] = d[l].
+  std::vector<std::vector<float>> act(size_t(L) + 1);
+  std::vector<std::vector<float>> grad(static_cast<size_t>(L));
+  for (int l = 0; l <= L; ++l) act[l].resize(size_t(B) * a.width[l]);
+  for (int l = 0; l < L; ++l) grad[l].resize(size_t(B) * a.width[l + 1]);
+  std::vector<int> y(static_cast<size_t>(B));
+
+  for (int s = 0; s < a.steps; ++s) {
+    gather(a, a.first + int64_t(s) * B, act[0], y);
+    for (int l = 0; l < L; ++l) {
+      const int K = a.width[l], N = a.width[l + 1];
+      for (int b = 0; b < B; ++b)
+        for (int n = 0; n < N; ++n)
+          act[l + 1][size_t(b) * N + n] = persistent::linear_out(
+              dot4(&act[l][size_t(b) * K], &a.weight[l][size_t(n) * K], K), a.bias[l][n], l + 1 < L);
+    }
+    double loss = 0.0;
+    int64_t hits = 0;
+    std::vector<float>& dlogits = grad[L - 1];
+    for (int b = 0; b < B; ++b) {
+      float* row = &dlogits[size_t(b) * C];
+      for (int c = 0; c < C; ++c) row[c] = act[L][size_t(b) * C + c];
+      bool hit = false;
+      loss += double(persistent::softmax_xent_row(row, C, y[b], B, &hit));
+      hits += hit ? 1 : 0;
+    }
+    *a.loss_sum += loss;
+    *a.correct += hits;
+    // Each input gradient from the weights before the step, then the step.
+    for (int l = L - 1; l >= 0; --l) {
+      const int K = a.width[l], N = a.width[l + 1];
+      if (l > 0) {
+        for (int b = 0; b < B; ++b)
+          for (int i = 0; i < K; ++i) {
+            const float sum = dot4(&grad[l][size_t(b) * N], &a.weight[l][i], N, K);
+            grad[l - 1][size_t(b) * K + i] = act[l][size_t(b) * K + i] > 0.f ? sum : 0.f;
+          }
+      }
+      update_layer(a, sgd, l, grad[l].data(), act[l].data());
+    }
+  }
+}
+
+}  // namespace nt::kernels::cpu

@@ -1,0 +1,500 @@
+// The persistent mlp step on the GPU (kernels/persistent_mlp.h): one cooperative launch of one block per SM runs every
+// step, the weights in shared memory from the first step to the last.
+//
+// Ownership. G blocks; hidden layer l (l < L-1, output width N = w[l+1]) gives block g its neurons
+// [g·own(l), min(N, (g+1)·own(l))), own(l) = ceil(N / G): the rows of W[l] and b[l], and the same columns of W[l+1]
+// when layer l+1 is hidden too (a second copy). Every block holds the whole head W[L-1], b[L-1] (C ≤ 32 rows).
+// Velocities sit beside their weights. Shared memory, in floats:
+//   rows W[l] (own·w[l]), b[l], their velocities      columns of W[l+1] as [i][n] (own(l)·w[l+2]), velocities
+//   head W[L-1], b[L-1], velocities                    dlogits (B·C), row losses and hits (B each)
+//   mine (B·own_max): the gradient at the block's own neurons      own_act (B·own_max): their activations
+//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  stage (rows·stage_width)
+// Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (global, L2): each block writes
+// its own columns, every block reads whole rows, staged in chunks of `rows` rows, with ld.global.cg (another SM wrote
+// them; this SM's L1 may hold an older line).
+//
+// A step, L = layers (grid barriers between the phases that read what other blocks wrote):
+//   forward l = 0..L-2     stage a[l] (l = 0: gather and normalize the batch), own outputs of layer l   barrier
+//   head                   stage a[L-1]; logits, softmax (every block, the same bits), d[L-2] at own neurons from the
+//                          head's columns, head gradient; head step; rows of layer L-2 step       barrier (see below)
+//   back l = L-2..1        stage d[l]; d[l-1] at own neurons from the column copy of W[l]; that copy steps; rows of
+//                          layer l-1 step (stage a[l-1])                                           barrier if l > 1
+// Each gradient is computed from the weights before the step, in kernels/persistent_mlp_math.h's order, so the row
+// and column copies of W[l] take the same gradient (Σ_b d[l][b,n]·a[l][b,i], b increasing) and stay equal. With two
+// or more hidden layers no barrier closes the step: what the next step's first phase overwrites (its a at the own
+// neurons) is read after the last barrier only by the block that owns it. With one, every block reads the whole of
+// that a in the head phase, so a barrier closes each step but the last.
+//
+// The loss: block 0 adds the batch's row losses in double, in increasing b, to *loss_sum, and the hits to *correct.
+#include <algorithm>
+
+#include "kernels/cuda/grid_barrier.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/persistent_mlp.h"
+#include "kernels/persistent_mlp_math.h"
+
+namespace nt::kernels::cuda {
+
+namespace {
+
+using persistent::dot4;
+using persistent::fma_rn;
+using persistent::SgdStep;
+
+constexpr int kThreads = 512;
+constexpr int kMaxStageRows = 32;
+constexpr int kMaxLayers = kPersistentMaxLayers;
+
+// Offsets into the block's shared memory, in floats; -1: none. Computed once on the host (plan()).
+struct Layout {
+  int rows_w[kMaxLayers], rows_b[kMaxLayers], rows_vw[kMaxLayers], rows_vb[kMaxLayers];  // hidden layers
+  int cols_w[kMaxLayers], cols_vw[kMaxLayers];  // of W[l] for l in [1, L-2]: the columns of the own neurons of l-1
+  int head_w, head_b, head_vw, head_vb;
+  int dlogits, row_loss, row_hit, mine, own_act, grad, head_grad, pixel_lut, stage;
+  int total;
+};
+
+struct Plan {
+  int G = 0;                 // blocks
+  int own[kMaxLayers] = {};  // neurons per block of hidden layer l's output
+  int own_max = 0;
+  int rows = 0;         // rows staged at once
+  int stage_width = 0;  // the widest staged row
+  Layout at{};
+};
+
+struct Params {
+  PersistentMlpArgs a;
+  Plan p;
+  GridBarrier barrier;
+  float* act[kMaxLayers];   // act[l]: layer l's input a[l-1] for l >= 1 (B, w[l]); act[0] unused (the batch)
+  float* grad[kMaxLayers];  // grad[l]: d at layer l's output (B, w[l+1]), hidden l only
+};
+
+Plan plan(const int* width, int layers, int B, int G) {
+  Plan p;
+  p.G = G;
+  const int L = layers, C = width[L];
+  for (int l = 0; l + 1 < L; ++l) p.own[l] = (width[l + 1] + G - 1) / G, p.own_max = std::max(p.own_max, p.own[l]);
+  for (int l = 0; l < L; ++l) p.stage_width = std::max(p.stage_width, width[l]);
+  for (int l = 1; l + 1 < L; ++l) p.stage_width = std::max(p.stage_width, width[l + 1]);  // d[l] rows
+  int at = 0;
+  auto take = [&](int floats) {
+    const int here = at;
+    at += (floats + 3) / 4 * 4;  // 16-byte aligned slices
+    return here;
+  };
+  Layout& s = p.at;
+  int grad = 0;
+  for (int l = 0; l < kMaxLayers; ++l) s.rows_w[l] = s.rows_b[l] = s.rows_vw[l] = s.rows_vb[l] = -1;
+  for (int l = 0; l < kMaxLayers; ++l) s.cols_w[l] = s.cols_vw[l] = -1;
+  for (int l = 0; l + 1 < L; ++l) {
+    s.rows_w[l] = take(p.own[l] * width[l]);
+    s.rows_b[l] = take(p.own[l]);
+    s.rows_vw[l] = take(p.own[l] * width[l]);
+    s.rows_vb[l] = take(p.own[l]);
+    grad = std::max(grad, p.own[l] * width[l] + p.own[l]);
+  }
+  for (int l = 1; l + 1 < L; ++l) {
+    s.cols_w[l] = take(p.own[l - 1] * width[l + 1]);
+    s.cols_vw[l] = take(p.own[l - 1] * width[l + 1]);
+    grad = std::max(grad, p.own[l - 1] * width[l + 1]);
+  }
+  s.head_w = take(C * width[L - 1]);
+  s.head_b = take(C);
+  s.head_vw = take(C * width[L - 1]);
+  s.head_vb = take(C);
+  s.dlogits = take(B * C);
+  s.row_loss = take(B);
+  s.row_hit = take(B);
+  s.mine = take(B * p.own_max);
+  s.own_act = take(B * p.own_max);
+  s.grad = take(grad);
+  s.head_grad = take(C * width[L - 1] + C);
+  s.pixel_lut = take(kMaxBatchChannels * 256);
+  s.total = at;
+  return p;
+}
+
+// Rows [r0, r0 + rows) of the batch of step s into stage (rows × w[0]), normalized (kernels/batch.h) through
+// pixel_lut, each plane's 256 values computed once by normalize_pixel (the same bits, without two divisions a pixel).
+// Four pixels a load where rows are whole words, and kStageLoads loads in flight a thread: every block stages the
+// batch twice a step, and one dependent load at a time (the order, then the pixel) kept it waiting on L2.
+constexpr int kStageLoads = 4;
+__device__ void stage_batch(const Params& q, const float* pixel_lut, int64_t first, int r0, int rows, float* stage) {
+  const BatchSource& src = q.a.src;
+  const int D = src.D;
+  const int P = src.height > 0 && src.width > 0 ? src.height * src.width : D;
+  if (D % 4 == 0) {
+    const int words = D / 4, total = rows * words;
+    for (int base = threadIdx.x; base < total; base += kThreads * kStageLoads) {
+      uchar4 px[kStageLoads];
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * kThreads;
+        if (i < total) {
+          const int64_t image = src.perm[first + r0 + i / words];
+          px[u] = __ldg(reinterpret_cast<const uchar4*>(src.images + image * D) + i % words);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u) {
+        const int i = base + u * kThreads;
+        if (i >= total) break;
+        const int r = i / words, k = 4 * (i % words);
+        const uint8_t v[4] = {px[u].x, px[u].y, px[u].z, px[u].w};
+        for (int e = 0; e < 4; ++e) stage[r * D + k + e] = pixel_lut[(P == D ? 0 : (k + e) / P) * 256 + v[e]];
+      }
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < rows * D; i += kThreads) {
+    const int r = i / D, k = i % D;
+    const int64_t image = src.perm[first + r0 + r];
+    stage[i] = pixel_lut[(k / P) * 256 + src.images[image * D + k]];
+  }
+}
+
+// Rows [r0, r0 + rows) of a (B, K) buffer another block wrote, into stage: 16-byte loads from L2 where K is a whole
+// number of them (the buffers are 256-byte aligned), kStageLoads in flight a thread.
+__device__ void stage_rows(const float* src, int K, int r0, int rows, float* stage) {
+  const float* from = src + int64_t(r0) * K;
+  if (K % 4 == 0) {
+    const int total = rows * K / 4;
+    const float4* from4 = reinterpret_cast<const float4*>(from);
+    float4* stage4 = reinterpret_cast<float4*>(stage);
+    for (int base = threadIdx.x; base < total; base += kThreads * kStageLoads) {
+      float4 v[kStageLoads];
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u)
+        if (base + u * kThreads < total) v[u] = __ldcg(from4 + base + u * kThreads);
+#pragma unroll
+      for (int u = 0; u < kStageLoads; ++u)
+        if (base + u * kThreads < total) stage4[base + u * kThreads] = v[u];
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < rows * K; i += kThreads) stage[i] = __ldcg(from + i);
+}
+
+// dot4 (kernels/persistent_mlp_math.h) over the four lanes of a quad: lane r sums its chain, k ≡ r (mod 4) in
+// increasing k, and the quad adds (p0 + p1) + (p2 + p3): dot4's bits, four times the threads at work. Every lane of
+// the quad calls it with the same a and w; lane 0's result is the sum (the others return partials).
+__device__ __forceinline__ float quad_dot(const float* a, const float* w, int K, int w_stride = 1) {
+  const int lane = threadIdx.x & 3;
+  const unsigned quad_mask = 0xFu << (threadIdx.x & 31 & ~3);
+  float p = 0.f;
+  for (int k = lane; k < K; k += 4) p = fma_rn(a[k], w[int64_t(k) * w_stride], p);
+  p = persistent::add_rn(p, __shfl_down_sync(quad_mask, p, 1, 4));  // lanes 0 and 2: p0 + p1, p2 + p3
+  return persistent::add_rn(p, __shfl_down_sync(quad_mask, p, 2, 4));
+}
+constexpr int kQuads = kThreads / 4;
+
+// Layer l's input rows [r0, r0 + rows): the batch for l = 0, else a[l-1] from the workspace.
+__device__ void stage_input(const Params& q, const float* smem, int l, int64_t first, int r0, int rows, float* stage) {
+  if (l == 0)
+    stage_batch(q, smem + q.p.at.pixel_lut, first, r0, rows, stage);
+  else
+    stage_rows(q.act[l], q.a.width[l], r0, rows, stage);
+}
+
+// The SGD step of the rows of hidden layer l this block owns, from mine (B × own: d at its own neurons) and layer l's
+// input (staged again): grad = Σ_b mine[b,j]·in[b,k], b increasing, then each weight's step.
+__device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int l, int count, int64_t first) {
+  const PersistentMlpArgs& a = q.a;
+  const Layout& s = q.p.at;
+  const int B = a.B, K = a.width[l], own = q.p.own[l];
+  float* grad = smem + s.grad;
+  float* stage = smem + s.stage;
+  const float* mine = smem + s.mine;
+  for (int i = threadIdx.x; i < count * K + count; i += kThreads) grad[i] = 0.f;
+  for (int r0 = 0; r0 < B; r0 += q.p.rows) {
+    const int rows = min(q.p.rows, B - r0);
+    __syncthreads();
+    stage_input(q, smem, l, first, r0, rows, stage);
+    __syncthreads();
+    for (int i = threadIdx.x; i < count * K; i += kThreads) {
+      const int j = i / K, k = i % K;
+      float g = grad[i];
+      for (int r = 0; r < rows; ++r) g = fma_rn(mine[(r0 + r) * own + j], stage[r * K + k], g);
+      grad[i] = g;
+    }
+    for (int j = threadIdx.x; j < count; j += kThreads) {
+      float g = grad[count * K + j];
+      for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, mine[(r0 + r) * own + j]);
+      grad[count * K + j] = g;
+    }
+  }
+  __syncthreads();
+  float* w = smem + s.rows_w[l];
+  float* b = smem + s.rows_b[l];
+  float* vw = smem + s.rows_vw[l];
+  float* vb = smem + s.rows_vb[l];
+  for (int i = threadIdx.x; i < count * K; i += kThreads) sgd.apply(w[i], grad[i], vw[i]);
+  for (int j = threadIdx.x; j < count; j += kThreads) sgd.apply(b[j], grad[count * K + j], vb[j]);
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Params q, StampRing stamps) {
+  begin_dependent_kernel(stamps);
+  extern __shared__ __align__(16) float smem[];
+  const PersistentMlpArgs& a = q.a;
+  const Layout& s = q.p.at;
+  const int L = a.layers, B = a.B, C = a.width[L], g = blockIdx.x;
+  const SgdStep sgd{a.lr_scale ? __fmul_rn(a.lr, *a.lr_scale) : a.lr, a.momentum, a.weight_decay};
+  const bool momentum = a.momentum != 0.f;
+
+  // The block's range of each hidden layer's outputs.
+  int n0[kMaxLayers], count[kMaxLayers];
+  for (int l = 0; l + 1 < L; ++l) {
+    n0[l] = min(a.width[l + 1], g * q.p.own[l]);
+    count[l] = min(a.width[l + 1], n0[l] + q.p.own[l]) - n0[l];
+  }
+
+  // Load: rows and columns of the hidden layers, the whole head; velocities (zero without momentum: never read).
+  for (int l = 0; l + 1 < L; ++l) {
+    const int K = a.width[l];
+    for (int i = threadIdx.x; i < count[l] * K; i += kThreads) {
+      const int64_t at = int64_t(n0[l]) * K + i;
+      smem[s.rows_w[l] + i] = a.weight[l][at];
+      smem[s.rows_vw[l] + i] = momentum ? a.weight_velocity[l][at] : 0.f;
+    }
+    for (int j = threadIdx.x; j < count[l]; j += kThreads) {
+      smem[s.rows_b[l] + j] = a.bias[l][n0[l] + j];
+      smem[s.rows_vb[l] + j] = momentum ? a.bias_velocity[l][n0[l] + j] : 0.f;
+    }
+  }
+  for (int l = 1; l + 1 < L; ++l) {  // columns i of W[l] (N × K): [j][n] = W[l][n, n0[l-1] + j]
+    const int K = a.width[l], N = a.width[l + 1];
+    for (int i = threadIdx.x; i < count[l - 1] * N; i += kThreads) {
+      const int j = i / N, n = i % N;
+      const int64_t at = int64_t(n) * K + n0[l - 1] + j;
+      smem[s.cols_w[l] + i] = a.weight[l][at];
+      smem[s.cols_vw[l] + i] = momentum ? a.weight_velocity[l][at] : 0.f;
+    }
+  }
+  const int KH = a.width[L - 1];
+  for (int i = threadIdx.x; i < C * KH; i += kThreads) {
+    smem[s.head_w + i] = a.weight[L - 1][i];
+    smem[s.head_vw + i] = momentum ? a.weight_velocity[L - 1][i] : 0.f;
+  }
+  for (int j = threadIdx.x; j < C; j += kThreads) {
+    smem[s.head_b + j] = a.bias[L - 1][j];
+    smem[s.head_vb + j] = momentum ? a.bias_velocity[L - 1][j] : 0.f;
+  }
+  for (int i = threadIdx.x; i < kMaxBatchChannels * 256; i += kThreads)
+    smem[s.pixel_lut + i] =
+        persistent::normalize_pixel(static_cast<uint8_t>(i % 256), a.src.mean.value[i / 256], a.src.std.value[i / 256]);
+  __syncthreads();
+
+  float* stage = smem + s.stage;
+  float* mine = smem + s.mine;
+  float* own_act = smem + s.own_act;
+  float* dlogits = smem + s.dlogits;
+  const int R = q.p.rows;
+
+  for (int step = 0; step < a.steps; ++step) {
+    const int64_t first = a.first + int64_t(step) * B;
+
+    // ---- forward through the hidden layers: own outputs, to the workspace
+    for (int l = 0; l + 1 < L; ++l) {
+      const int K = a.width[l], N = a.width[l + 1], own = count[l];
+      const float* w = smem + s.rows_w[l];
+      const float* bias = smem + s.rows_b[l];
+      for (int r0 = 0; r0 < B; r0 += R) {
+        const int rows = min(R, B - r0);
+        stage_input(q, smem, l, first, r0, rows, stage);
+        __syncthreads();
+        for (int i = threadIdx.x / 4; i < rows * own; i += kQuads) {
+          const int r = i / own, j = i % own;
+          const float dot = quad_dot(stage + r * K, w + j * K, K);
+          if ((threadIdx.x & 3) == 0)
+            q.act[l + 1][int64_t(r0 + r) * N + n0[l] + j] = persistent::linear_out(dot, bias[j], true);
+        }
+        __syncthreads();
+      }
+      grid_barrier(q.barrier);
+    }
+
+    // ---- the head, in every block: logits, softmax, d at the own neurons of layer L-2, the head's gradient
+    float* head_grad = smem + s.head_grad;
+    for (int i = threadIdx.x; i < C * KH + C; i += kThreads) head_grad[i] = 0.f;
+    const float* hw = smem + s.head_w;
+    const int own_h = count[L - 2], own_h_stride = q.p.own[L - 2];
+    for (int r0 = 0; r0 < B; r0 += R) {
+      const int rows = min(R, B - r0);
+      stage_rows(q.act[L - 1], KH, r0, rows, stage);
+      __syncthreads();
+      for (int i = threadIdx.x / 4; i < rows * C; i += kQuads) {
+        const int r = i / C, c = i % C;
+        const float dot = quad_dot(stage + r * KH, hw + c * KH, KH);
+        if ((threadIdx.x & 3) == 0) dlogits[(r0 + r) * C + c] = persistent::linear_out(dot, smem[s.head_b + c], false);
+      }
+      __syncthreads();
+      for (int r = threadIdx.x; r < rows; r += kThreads) {
+        const int b = r0 + r;
+        const int label = a.src.labels[a.src.perm[first + b]];
+        bool hit = false;
+        smem[s.row_loss + b] = persistent::softmax_xent_row(dlogits + b * C, C, label, B, &hit);
+        smem[s.row_hit + b] = hit ? 1.f : 0.f;
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < rows * own_h; i += kThreads) {
+        const int r = i / own_h, j = i % own_h, n = n0[L - 2] + j;
+        const float sum = dot4(dlogits + (r0 + r) * C, hw + n, C, KH);
+        const float d = stage[r * KH + n] > 0.f ? sum : 0.f;
+        mine[(r0 + r) * own_h_stride + j] = d;
+        if (L > 2) q.grad[L - 2][int64_t(r0 + r) * KH + n] = d;
+      }
+      for (int i = threadIdx.x; i < C * KH; i += kThreads) {
+        const int c = i / KH, k = i % KH;
+        float gsum = head_grad[i];
+        for (int r = 0; r < rows; ++r) gsum = fma_rn(dlogits[(r0 + r) * C + c], stage[r * KH + k], gsum);
+        head_grad[i] = gsum;
+      }
+      for (int c = threadIdx.x; c < C; c += kThreads) {
+        float gsum = head_grad[C * KH + c];
+        for (int r = 0; r < rows; ++r) gsum = persistent::add_rn(gsum, dlogits[(r0 + r) * C + c]);
+        head_grad[C * KH + c] = gsum;
+      }
+      __syncthreads();
+    }
+    if (g == 0 && threadIdx.x == 0) {
+      double loss = 0.0;
+      long long hits = 0;
+      for (int b = 0; b < B; ++b) {
+        loss += double(smem[s.row_loss + b]);
+        hits += smem[s.row_hit + b] != 0.f ? 1 : 0;
+      }
+      *a.loss_sum += loss;
+      *a.correct += hits;
+    }
+    for (int i = threadIdx.x; i < C * KH; i += kThreads)
+      sgd.apply(smem[s.head_w + i], head_grad[i], smem[s.head_vw + i]);
+    for (int c = threadIdx.x; c < C; c += kThreads)
+      sgd.apply(smem[s.head_b + c], head_grad[C * KH + c], smem[s.head_vb + c]);
+    __syncthreads();
+    step_rows(q, smem, sgd, L - 2, count[L - 2], first);
+    // The backward needs d[L-2] from every block; with one hidden layer, the next step's forward overwrites a[0],
+    // which every block has just read.
+    if (L > 2 || step + 1 < a.steps) grid_barrier(q.barrier);
+
+    // ---- backward through the hidden layers: l's gradient (from every block) to l-1's own neurons
+    for (int l = L - 2; l >= 1; --l) {
+      const int N = a.width[l + 1], K = a.width[l], own = count[l - 1], own_stride = q.p.own[l - 1];
+      float* cw = smem + s.cols_w[l];
+      float* cvw = smem + s.cols_vw[l];
+      float* grad = smem + s.grad;
+      for (int i = threadIdx.x; i < B * own; i += kThreads) {
+        const int b = i / own, j = i % own;
+        own_act[b * own_stride + j] = __ldcg(q.act[l] + int64_t(b) * K + n0[l - 1] + j);
+      }
+      for (int i = threadIdx.x; i < own * N; i += kThreads) grad[i] = 0.f;
+      for (int r0 = 0; r0 < B; r0 += R) {
+        const int rows = min(R, B - r0);
+        __syncthreads();
+        stage_rows(q.grad[l], N, r0, rows, stage);
+        __syncthreads();
+        for (int i = threadIdx.x / 4; i < rows * own; i += kQuads) {
+          const int r = i / own, j = i % own;
+          const float sum = quad_dot(stage + r * N, cw + j * N, N);
+          if ((threadIdx.x & 3) != 0) continue;
+          const float d = own_act[(r0 + r) * own_stride + j] > 0.f ? sum : 0.f;
+          mine[(r0 + r) * own_stride + j] = d;
+          if (l - 1 >= 1) q.grad[l - 1][int64_t(r0 + r) * K + n0[l - 1] + j] = d;
+        }
+        for (int i = threadIdx.x; i < own * N; i += kThreads) {
+          const int j = i / N, n = i % N;
+          float gsum = grad[i];
+          for (int r = 0; r < rows; ++r) gsum = fma_rn(stage[r * N + n], own_act[(r0 + r) * own_stride + j], gsum);
+          grad[i] = gsum;
+        }
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < own * N; i += kThreads) sgd.apply(cw[i], grad[i], cvw[i]);
+      __syncthreads();
+      step_rows(q, smem, sgd, l - 1, count[l - 1], first);
+      if (l - 1 >= 1) grid_barrier(q.barrier);
+    }
+  }
+
+  // Store: each block its rows of the hidden layers, block 0 the head (all copies are equal).
+  for (int l = 0; l + 1 < L; ++l) {
+    const int K = a.width[l];
+    for (int i = threadIdx.x; i < count[l] * K; i += kThreads) {
+      const int64_t at = int64_t(n0[l]) * K + i;
+      a.weight[l][at] = smem[s.rows_w[l] + i];
+      if (momentum) a.weight_velocity[l][at] = smem[s.rows_vw[l] + i];
+    }
+    for (int j = threadIdx.x; j < count[l]; j += kThreads) {
+      a.bias[l][n0[l] + j] = smem[s.rows_b[l] + j];
+      if (momentum) a.bias_velocity[l][n0[l] + j] = smem[s.rows_vb[l] + j];
+    }
+  }
+  if (g == 0) {
+    for (int i = threadIdx.x; i < C * KH; i += kThreads) {
+      a.weight[L - 1][i] = smem[s.head_w + i];
+      if (momentum) a.weight_velocity[L - 1][i] = smem[s.head_vw + i];
+    }
+    for (int c = threadIdx.x; c < C; c += kThreads) {
+      a.bias[L - 1][c] = smem[s.head_b + c];
+      if (momentum) a.bias_velocity[L - 1][c] = smem[s.head_vb + c];
+    }
+  }
+}
+
+// The plan for the current device, with the staged rows as many as fit (at least one, at most kMaxStageRows); G = 0
+// where it does not fit or cannot run.
+Plan device_plan(const int* width, int layers, int B) {
+  if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch) return {};
+  const int G = multiprocessor_count();
+  Plan p = plan(width, layers, B, G);
+  const size_t limit = max_shared_bytes_per_block() / sizeof(float);
+  if (size_t(p.at.total) + size_t(p.stage_width) > limit) return {};
+  p.rows = static_cast<int>(std::min<size_t>({size_t(kMaxStageRows), size_t(B), (limit - p.at.total) / p.stage_width}));
+  p.at.stage = p.at.total;
+  p.at.total += p.rows * p.stage_width;
+  int resident = 0;
+  const size_t bytes = size_t(p.at.total) * sizeof(float);
+  if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent_mlp_kernel, kThreads, bytes) != cudaSuccess ||
+      resident < 1) {
+    cudaGetLastError();
+    return {};
+  }
+  return p;
+}
+
+}  // namespace
+
+bool persistent_mlp_fits(const int* width, int layers, int B) { return device_plan(width, layers, B).G > 0; }
+
+void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
+  check_persistent_mlp(a);
+  const Plan p = device_plan(a.width, a.layers, a.B);
+  NT_CHECK(p.G > 0, "persistent_mlp: this model (", a.layers, " layers) at batch ", a.B,
+           " does not fit the device's blocks (persistent_mlp_fits)");
+  Params q{};
+  q.a = a;
+  q.p = p;
+  auto* base = static_cast<unsigned char*>(a.workspace);
+  q.barrier = GridBarrier{reinterpret_cast<unsigned int*>(base), reinterpret_cast<unsigned int*>(base) + 1};
+  size_t at = 256;
+  for (int l = 0; l + 1 < a.layers; ++l) {
+    const size_t bytes = (sizeof(float) * size_t(a.B) * size_t(a.width[l + 1]) + 255) / 256 * 256;
+    q.act[l + 1] = reinterpret_cast<float*>(base + at);
+    q.grad[l] = reinterpret_cast<float*>(base + at + bytes);
+    at += 2 * bytes;
+  }
+  if (a.steps == 0) return;
+  profile::OpCost cost;
+  int64_t weights = 0;
+  for (int l = 0; l < a.layers; ++l) weights += int64_t(a.width[l]) * a.width[l + 1];
+  cost.flops = 6.0 * double(weights) * a.B * a.steps;  // forward, input gradient and weight gradient
+  cost.bytes = double(a.steps) * a.B * a.width[0];     // the batches' pixels; the weights stay on chip
+  launch_with(exec, "persistent_mlp", cost, persistent_mlp_kernel, dim3(p.G), dim3(kThreads),
+              size_t(p.at.total) * sizeof(float), /*cooperative=*/true, q);
+}
+
+}  // namespace nt::kernels::cuda

@@ -1,0 +1,43 @@
+#include "kernels/persistent_mlp.h"
+
+#include "core/error.h"
+
+namespace nt::kernels {
+
+namespace {
+constexpr size_t kAlign = 256;  // bytes: the workspace's header and each buffer start on this boundary
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+void check_persistent_mlp(const PersistentMlpArgs& a) {
+  NT_CHECK(a.layers >= 2 && a.layers <= kPersistentMaxLayers, "persistent_mlp: layers must be in [2, ",
+           kPersistentMaxLayers, "], got ", a.layers);
+  NT_CHECK(a.B >= 1 && a.B <= kPersistentMaxBatch, "persistent_mlp: B must be in [1, ", kPersistentMaxBatch, "], got ",
+           a.B);
+  NT_CHECK(a.steps >= 0 && a.first >= 0, "persistent_mlp: steps and first must not be negative");
+  NT_CHECK(a.width[0] == a.src.D, "persistent_mlp: width[0] (", a.width[0], ") must be the images' D (", a.src.D, ")");
+  for (int l = 0; l <= a.layers; ++l) NT_CHECK(a.width[l] >= 1, "persistent_mlp: width[", l, "] must be positive");
+  NT_CHECK(a.width[a.layers] <= kPersistentMaxClasses, "persistent_mlp: at most ", kPersistentMaxClasses,
+           " classes, got ", a.width[a.layers]);
+  NT_CHECK(a.src.shift == 0 && !a.src.flip, "persistent_mlp: no shift or flip (the per-kernel path has them)");
+  NT_CHECK(a.src.images && a.src.labels && a.src.perm, "persistent_mlp: images, labels and perm are required");
+  const bool planes = a.src.height > 0 && a.src.width > 0;
+  NT_CHECK(!planes || a.src.D % (a.src.height * a.src.width) == 0, "persistent_mlp: D (", a.src.D,
+           ") is not a whole number of ", a.src.height, "x", a.src.width, " planes");
+  NT_CHECK(!planes || a.src.D / (a.src.height * a.src.width) <= kMaxBatchChannels, "persistent_mlp: at most ",
+           kMaxBatchChannels, " channels");
+  for (int l = 0; l < a.layers; ++l) {
+    NT_CHECK(a.weight[l] && a.bias[l], "persistent_mlp: layer ", l, " needs its weight and bias");
+    NT_CHECK(a.momentum == 0.f || (a.weight_velocity[l] && a.bias_velocity[l]), "persistent_mlp: layer ", l,
+             " needs its velocities with momentum");
+  }
+  NT_CHECK(a.loss_sum && a.correct && a.workspace, "persistent_mlp: loss_sum, correct and workspace are required");
+}
+
+size_t persistent_mlp_workspace_bytes(const int* width, int layers, int B) {
+  size_t bytes = kAlign;  // the grid barrier's words
+  for (int l = 0; l + 1 < layers; ++l) bytes += 2 * aligned(sizeof(float) * size_t(B) * size_t(width[l + 1]));
+  return bytes;
+}
+
+}  // namespace nt::kernels

@@ -1,0 +1,94 @@
+// The persistent mlp step's arithmetic (kernels/persistent_mlp.h), one definition for the CPU twin and the GPU kernel:
+// the same operations in the same order on both backends, each multiply-add one correctly rounded FMA (std::fma on the
+// host, __fmaf_rn on the device, which nvcc never contracts or reorders).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/exec.h"
+
+namespace nt::kernels::persistent {
+
+NT_HOST_DEVICE inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+NT_HOST_DEVICE inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// Σ_k a[k]·w[k·w_stride] over k in [0, K): four chains by k mod 4, each in increasing k, then (p0 + p1) + (p2 + p3).
+// Four chains, not one, so that the GPU's dependent FMAs overlap (a chain of 784 would wait ~3000 cycles). w_stride:
+// a column of a row-major matrix (the head's input gradient) is summed in the same order as a row.
+NT_HOST_DEVICE inline float dot4(const float* a, const float* w, int K, int w_stride = 1) {
+  float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
+  int k = 0;
+  for (; k + 4 <= K; k += 4) {
+    p0 = fma_rn(a[k], w[int64_t(k) * w_stride], p0);
+    p1 = fma_rn(a[k + 1], w[int64_t(k + 1) * w_stride], p1);
+    p2 = fma_rn(a[k + 2], w[int64_t(k + 2) * w_stride], p2);
+    p3 = fma_rn(a[k + 3], w[int64_t(k + 3) * w_stride], p3);
+  }
+  if (k < K) p0 = fma_rn(a[k], w[int64_t(k) * w_stride], p0);
+  if (k + 1 < K) p1 = fma_rn(a[k + 1], w[int64_t(k + 1) * w_stride], p1);
+  if (k + 2 < K) p2 = fma_rn(a[k + 2], w[int64_t(k + 2) * w_stride], p2);
+  return add_rn(add_rn(p0, p1), add_rn(p2, p3));
+}
+
+// A Linear output with its bias and the ReLU of a hidden layer (relu: the head's logits have none). NaN stays NaN.
+NT_HOST_DEVICE inline float linear_out(float dot, float bias, bool relu) {
+  const float z = add_rn(dot, bias);
+  return relu && z < 0.f ? 0.f : z;
+}
+
+// The SGD step of kernels/optim.h (kernels/cuda/optim.cu, sgd_step), for one weight and its gradient.
+struct SgdStep {
+  float lr, momentum, weight_decay;
+  NT_HOST_DEVICE void apply(float& p, float g, float& v) const {
+    const float gi = weight_decay != 0.f ? fma_rn(weight_decay, p, g) : g;
+    if (momentum != 0.f) {
+      v = fma_rn(momentum, v, gi);
+      p = fma_rn(-lr, v, p);
+    } else {
+      p = fma_rn(-lr, gi, p);
+    }
+  }
+};
+
+// One row of softmax cross-entropy (kernels/softmax_xent.h): logits[0..C) in, dlogits[0..C) = (softmax - onehot) / B
+// out (may alias logits), the row's loss returned; *hit: the argmax (lowest index on ties, NaN above all) is the label.
+NT_HOST_DEVICE inline float softmax_xent_row(float* logits, int C, int label, int B, bool* hit) {
+  float m = logits[0];
+  int k = 0;
+  for (int c = 1; c < C; ++c) {
+    const float x = logits[c];
+    if (x > m || (x != x && m == m)) m = x, k = c;
+  }
+  float s = 0.f;
+  for (int c = 0; c < C; ++c) s = add_rn(s, expf(logits[c] - m));
+  const bool label_ok = label >= 0 && label < C;
+  const float picked = label_ok ? logits[label] : NAN;
+  const float loss = add_rn(logf(s), m - picked);
+  *hit = label_ok && k == label;
+  const float batch = static_cast<float>(B);
+  for (int c = 0; c < C; ++c) {
+    const float p = expf(logits[c] - m) / s;
+    logits[c] = (p - (c == label ? 1.f : 0.f)) / batch;
+  }
+  return loss;
+}
+
+// The batch's row b: x = (pixel / 255 - mean[c]) / std[c] (kernels/batch.h), plane c = k / P.
+NT_HOST_DEVICE inline float normalize_pixel(uint8_t pixel, float mean, float std_dev) {
+  return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
+}
+
+}  // namespace nt::kernels::persistent

@@ -1,0 +1,46 @@
+// A persistent mlp problem for the tests (kernels/persistent_mlp.h): random images, labels and order, a random model,
+// and the op's arguments over host or device buffers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/persistent_mlp.h"
+
+namespace nt::test {
+
+struct PersistentMlpCase {
+  std::vector<int> width;  // width[0] = D, ..., width.back() = classes
+  int B = 1, steps = 1;
+  float lr = 0.05f, momentum = 0.f, weight_decay = 0.f;
+  int height = 0, plane_width = 0;  // planes of the images (0: one plane); mean and std per plane
+  int64_t first = 0;
+
+  int layers() const { return static_cast<int>(width.size()) - 1; }
+};
+
+// The host side: data, order and the model's starting weights (and velocities), fixed by the test's random seed.
+struct PersistentMlpData {
+  std::vector<uint8_t> images, labels;
+  std::vector<int32_t> perm;
+  kernels::ChannelValues mean, std_dev;
+  std::vector<std::vector<float>> weight, bias, weight_velocity, bias_velocity;  // per layer
+};
+
+PersistentMlpData make_persistent_mlp_data(const PersistentMlpCase& c);
+
+// What a run leaves: the weights and velocities after the last step, and the totals.
+struct PersistentMlpResult {
+  std::vector<std::vector<float>> weight, bias, weight_velocity, bias_velocity;
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+
+// The op on the CPU twin (host buffers).
+PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const PersistentMlpData& d);
+
+// The largest |got - want| over every weight, bias and velocity, over the largest |want|.
+double persistent_mlp_relative_error(const PersistentMlpResult& got, const PersistentMlpResult& want);
+bool same_bits(const PersistentMlpResult& a, const PersistentMlpResult& b);
+
+}  // namespace nt::test
