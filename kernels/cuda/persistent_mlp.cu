@@ -198,6 +198,24 @@ __device__ void stage_input(const Params& q, const float* smem, int l, int64_t f
     stage_rows(q.act[l], q.a.width[l], r0, rows, stage);
 }
 
+// A layer's gradient over the staged rows [r0, r0 + rows) of its input, added to grad: outputs × K weights, then
+// outputs biases, each a chain in increasing b (kernels/persistent_mlp_math.h), from d (row b at d + b·d_stride: the
+// gradient at the layer's outputs) and in (the staged input, rows × K).
+__device__ void add_layer_gradient(const float* d, int d_stride, int r0, int rows, const float* in, int K, int outputs,
+                                   float* grad) {
+  for (int i = threadIdx.x; i < outputs * K; i += kThreads) {
+    const int j = i / K, k = i % K;
+    float g = grad[i];
+    for (int r = 0; r < rows; ++r) g = fma_rn(d[(r0 + r) * d_stride + j], in[r * K + k], g);
+    grad[i] = g;
+  }
+  for (int j = threadIdx.x; j < outputs; j += kThreads) {
+    float g = grad[outputs * K + j];
+    for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, d[(r0 + r) * d_stride + j]);
+    grad[outputs * K + j] = g;
+  }
+}
+
 // The SGD step of the rows of hidden layer l this block owns, from mine (B × own: d at its own neurons) and layer l's
 // input (staged again): grad = Σ_b mine[b,j]·in[b,k], b increasing, then each weight's step.
 __device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int l, int count, int64_t first) {
@@ -213,17 +231,7 @@ __device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int 
     __syncthreads();
     stage_input(q, smem, l, first, r0, rows, stage);
     __syncthreads();
-    for (int i = threadIdx.x; i < count * K; i += kThreads) {
-      const int j = i / K, k = i % K;
-      float g = grad[i];
-      for (int r = 0; r < rows; ++r) g = fma_rn(mine[(r0 + r) * own + j], stage[r * K + k], g);
-      grad[i] = g;
-    }
-    for (int j = threadIdx.x; j < count; j += kThreads) {
-      float g = grad[count * K + j];
-      for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, mine[(r0 + r) * own + j]);
-      grad[count * K + j] = g;
-    }
+    add_layer_gradient(mine, own, r0, rows, stage, K, count, grad);
   }
   __syncthreads();
   float* w = smem + s.rows_w[l];
@@ -346,17 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
         mine[(r0 + r) * own_h_stride + j] = d;
         if (L > 2) q.grad[L - 2][int64_t(r0 + r) * KH + n] = d;
       }
-      for (int i = threadIdx.x; i < C * KH; i += kThreads) {
-        const int c = i / KH, k = i % KH;
-        float gsum = head_grad[i];
-        for (int r = 0; r < rows; ++r) gsum = fma_rn(dlogits[(r0 + r) * C + c], stage[r * KH + k], gsum);
-        head_grad[i] = gsum;
-      }
-      for (int c = threadIdx.x; c < C; c += kThreads) {
-        float gsum = head_grad[C * KH + c];
-        for (int r = 0; r < rows; ++r) gsum = persistent::add_rn(gsum, dlogits[(r0 + r) * C + c]);
-        head_grad[C * KH + c] = gsum;
-      }
+      add_layer_gradient(dlogits, C, r0, rows, stage, KH, C, head_grad);
       __syncthreads();
     }
     if (g == 0 && threadIdx.x == 0) {
