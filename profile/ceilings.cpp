@@ -1,4 +1,5 @@
 #include "profile/ceilings.h"
+#include "profile/ceilings_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,17 +81,6 @@ Ceilings from_json(const std::string& path, const std::string& key, const Json& 
   return c;
 }
 
-Json to_json(const Ceilings& c) {
-  return Json{{"uuid", c.uuid},
-              {"device", c.device},
-              {"copy_gb_per_s", c.copy_gb_per_s},
-              {"fp32_gflop_per_s", c.fp32_gflop_per_s},
-              {"tf32_gflop_per_s", c.tf32_gflop_per_s},
-              {"bf16_gflop_per_s", c.bf16_gflop_per_s},
-              {"measured_at", c.measured_at},
-              {"method", c.method}};
-}
-
 // Every entry of the file, checked; an empty map when there is no file.
 std::map<std::string, Ceilings> read_cache(const std::string& path) {
   std::map<std::string, Ceilings> out;
@@ -150,7 +140,7 @@ void store_ceilings(const std::string& path, const Ceilings& c) {
   auto all = read_cache(path);
   all.insert_or_assign(c.uuid, c);
   Json devices = Json::object();
-  for (const auto& [key, entry] : all) devices[key] = to_json(entry);
+  for (const auto& [key, entry] : all) devices[key] = ceilings_json(entry);
   const Json root{{"version", kVersion}, {"devices", std::move(devices)}};
   const fs::path folder = fs::path(path).parent_path();
   if (!folder.empty()) {
@@ -170,6 +160,17 @@ std::string describe(const Ceilings& c) {
   const std::string date = c.measured_at.substr(0, 10);  // "2026-11-26" of "2026-11-26T14:03:12Z"
   return cat(copy, ", ", tflops_text("fp32", c.fp32_gflop_per_s), ", ", tflops_text("tf32", c.tf32_gflop_per_s), ", ",
              tflops_text("bf16", c.bf16_gflop_per_s), date.empty() ? "" : cat(" (measured ", date, ")"));
+}
+
+Json ceilings_json(const Ceilings& c) {
+  return Json{{"uuid", c.uuid},
+              {"device", c.device},
+              {"copy_gb_per_s", c.copy_gb_per_s},
+              {"fp32_gflop_per_s", c.fp32_gflop_per_s},
+              {"tf32_gflop_per_s", c.tf32_gflop_per_s},
+              {"bf16_gflop_per_s", c.bf16_gflop_per_s},
+              {"measured_at", c.measured_at},
+              {"method", c.method}};
 }
 
 }  // namespace nt::profile

@@ -11,6 +11,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "profile/ceilings_json.h"
 
 namespace nt::profile {
 
@@ -399,15 +400,7 @@ std::string to_json(const ProfileData& d) {
                      {"wall_us", number(st.wall_us, 3)},
                      {"idle_us", number(st.idle_us, 3)},
                      {"overlap_us", number(st.overlap_us, 3)}});
-  Json ceilings = nullptr;
-  if (d.ceilings)
-    ceilings = {{"uuid", d.ceilings->uuid},
-                {"device", d.ceilings->device},
-                {"copy_gb_per_s", number(d.ceilings->copy_gb_per_s, 1)},
-                {"fp32_gflop_per_s", number(d.ceilings->fp32_gflop_per_s, 1)},
-                {"tf32_gflop_per_s", number(d.ceilings->tf32_gflop_per_s, 1)},
-                {"bf16_gflop_per_s", number(d.ceilings->bf16_gflop_per_s, 1)},
-                {"measured_at", d.ceilings->measured_at}};
+  Json ceilings = d.ceilings ? ceilings_json(*d.ceilings) : Json(nullptr);
   const Json report{{"device", d.device},
                     {"wall_ms", number(d.wall_us / 1e3, 6)},
                     {"kernel_ms", number(d.kernel_us() / 1e3, 6)},
