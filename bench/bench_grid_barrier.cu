@@ -25,11 +25,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/cuda/grid_barrier.cuh"
@@ -123,25 +122,11 @@ struct Result {
 
 int main(int argc, char** argv) {
   int barriers = 2000;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--barriers") && i + 1 < argc) {
-      barriers = std::atoi(argv[++i]);
-      if (barriers < 1 || barriers > 1'000'000) {
-        std::fprintf(stderr, "--barriers: expected 1..1000000, got %s\n", argv[i]);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_grid_barrier [--barriers N]\n");
-      return 2;
-    }
-  }
-  if (nt::kernels::cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_grid_barrier: no CUDA device\n");
-    return 1;
-  }
-  Exec exec;
-  exec.backend = nt::kernels::Backend::cuda;
-  exec.stream = nt::kernels::create_stream();
+  if (const auto bad = nt::bench::parse_count(argc, argv, "bench_grid_barrier", "--barriers", 1, 1000000, &barriers))
+    return *bad;
+  const auto found = nt::bench::cuda_bench_exec("bench_grid_barrier");
+  if (!found) return 1;
+  const nt::kernels::Exec exec = *found;
   const auto stream = static_cast<cudaStream_t>(exec.stream);
   const int sms = cuda::multiprocessor_count();
   int resident_per_sm = 0;

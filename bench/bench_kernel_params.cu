@@ -12,9 +12,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_timing.h"
 #include "kernels/cuda/global_timer.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -68,25 +67,11 @@ void row(const nt::kernels::Exec& exec, int launches, unsigned int* sink, double
 
 int main(int argc, char** argv) {
   int launches = 2000;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--launches") && i + 1 < argc) {
-      launches = std::atoi(argv[++i]);
-      if (launches < 10 || launches > 100000) {
-        std::fprintf(stderr, "--launches: expected 10..100000, got %s\n", argv[i]);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_kernel_params [--launches N]\n");
-      return 2;
-    }
-  }
-  if (nt::kernels::cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_kernel_params: no CUDA device\n");
-    return 1;
-  }
-  nt::kernels::Exec exec;
-  exec.backend = nt::kernels::Backend::cuda;
-  exec.stream = nt::kernels::create_stream();
+  if (const auto bad = nt::bench::parse_count(argc, argv, "bench_kernel_params", "--launches", 10, 100000, &launches))
+    return *bad;
+  const auto found = nt::bench::cuda_bench_exec("bench_kernel_params");
+  if (!found) return 1;
+  const nt::kernels::Exec exec = *found;
   unsigned int* sink = nullptr;
   NT_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned int)));
   const double base = nt::bench::time_graph_us(

@@ -10,11 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/persistent_mlp.h"
@@ -35,25 +34,11 @@ T* upload(const Exec& exec, const std::vector<T>& host) {
 
 int main(int argc, char** argv) {
   int steps64 = 938;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps64 = std::atoi(argv[++i]);
-      if (steps64 < 4 || steps64 > 100000) {
-        std::fprintf(stderr, "--steps: expected 4..100000, got %s\n", argv[i]);
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: bench_persistent_mlp [--steps N]\n");
-      return 2;
-    }
-  }
-  if (nt::kernels::cuda_device_count() == 0) {
-    std::fprintf(stderr, "bench_persistent_mlp: no CUDA device\n");
-    return 1;
-  }
-  Exec exec;
-  exec.backend = nt::kernels::Backend::cuda;
-  exec.stream = nt::kernels::create_stream();
+  if (const auto bad = nt::bench::parse_count(argc, argv, "bench_persistent_mlp", "--steps", 4, 100000, &steps64))
+    return *bad;
+  const auto found = nt::bench::cuda_bench_exec("bench_persistent_mlp");
+  if (!found) return 1;
+  const nt::kernels::Exec exec = *found;
   const int width[] = {784, 320, 160, 10};
   constexpr int kImages = 60000, kLayers = 3;
   std::mt19937_64 rng(7);
