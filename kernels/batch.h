@@ -70,6 +70,12 @@ struct BatchSource {
   const uint64_t* flip_key = nullptr;  // -> the epoch's flip key, on the executing backend
 };
 
+// One value of the batch: ToTensor then Normalize, in fp32 (above). A division by 255, not a multiplication by its
+// reciprocal, as torchvision does.
+NT_HOST_DEVICE inline float normalize_pixel(uint8_t pixel, float mean, float std_dev) {
+  return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
+}
+
 struct PixelShift {
   int dy = 0, dx = 0;
 };

@@ -1,5 +1,7 @@
 #include "kernels/persistent_mlp.h"
 
+#include <cstdint>
+
 #include "core/error.h"
 
 namespace nt::kernels {
@@ -34,10 +36,19 @@ void check_persistent_mlp(const PersistentMlpArgs& a) {
   NT_CHECK(a.loss_sum && a.correct && a.workspace, "persistent_mlp: loss_sum, correct and workspace are required");
 }
 
-size_t persistent_mlp_workspace_bytes(const int* width, int layers, int B) {
-  size_t bytes = kAlign;  // the grid barrier's words
-  for (int l = 0; l + 1 < layers; ++l) bytes += 2 * aligned(sizeof(float) * size_t(B) * size_t(width[l + 1]));
-  return bytes;
+PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, int layers, int B) {
+  const auto at = [base](size_t offset) { return reinterpret_cast<std::uintptr_t>(base) + offset; };
+  PersistentMlpWorkspace w;
+  w.barrier = reinterpret_cast<unsigned int*>(at(0));
+  size_t offset = kAlign;  // the grid barrier's words
+  for (int l = 0; l + 1 < layers; ++l) {
+    const size_t part = aligned(sizeof(float) * size_t(B) * size_t(width[l + 1]));
+    w.activation[l + 1] = reinterpret_cast<float*>(at(offset));
+    w.gradient[l] = reinterpret_cast<float*>(at(offset + part));
+    offset += 2 * part;
+  }
+  w.bytes = offset;
+  return w;
 }
 
 }  // namespace nt::kernels

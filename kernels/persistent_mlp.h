@@ -69,8 +69,18 @@ struct PersistentMlpArgs {
 // is wrong (the caller's bug: the engine chooses the op only where it serves the model).
 void check_persistent_mlp(const PersistentMlpArgs& a);
 
-// Bytes of workspace for a model of these widths at batch B.
-size_t persistent_mlp_workspace_bytes(const int* width, int layers, int B);
+// Where the workspace's parts lie, from `base` (nullptr: offsets only): the grid barrier's two words, then for each
+// hidden layer l its output and the gradient there, (B, width[l+1]) floats each, every part 256-byte aligned.
+struct PersistentMlpWorkspace {
+  unsigned int* barrier = nullptr;               // count, generation (kernels/cuda/grid_barrier.cuh)
+  float* activation[kPersistentMaxLayers] = {};  // [l]: layer l's input, for l >= 1 (hidden layer l-1's output)
+  float* gradient[kPersistentMaxLayers] = {};    // [l]: the gradient at hidden layer l's output
+  size_t bytes = 0;                              // the whole workspace
+};
+PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, int layers, int B);
+inline size_t persistent_mlp_workspace_bytes(const int* width, int layers, int B) {
+  return persistent_mlp_workspace(nullptr, width, layers, B).bytes;
+}
 
 namespace cpu {
 void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a);

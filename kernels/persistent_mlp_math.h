@@ -86,9 +86,4 @@ NT_HOST_DEVICE inline float softmax_xent_row(float* logits, int C, int label, in
   return loss;
 }
 
-// The batch's row b: x = (pixel / 255 - mean[c]) / std[c] (kernels/batch.h), plane c = k / P.
-NT_HOST_DEVICE inline float normalize_pixel(uint8_t pixel, float mean, float std_dev) {
-  return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
-}
-
 }  // namespace nt::kernels::persistent

@@ -29,10 +29,6 @@ namespace {
 
 constexpr int64_t kRowsPerTask = 16;  // 16 MNIST rows ≈ 12 KB in, 50 KB out per task
 
-float normalize(uint8_t pixel, float mean, float std_dev) {
-  return (static_cast<float>(pixel) / 255.0f - mean) / std_dev;
-}
-
 // One sample: pixels (C,P) uint8 -> x_row (C,P) fp32, plane c with (mean[c], std[c]).
 void normalize_row(const uint8_t* pixels, int C, int64_t P, const ChannelValues& mean, const ChannelValues& std_dev,
                    float* x_row) {
@@ -40,7 +36,7 @@ void normalize_row(const uint8_t* pixels, int C, int64_t P, const ChannelValues&
     const float m = mean.value[c], s = std_dev.value[c];
     const uint8_t* in = pixels + c * P;  // images[r,c,:]
     float* out = x_row + c * P;          // x[b,c,:]
-    for (int64_t d = 0; d < P; ++d) out[d] = normalize(in[d], m, s);
+    for (int64_t d = 0; d < P; ++d) out[d] = normalize_pixel(in[d], m, s);
   }
 }
 
@@ -51,7 +47,7 @@ void transform_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, boo
   const int j_begin = std::clamp(s.dx, 0, W), j_end = std::clamp(W + s.dx, 0, W);  // j - dx in [0, W)
   for (int c = 0; c < C; ++c) {
     const float m = mean.value[c], sd = std_dev.value[c];
-    const float fill = normalize(0, m, sd);
+    const float fill = normalize_pixel(0, m, sd);
     for (int i = 0; i < H; ++i) {
       float* out = x_row + (int64_t(c) * H + i) * W;  // x[b,c,i,:]
       const int si = i - s.dy;
@@ -62,9 +58,9 @@ void transform_row(const uint8_t* pixels, int C, int H, int W, PixelShift s, boo
       const uint8_t* in = pixels + (int64_t(c) * H + si) * W;  // images[r,c,si,:]
       for (int j = 0; j < j_begin; ++j) out[j] = fill;
       if (flip)
-        for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[W - 1 - (j - s.dx)], m, sd);
+        for (int j = j_begin; j < j_end; ++j) out[j] = normalize_pixel(in[W - 1 - (j - s.dx)], m, sd);
       else
-        for (int j = j_begin; j < j_end; ++j) out[j] = normalize(in[j - s.dx], m, sd);
+        for (int j = j_begin; j < j_end; ++j) out[j] = normalize_pixel(in[j - s.dx], m, sd);
       for (int j = std::max(j_begin, j_end); j < W; ++j) out[j] = fill;
     }
   }

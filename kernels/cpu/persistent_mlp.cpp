@@ -26,7 +26,7 @@ void gather(const PersistentMlpArgs& a, int64_t first, std::vector<float>& x, st
     y[b] = src.labels[r];
     for (int k = 0; k < D; ++k) {
       const int c = k / P;
-      x[size_t(b) * D + k] = persistent::normalize_pixel(src.images[r * D + k], src.mean.value[c], src.std.value[c]);
+      x[size_t(b) * D + k] = normalize_pixel(src.images[r * D + k], src.mean.value[c], src.std.value[c]);
     }
   }
 }

@@ -46,7 +46,7 @@ constexpr int kMaxRowBlocks = 65535;  // the grid's y limit; more rows stride
 
 struct Normalize {
   float mean, std;
-  __device__ float operator()(uint8_t pixel) const { return (static_cast<float>(pixel) / 255.0f - mean) / std; }
+  __device__ float operator()(uint8_t pixel) const { return normalize_pixel(pixel, mean, std); }
 };
 
 __device__ __forceinline__ Normalize channel_norm(const ChannelValues& mean, const ChannelValues& std, int c) {

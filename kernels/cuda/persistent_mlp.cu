@@ -67,8 +67,7 @@ struct Params {
   PersistentMlpArgs a;
   Plan p;
   GridBarrier barrier;
-  float* act[kMaxLayers];   // act[l]: layer l's input a[l-1] for l >= 1 (B, w[l]); act[0] unused (the batch)
-  float* grad[kMaxLayers];  // grad[l]: d at layer l's output (B, w[l+1]), hidden l only
+  PersistentMlpWorkspace ws;  // activation[l]: layer l's input for l >= 1; gradient[l]: d at hidden layer l's output
 };
 
 Plan plan(const int* width, int layers, int B, int G) {
@@ -117,9 +116,10 @@ Plan plan(const int* width, int layers, int B, int G) {
 }
 
 // Rows [r0, r0 + rows) of the batch of step s into stage (rows × w[0]), normalized (kernels/batch.h) through
-// pixel_lut, each plane's 256 values computed once by normalize_pixel (the same bits, without two divisions a pixel).
-// Four pixels a load where rows are whole words, and kStageLoads loads in flight a thread: every block stages the
-// batch twice a step, and one dependent load at a time (the order, then the pixel) kept it waiting on L2.
+// pixel_lut, each plane's 256 values computed once by normalize_pixel (kernels/batch.h) (the same bits, without two
+// divisions a pixel). Four pixels a load where rows are whole words, and kStageLoads loads in flight a thread: every
+// block stages the batch twice a step, and one dependent load at a time (the order, then the pixel) kept it waiting on
+// L2.
 constexpr int kStageLoads = 4;
 __device__ void stage_batch(const Params& q, const float* pixel_lut, int64_t first, int r0, int rows, float* stage) {
   const BatchSource& src = q.a.src;
@@ -195,7 +195,7 @@ __device__ void stage_input(const Params& q, const float* smem, int l, int64_t f
   if (l == 0)
     stage_batch(q, smem + q.p.at.pixel_lut, first, r0, rows, stage);
   else
-    stage_rows(q.act[l], q.a.width[l], r0, rows, stage);
+    stage_rows(q.ws.activation[l], q.a.width[l], r0, rows, stage);
 }
 
 // A layer's gradient over the staged rows [r0, r0 + rows) of its input, added to grad: outputs × K weights, then
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
   }
   for (int i = threadIdx.x; i < kMaxBatchChannels * 256; i += kThreads)
     smem[s.pixel_lut + i] =
-        persistent::normalize_pixel(static_cast<uint8_t>(i % 256), a.src.mean.value[i / 256], a.src.std.value[i / 256]);
+        normalize_pixel(static_cast<uint8_t>(i % 256), a.src.mean.value[i / 256], a.src.std.value[i / 256]);
   __syncthreads();
 
   float* stage = smem + s.stage;
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
           const int r = i / own, j = i % own;
           const float dot = quad_dot(stage + r * K, w + j * K, K);
           if ((threadIdx.x & 3) == 0)
-            q.act[l + 1][int64_t(r0 + r) * N + n0[l] + j] = persistent::linear_out(dot, bias[j], true);
+            q.ws.activation[l + 1][int64_t(r0 + r) * N + n0[l] + j] = persistent::linear_out(dot, bias[j], true);
         }
         __syncthreads();
       }
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
     const int own_h = count[L - 2], own_h_stride = q.p.own[L - 2];
     for (int r0 = 0; r0 < B; r0 += R) {
       const int rows = min(R, B - r0);
-      stage_rows(q.act[L - 1], KH, r0, rows, stage);
+      stage_rows(q.ws.activation[L - 1], KH, r0, rows, stage);
       __syncthreads();
       for (int i = threadIdx.x / 4; i < rows * C; i += kQuads) {
         const int r = i / C, c = i % C;
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
         const float sum = dot4(dlogits + (r0 + r) * C, hw + n, C, KH);
         const float d = stage[r * KH + n] > 0.f ? sum : 0.f;
         mine[(r0 + r) * own_h_stride + j] = d;
-        if (L > 2) q.grad[L - 2][int64_t(r0 + r) * KH + n] = d;
+        if (L > 2) q.ws.gradient[L - 2][int64_t(r0 + r) * KH + n] = d;
       }
       add_layer_gradient(dlogits, C, r0, rows, stage, KH, C, head_grad);
       __syncthreads();
@@ -385,13 +385,13 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
       float* grad = smem + s.grad;
       for (int i = threadIdx.x; i < B * own; i += kThreads) {
         const int b = i / own, j = i % own;
-        own_act[b * own_stride + j] = __ldcg(q.act[l] + int64_t(b) * K + n0[l - 1] + j);
+        own_act[b * own_stride + j] = __ldcg(q.ws.activation[l] + int64_t(b) * K + n0[l - 1] + j);
       }
       for (int i = threadIdx.x; i < own * N; i += kThreads) grad[i] = 0.f;
       for (int r0 = 0; r0 < B; r0 += R) {
         const int rows = min(R, B - r0);
         __syncthreads();
-        stage_rows(q.grad[l], N, r0, rows, stage);
+        stage_rows(q.ws.gradient[l], N, r0, rows, stage);
         __syncthreads();
         for (int i = threadIdx.x / 4; i < rows * own; i += kQuads) {
           const int r = i / own, j = i % own;
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
           if ((threadIdx.x & 3) != 0) continue;
           const float d = own_act[(r0 + r) * own_stride + j] > 0.f ? sum : 0.f;
           mine[(r0 + r) * own_stride + j] = d;
-          if (l - 1 >= 1) q.grad[l - 1][int64_t(r0 + r) * K + n0[l - 1] + j] = d;
+          if (l - 1 >= 1) q.ws.gradient[l - 1][int64_t(r0 + r) * K + n0[l - 1] + j] = d;
         }
         for (int i = threadIdx.x; i < own * N; i += kThreads) {
           const int j = i / N, n = i % N;
@@ -476,15 +476,8 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   Params q{};
   q.a = a;
   q.p = p;
-  auto* base = static_cast<unsigned char*>(a.workspace);
-  q.barrier = GridBarrier{reinterpret_cast<unsigned int*>(base), reinterpret_cast<unsigned int*>(base) + 1};
-  size_t at = 256;
-  for (int l = 0; l + 1 < a.layers; ++l) {
-    const size_t bytes = (sizeof(float) * size_t(a.B) * size_t(a.width[l + 1]) + 255) / 256 * 256;
-    q.act[l + 1] = reinterpret_cast<float*>(base + at);
-    q.grad[l] = reinterpret_cast<float*>(base + at + bytes);
-    at += 2 * bytes;
-  }
+  q.ws = persistent_mlp_workspace(a.workspace, a.width, a.layers, a.B);
+  q.barrier = GridBarrier{q.ws.barrier, q.ws.barrier + 1};
   if (a.steps == 0) return;
   profile::OpCost cost;
   int64_t weights = 0;

@@ -4,6 +4,7 @@
 // steps on random data every weight agrees within 2e-5 of the largest (each sum has at most 784 terms of fp32
 // rounding, sqrt(K)·eps ≈ 3e-6 each, carried over the steps by lr · the gradient), the loss within 1e-5.
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/persistent_mlp.h"
@@ -159,6 +160,27 @@ TEST_CASE("persistent_mlp refuses what it does not serve, naming it", "[persiste
   refused(bad, "velocities");
   kernels::persistent_mlp(kernels::Exec{}, a);  // and the arguments as given run
   CHECK(std::isfinite(loss));
+}
+
+TEST_CASE("persistent_mlp's workspace: aligned parts that do not overlap, within its bytes", "[persistent]") {
+  const int width[] = {784, 320, 7, 160, 10};  // three hidden layers, one of an odd width
+  for (int B : {1, 5, 64, 256}) {
+    INFO("B " << B);
+    const kernels::PersistentMlpWorkspace w = kernels::persistent_mlp_workspace(nullptr, width, 4, B);
+    CHECK(w.bytes == kernels::persistent_mlp_workspace_bytes(width, 4, B));
+    CHECK(reinterpret_cast<std::uintptr_t>(w.barrier) == 0);
+    std::uintptr_t end = 2 * sizeof(unsigned int);  // the barrier's words
+    for (int l = 0; l < 3; ++l) {
+      const std::uintptr_t size = sizeof(float) * size_t(B) * size_t(width[l + 1]);
+      for (const float* part : {w.activation[l + 1], w.gradient[l]}) {
+        const auto at = reinterpret_cast<std::uintptr_t>(part);
+        CHECK(at % 256 == 0);
+        CHECK(at >= end);
+        end = at + size;
+      }
+    }
+    CHECK(end <= w.bytes);
+  }
 }
 
 }  // namespace nt::test
