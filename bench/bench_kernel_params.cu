@@ -5,10 +5,12 @@
 //
 //   bench_kernel_params [--launches N]
 //
-// Each row: N launches of one kernel (one block of 32 threads that waits for its predecessor and lets its successor
-// launch, then spins for 2 us on %globaltimer), captured as one graph and replayed; the median us per launch over 20
+// Each row: N launches of one kernel (blocks of 32 threads that wait for their predecessor and let their successor
+// launch, then spin for 2 us on %globaltimer), captured as one graph and replayed; the median us per launch over 20
 // replays after a warm-up (bench_timing.h). The kernels differ only in an unread by-value parameter of the row's size
-// (0: none but the StampRing every kernel takes), and in whether the block reads the parameter's first word.
+// (none: only the StampRing every kernel takes), and in whether the block reads the parameter's first word. Each table
+// repeats the rows for one grid (one block, or two blocks per SM, since the parameters reach every SM that runs a
+// block) and with programmatic launch on or off.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -49,18 +51,34 @@ __global__ void payload_kernel(Payload<kBytes> payload, unsigned int* sink, cuda
 }
 
 template <int kBytes, bool kRead>
-double per_launch_us(const nt::kernels::Exec& exec, int launches, unsigned int* sink) {
+double per_launch_us(const nt::kernels::Exec& exec, int launches, int blocks, unsigned int* sink) {
   Payload<kBytes> payload{};
   return nt::bench::time_graph_us(exec, launches, 20, [&] {
-    cuda::launch(exec, "payload", {}, payload_kernel<kBytes, kRead>, dim3(1), dim3(32), 0, payload, sink);
+    cuda::launch(exec, "payload", {}, payload_kernel<kBytes, kRead>, dim3(blocks), dim3(32), 0, payload, sink);
   });
 }
 
 template <int kBytes>
-void row(const nt::kernels::Exec& exec, int launches, unsigned int* sink, double base) {
-  const double unread = per_launch_us<kBytes, false>(exec, launches, sink);
-  const double read = per_launch_us<kBytes, true>(exec, launches, sink);
-  std::printf("%9d | %12.3f | %10.3f | %12.3f\n", kBytes, unread, read, unread - base);
+void row(const nt::kernels::Exec& exec, int launches, int blocks, unsigned int* sink, double base) {
+  const double unread = per_launch_us<kBytes, false>(exec, launches, blocks, sink);
+  const double read = per_launch_us<kBytes, true>(exec, launches, blocks, sink);
+  std::printf("%11d | %9.3f | %7.3f | %13.3f\n", kBytes, unread, read, unread - base);
+}
+
+void table(nt::kernels::Exec exec, bool programmatic, int launches, int blocks, unsigned int* sink) {
+  exec.programmatic_launch = programmatic;
+  const double base = nt::bench::time_graph_us(
+      exec, launches, 20, [&] { cuda::launch(exec, "no_payload", {}, no_payload_kernel, dim3(blocks), dim3(32), 0); });
+  std::printf(
+      "\n%d launches of a 2 us kernel of %d block(s) in one graph, programmatic launch %s; us per launch "
+      "(median of 20)\n",
+      launches, blocks, programmatic ? "on" : "off");
+  std::printf("param bytes | unread us | read us | unread - none\n");
+  std::printf("%11s | %9.3f | %7s | %13s\n", "none", base, "-", "-");
+  row<8>(exec, launches, blocks, sink, base);
+  row<24>(exec, launches, blocks, sink, base);
+  row<128>(exec, launches, blocks, sink, base);
+  row<1024>(exec, launches, blocks, sink, base);
 }
 
 }  // namespace
@@ -71,23 +89,13 @@ int main(int argc, char** argv) {
     return *bad;
   const auto found = nt::bench::cuda_bench_exec("bench_kernel_params");
   if (!found) return 1;
-  const nt::kernels::Exec exec = *found;
+  const nt::kernels::Exec& exec = *found;
   unsigned int* sink = nullptr;
   NT_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned int)));
-  const double base = nt::bench::time_graph_us(
-      exec, launches, 20, [&] { cuda::launch(exec, "no_payload", {}, no_payload_kernel, dim3(1), dim3(32), 0); });
-  std::printf("%d launches of a 2 us kernel in one graph, programmatic launch; us per launch (median of 20)\n",
-              launches);
-  std::printf("param bytes | unread us | read us | unread - none\n");
-  std::printf("%9s | %12.3f | %10s | %12s\n", "none", base, "-", "-");
-  row<4>(exec, launches, sink, base);
-  row<8>(exec, launches, sink, base);
-  row<16>(exec, launches, sink, base);
-  row<24>(exec, launches, sink, base);
-  row<64>(exec, launches, sink, base);
-  row<128>(exec, launches, sink, base);
-  row<256>(exec, launches, sink, base);
-  row<1024>(exec, launches, sink, base);
+  int sms = 0;
+  NT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (const bool programmatic : {true, false})
+    for (const int blocks : {1, 2 * sms}) table(exec, programmatic, launches, blocks, sink);
   NT_CUDA_CHECK(cudaFree(sink));
   return 0;
 }
