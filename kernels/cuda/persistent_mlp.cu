@@ -27,11 +27,13 @@
 //
 // The loss: block 0 adds the batch's row losses in double, in increasing b, to *loss_sum, and the hits to *correct.
 #include <algorithm>
+#include <iterator>
 
 #include "kernels/cuda/grid_barrier.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/persistent_mlp.h"
 #include "kernels/persistent_mlp_math.h"
+#include "profile/phase_stamps.h"
 
 namespace nt::kernels::cuda {
 
@@ -67,8 +69,29 @@ struct Params {
   PersistentMlpArgs a;
   Plan p;
   GridBarrier barrier;
-  PersistentMlpWorkspace ws;  // activation[l]: layer l's input for l >= 1; gradient[l]: d at hidden layer l's output
+  PersistentMlpWorkspace ws;    // activation[l]: layer l's input for l >= 1; gradient[l]: d at hidden layer l's output
+  profile::PhaseStamps phases;  // kPhaseNames, marked by thread 0 of block 0 (empty unless a profiler asks)
 };
+
+// The phases the kernel reports to the profiler (profile/phase_stamps.h), as block 0 sees them: its share of each
+// phase's work, then its wait at the grid barrier that closes the phase (the slowest block's lag and the barrier).
+enum Phase : uint32_t { kLoad, kForward, kHead, kBackward, kBarrier, kStore };
+constexpr const char* kPhaseNames[] = {"load weights",        "forward",      "head and its update",
+                                       "backward and update", "grid barrier", "store weights"};
+
+__device__ __forceinline__ void mark_phase(const Params& q, Phase phase) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.mark(phase);
+}
+
+// A grid barrier that reports its wait: the block's threads meet first, so the mark follows the block's own work.
+__device__ __forceinline__ void phase_barrier(const Params& q, Phase next) {
+  if (q.phases.slots) {
+    __syncthreads();
+    mark_phase(q, kBarrier);
+  }
+  grid_barrier(q.barrier);
+  mark_phase(q, next);
+}
 
 Plan plan(const int* width, int layers, int B, int G) {
   Plan p;
@@ -245,6 +268,7 @@ __device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int 
 
 __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Params q, StampRing stamps) {
   begin_dependent_kernel(stamps);
+  mark_phase(q, kLoad);
   extern __shared__ __align__(16) float smem[];
   const PersistentMlpArgs& a = q.a;
   const Layout& s = q.p.at;
@@ -301,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
   float* dlogits = smem + s.dlogits;
   const int R = q.p.rows;
 
+  mark_phase(q, kForward);
   for (int step = 0; step < a.steps; ++step) {
     const int64_t first = a.first + int64_t(step) * B;
 
@@ -321,7 +346,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
         }
         __syncthreads();
       }
-      grid_barrier(q.barrier);
+      phase_barrier(q, l + 2 < L ? kForward : kHead);
     }
 
     // ---- the head, in every block: logits, softmax, d at the own neurons of layer L-2, the head's gradient
@@ -375,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
     step_rows(q, smem, sgd, L - 2, count[L - 2], first);
     // The backward needs d[L-2] from every block; with one hidden layer, the next step's forward overwrites a[0],
     // which every block has just read.
-    if (L > 2 || step + 1 < a.steps) grid_barrier(q.barrier);
+    if (L > 2 || step + 1 < a.steps) phase_barrier(q, L > 2 ? kBackward : kForward);
 
     // ---- backward through the hidden layers: l's gradient (from every block) to l-1's own neurons
     for (int l = L - 2; l >= 1; --l) {
@@ -412,9 +437,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
       for (int i = threadIdx.x; i < own * N; i += kThreads) sgd.apply(cw[i], grad[i], cvw[i]);
       __syncthreads();
       step_rows(q, smem, sgd, l - 1, count[l - 1], first);
-      if (l - 1 >= 1) grid_barrier(q.barrier);
+      if (l - 1 >= 1) phase_barrier(q, kBackward);
     }
+    if (L > 2 && step + 1 < a.steps) mark_phase(q, kForward);  // no barrier closes such a step
   }
+  mark_phase(q, kStore);
 
   // Store: each block its rows of the hidden layers, block 0 the head (all copies are equal).
   for (int l = 0; l + 1 < L; ++l) {
@@ -439,6 +466,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
       if (momentum) a.bias_velocity[L - 1][c] = smem[s.head_vb + c];
     }
   }
+  if (g == 0 && threadIdx.x == 0) q.phases.end();
 }
 
 // The plan for the current device, with the staged rows as many as fit (at least one, at most kMaxStageRows); G = 0
@@ -479,6 +507,7 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   q.ws = persistent_mlp_workspace(a.workspace, a.width, a.layers, a.B);
   q.barrier = GridBarrier{q.ws.barrier, q.ws.barrier + 1};
   if (a.steps == 0) return;
+  q.phases = profile::phase_stamps_for(exec.observer, kPhaseNames, std::size(kPhaseNames));
   profile::OpCost cost;
   int64_t weights = 0;
   for (int l = 0; l < a.layers; ++l) weights += int64_t(a.width[l]) * a.width[l + 1];

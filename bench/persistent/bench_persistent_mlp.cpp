@@ -2,7 +2,9 @@
 // (784 -> 320 -> 160 -> 10) on data of MNIST's shape and format (60,000 random 28x28 uint8 images), at batch 64
 // (938 steps) and 256 (235 steps), momentum 0.9. CUDA events around the launch after a warm-up, the median of 7
 // (bench_timing.h). Evaluation is not part of the op, so the figure is the training steps of an epoch alone; the
-// per-kernel path's epoch (nanotrain train) adds its 157 evaluation batches.
+// per-kernel path's epoch (nanotrain train) adds its 157 evaluation batches. Then one more launch per batch under the
+// KernelProfiler (CUPTI where it loads, else CUDA events), whose table splits the kernel into the phases it stamps
+// (profile/phase_stamps.h): what a step is made of, as block 0 sees it.
 //
 //   bench_persistent_mlp [--steps N]       N: steps per launch at batch 64 (default 938; batch 256 runs N / 4)
 #include <cuda_runtime.h>
@@ -11,13 +13,17 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/bench_cli.h"
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
 #include "kernels/persistent_mlp.h"
+#include "kernels/profile_delay.h"
 #include "kernels/runtime.h"
+#include "profile/kernel_profiler.h"
+#include "profile/report.h"
 
 namespace {
 
@@ -50,7 +56,7 @@ int main(int argc, char** argv) {
   std::shuffle(perm.begin(), perm.begin() + kImages, rng);
 
   std::printf("persistent mlp 784-320-160-10, SGD momentum 0.9, one launch per epoch's steps\n");
-  std::printf("batch | steps | ms per launch | us per step\n");
+  std::vector<std::string> tables;
   for (const int B : {64, 256}) {
     const int steps = B == 64 ? steps64 : steps64 / 4;
     if (!nt::kernels::cuda::persistent_mlp_fits(width, kLayers, B)) {
@@ -79,7 +85,21 @@ int main(int argc, char** argv) {
     a.workspace = upload(exec, std::vector<unsigned char>(nt::kernels::persistent_mlp_workspace_bytes(width, 3, B), 0));
     const double us = nt::bench::time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, 7,
                                               [&] { nt::kernels::persistent_mlp(exec, a); });
-    std::printf("%5d | %5d | %13.2f | %11.2f\n", B, steps, us / 1000.0, us / steps);
+    std::printf("batch %d, %d steps: %.2f ms per launch, %.2f us per step\n", B, steps, us / 1000.0, us / steps);
+
+    nt::profile::ProfilerOptions options;
+    options.timing = nt::profile::Timing::cupti;
+    options.device = "cuda";
+    options.hold = nt::kernels::profile_hold_fn(exec);
+    nt::profile::KernelProfiler profiler(std::move(options));
+    nt::kernels::Exec profiled = exec;
+    profiled.observer = &profiler;
+    profiler.start();
+    nt::kernels::persistent_mlp(profiled, a);
+    profiler.stop();
+    tables.push_back("batch " + std::to_string(B) + ", one launch under the profiler (" +
+                     nt::profile::timing_name(profiler.timing()) + "):\n" + nt::profile::format_table(profiler.data()));
   }
+  for (const auto& t : tables) std::printf("\n%s", t.c_str());
   return 0;
 }
