@@ -25,9 +25,8 @@ NT_HOST_DEVICE inline float add_rn(float a, float b) {
 #endif
 }
 
-// Σ_k a[k]·w[k·w_stride] over k in [0, K): four chains by k mod 4, each in increasing k, then (p0 + p1) + (p2 + p3).
-// Four chains, not one, so that the GPU's dependent FMAs overlap (a chain of 784 would wait ~3000 cycles). w_stride:
-// a column of a row-major matrix (the head's input gradient) is summed in the same order as a row.
+// Σ_k a[k]·w[k·w_stride] over k in [0, K), for the short dot products (the head's input gradient, C ≤ 32 terms):
+// four chains by k mod 4, each in increasing k, then (p0 + p1) + (p2 + p3). w_stride: a column of a row-major matrix.
 NT_HOST_DEVICE inline float dot4(const float* a, const float* w, int K, int w_stride = 1) {
   float p0 = 0.f, p1 = 0.f, p2 = 0.f, p3 = 0.f;
   int k = 0;
@@ -41,6 +40,26 @@ NT_HOST_DEVICE inline float dot4(const float* a, const float* w, int K, int w_st
   if (k + 1 < K) p1 = fma_rn(a[k + 1], w[int64_t(k + 1) * w_stride], p1);
   if (k + 2 < K) p2 = fma_rn(a[k + 2], w[int64_t(k + 2) * w_stride], p2);
   return add_rn(add_rn(p0, p1), add_rn(p2, p3));
+}
+
+// Σ_k a[k]·w[k·w_stride] over k in [0, K), for the wide dot products (a layer's inputs against a weight row, the
+// gradient at a layer's outputs against a weight column). K is cut into groups of four consecutive k; chain c of
+// kDotChains takes groups c, c + 16, c + 32, ... in increasing k, one FMA a k; then the chains are added as a
+// butterfly, p[c] += p[c + h] for c < h, h = 8, 4, 2, 1. The order is the GPU's (kernels/cuda/persistent_mlp.cu,
+// tiled_dots): 16 lanes a dot product, lane c running chain c with one 16-byte load a group, so that a lane's loads
+// reuse across a tile of outputs and the 16 lanes read 256 contiguous bytes; the butterfly is its shfl_xor steps
+// (a + b = b + a exactly, so every lane ends with these bits). Chains of K/16 instead of dot4's K/4 (49 FMAs for the
+// mlp's 784 inputs): the GPU runs 4x more of them at once.
+inline constexpr int kDotChains = 16;
+NT_HOST_DEVICE inline float dot16(const float* a, const float* w, int K, int w_stride = 1) {
+  float p[kDotChains] = {};
+  for (int k = 0; k < K; ++k) {
+    float& chain = p[(k / 4) % kDotChains];
+    chain = fma_rn(a[k], w[int64_t(k) * w_stride], chain);
+  }
+  for (int h = kDotChains / 2; h >= 1; h /= 2)
+    for (int c = 0; c < h; ++c) p[c] = add_rn(p[c], p[c + h]);
+  return p[0];
 }
 
 // A Linear output with its bias and the ReLU of a hidden layer (relu: the head's logits have none). NaN stays NaN.

@@ -12,6 +12,7 @@ namespace nt::kernels::cpu {
 
 namespace {
 
+using persistent::dot16;
 using persistent::dot4;
 using persistent::fma_rn;
 using persistent::SgdStep;
@@ -70,7 +71,7 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
       for (int b = 0; b < B; ++b)
         for (int n = 0; n < N; ++n)
           act[l + 1][size_t(b) * N + n] = persistent::linear_out(
-              dot4(&act[l][size_t(b) * K], &a.weight[l][size_t(n) * K], K), a.bias[l][n], l + 1 < L);
+              dot16(&act[l][size_t(b) * K], &a.weight[l][size_t(n) * K], K), a.bias[l][n], l + 1 < L);
     }
     double loss = 0.0;
     int64_t hits = 0;
@@ -90,7 +91,9 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
       if (l > 0) {
         for (int b = 0; b < B; ++b)
           for (int i = 0; i < K; ++i) {
-            const float sum = dot4(&grad[l][size_t(b) * N], &a.weight[l][i], N, K);
+            // The head's columns are short (C terms): dot4; a hidden layer's are wide: dot16 (as on the GPU).
+            const float sum = l == L - 1 ? dot4(&grad[l][size_t(b) * N], &a.weight[l][i], N, K)
+                                         : dot16(&grad[l][size_t(b) * N], &a.weight[l][i], N, K);
             grad[l - 1][size_t(b) * K + i] = act[l][size_t(b) * K + i] > 0.f ? sum : 0.f;
           }
       }

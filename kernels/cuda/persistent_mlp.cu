@@ -8,7 +8,8 @@
 //   rows W[l] (own·w[l]), b[l], their velocities      columns of W[l+1] as [i][n] (own(l)·w[l+2]), velocities
 //   head W[L-1], b[L-1], velocities                    dlogits (B·C), row losses and hits (B each)
 //   mine (B·own_max): the gradient at the block's own neurons      own_act (B·own_max): their activations
-//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  stage (rows·stage_width)
+//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  stage (the rest, up to
+//   B·stage_width)
 // Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (global, L2): each block writes
 // its own columns, every block reads whole rows, staged in chunks of `rows` rows, with ld.global.cg (another SM wrote
 // them; this SM's L1 may hold an older line).
@@ -25,7 +26,8 @@
 // neurons) is read after the last barrier only by the block that owns it. With one, every block reads the whole of
 // that a in the head phase, so a barrier closes each step but the last.
 //
-// The loss: block 0 adds the batch's row losses in double, in increasing b, to *loss_sum, and the hits to *correct.
+// The loss: the last block adds the batch's row losses in double, in increasing b, to *loss_sum, and the hits to
+// *correct.
 #include <algorithm>
 #include <iterator>
 
@@ -44,7 +46,7 @@ using persistent::fma_rn;
 using persistent::SgdStep;
 
 constexpr int kThreads = 512;
-constexpr int kMaxStageRows = 32;
+constexpr int kMinStageRows = 16;
 constexpr int kMaxLayers = kPersistentMaxLayers;
 
 // Offsets into the block's shared memory, in floats; -1: none. Computed once on the host (plan()).
@@ -53,6 +55,8 @@ struct Layout {
   int cols_w[kMaxLayers], cols_vw[kMaxLayers];  // of W[l] for l in [1, L-2]: the columns of the own neurons of l-1
   int head_w, head_b, head_vw, head_vb;
   int dlogits, row_loss, row_hit, mine, own_act, grad, head_grad, pixel_lut, stage;
+  int batch_row, batch_label;  // the step's rows of the data set and their labels (B ints each)
+  int batch_pixels;            // the step's images as uint8 (B·D bytes) when they fit beside the rest; else -1
   int total;
 };
 
@@ -60,8 +64,8 @@ struct Plan {
   int G = 0;                 // blocks
   int own[kMaxLayers] = {};  // neurons per block of hidden layer l's output
   int own_max = 0;
-  int rows = 0;         // rows staged at once
-  int stage_width = 0;  // the widest staged row
+  int stage_floats = 0;  // the stage's size: rows of a K-wide input are staged stage_floats / K at a time
+  int stage_width = 0;   // the widest staged row
   Layout at{};
 };
 
@@ -134,20 +138,71 @@ Plan plan(const int* width, int layers, int B, int G) {
   s.grad = take(grad);
   s.head_grad = take(C * width[L - 1] + C);
   s.pixel_lut = take(kMaxBatchChannels * 256);
+  s.batch_row = take(B);
+  s.batch_label = take(B);
+  s.batch_pixels = -1;
   s.total = at;
   return p;
 }
 
-// Rows [r0, r0 + rows) of the batch of step s into stage (rows × w[0]), normalized (kernels/batch.h) through
-// pixel_lut, each plane's 256 values computed once by normalize_pixel (kernels/batch.h) (the same bits, without two
-// divisions a pixel). Four pixels a load where rows are whole words, and kStageLoads loads in flight a thread: every
-// block stages the batch twice a step, and one dependent load at a time (the order, then the pixel) kept it waiting on
-// L2.
-constexpr int kStageLoads = 4;
-__device__ void stage_batch(const Params& q, const float* pixel_lut, int64_t first, int r0, int rows, float* stage) {
+// The step's rows of the data set and their labels into shared memory; and, where the plan keeps them there
+// (batch_pixels), the step's images as uint8: 16-byte loads where rows are whole ones, kBatchLoads in flight a thread,
+// all issued before any is used (a block's one wait on L2 for the batch a step). Followed by __syncthreads.
+constexpr int kBatchLoads = 8;
+__device__ void load_batch(const Params& q, float* smem, int64_t first) {
   const BatchSource& src = q.a.src;
+  const Layout& s = q.p.at;
+  const int B = q.a.B, D = src.D;
+  int* rows = reinterpret_cast<int*>(smem + s.batch_row);
+  int* labels = reinterpret_cast<int*>(smem + s.batch_label);
+  for (int b = threadIdx.x; b < B; b += kThreads) {
+    const int64_t row = src.perm[first + b];
+    rows[b] = static_cast<int>(row);
+    labels[b] = src.labels[row];
+  }
+  __syncthreads();
+  if (s.batch_pixels < 0) return;
+  uint8_t* pixels = reinterpret_cast<uint8_t*>(smem + s.batch_pixels);
+  if (D % 16 == 0) {
+    const int vectors = D / 16, total = B * vectors;
+    for (int base = threadIdx.x; base < total; base += kThreads * kBatchLoads) {
+      uint4 v[kBatchLoads];
+#pragma unroll
+      for (int u = 0; u < kBatchLoads; ++u) {
+        const int i = base + u * kThreads;
+        if (i < total)
+          v[u] = __ldg(reinterpret_cast<const uint4*>(src.images + int64_t(rows[i / vectors]) * D) + i % vectors);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatchLoads; ++u) {
+        const int i = base + u * kThreads;
+        if (i < total) reinterpret_cast<uint4*>(pixels)[i] = v[u];
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < B * D; i += kThreads) pixels[i] = src.images[int64_t(rows[i / D]) * D + i % D];
+  }
+  __syncthreads();
+}
+
+// Rows [r0, r0 + rows) of the step's batch into stage (rows × D), normalized (kernels/batch.h) through pixel_lut:
+// each plane's 256 values computed once by normalize_pixel, the same bits without two divisions a pixel. From the
+// uint8 images in shared memory where the plan keeps them, else from L2, four pixels a load where rows are whole
+// words and kStageLoads loads in flight a thread.
+constexpr int kStageLoads = 4;
+__device__ void stage_batch(const Params& q, const float* smem, int r0, int rows, float* stage) {
+  const BatchSource& src = q.a.src;
+  const Layout& s = q.p.at;
+  const float* pixel_lut = smem + s.pixel_lut;
+  const int* batch_row = reinterpret_cast<const int*>(smem + s.batch_row);
   const int D = src.D;
   const int P = src.height > 0 && src.width > 0 ? src.height * src.width : D;
+  auto plane = [&](int k) { return P == D ? 0 : k / P; };
+  if (s.batch_pixels >= 0) {
+    const uint8_t* pixels = reinterpret_cast<const uint8_t*>(smem + s.batch_pixels) + int64_t(r0) * D;
+    for (int i = threadIdx.x; i < rows * D; i += kThreads) stage[i] = pixel_lut[plane(i % D) * 256 + pixels[i]];
+    return;
+  }
   if (D % 4 == 0) {
     const int words = D / 4, total = rows * words;
     for (int base = threadIdx.x; base < total; base += kThreads * kStageLoads) {
@@ -155,10 +210,9 @@ __device__ void stage_batch(const Params& q, const float* pixel_lut, int64_t fir
 #pragma unroll
       for (int u = 0; u < kStageLoads; ++u) {
         const int i = base + u * kThreads;
-        if (i < total) {
-          const int64_t image = src.perm[first + r0 + i / words];
-          px[u] = __ldg(reinterpret_cast<const uchar4*>(src.images + image * D) + i % words);
-        }
+        if (i < total)
+          px[u] =
+              __ldg(reinterpret_cast<const uchar4*>(src.images + int64_t(batch_row[r0 + i / words]) * D) + i % words);
       }
 #pragma unroll
       for (int u = 0; u < kStageLoads; ++u) {
@@ -166,15 +220,14 @@ __device__ void stage_batch(const Params& q, const float* pixel_lut, int64_t fir
         if (i >= total) break;
         const int r = i / words, k = 4 * (i % words);
         const uint8_t v[4] = {px[u].x, px[u].y, px[u].z, px[u].w};
-        for (int e = 0; e < 4; ++e) stage[r * D + k + e] = pixel_lut[(P == D ? 0 : (k + e) / P) * 256 + v[e]];
+        for (int e = 0; e < 4; ++e) stage[r * D + k + e] = pixel_lut[plane(k + e) * 256 + v[e]];
       }
     }
     return;
   }
   for (int i = threadIdx.x; i < rows * D; i += kThreads) {
     const int r = i / D, k = i % D;
-    const int64_t image = src.perm[first + r0 + r];
-    stage[i] = pixel_lut[(k / P) * 256 + src.images[image * D + k]];
+    stage[i] = pixel_lut[plane(k) * 256 + src.images[int64_t(batch_row[r0 + r]) * D + k]];
   }
 }
 
@@ -200,48 +253,140 @@ __device__ void stage_rows(const float* src, int K, int r0, int rows, float* sta
   for (int i = threadIdx.x; i < rows * K; i += kThreads) stage[i] = __ldcg(from + i);
 }
 
-// dot4 (kernels/persistent_mlp_math.h) over the four lanes of a quad: lane r sums its chain, k ≡ r (mod 4) in
-// increasing k, and the quad adds (p0 + p1) + (p2 + p3): dot4's bits, four times the threads at work. Every lane of
-// the quad calls it with the same a and w; lane 0's result is the sum (the others return partials).
-__device__ __forceinline__ float quad_dot(const float* a, const float* w, int K, int w_stride = 1) {
-  const int lane = threadIdx.x & 3;
-  const unsigned quad_mask = 0xFu << (threadIdx.x & 31 & ~3);
-  float p = 0.f;
-  for (int k = lane; k < K; k += 4) p = fma_rn(a[k], w[int64_t(k) * w_stride], p);
-  p = persistent::add_rn(p, __shfl_down_sync(quad_mask, p, 1, 4));  // lanes 0 and 2: p0 + p1, p2 + p3
-  return persistent::add_rn(p, __shfl_down_sync(quad_mask, p, 2, 4));
+// out(r, j, dot16(in + r·ld_in, w + j·ld_w, K)) for r in [0, rows), j in [0, cols) (kernels/persistent_mlp_math.h):
+// the staged rows of a layer's input against the block's weight rows. 16 lanes a tile of kTileRows × kTileCols dot
+// products; lane c runs chain c of each, one group of four k a step (a 16-byte load of each operand row when the rows
+// are whole float4s), so each load serves kTileCols or kTileRows FMAs and the 16 lanes read 256 contiguous bytes
+// (no bank conflict). The chains are then added by shfl_xor, as dot16's butterfly, and lane 0 calls out. Rows and
+// columns past the edge are computed on a clamped copy and not passed out. Every thread of the block calls it.
+constexpr int kTileRows = 2, kTileCols = 4, kTileLanes = persistent::kDotChains;
+template <class Out>
+__device__ void tiled_dots(const float* in, int ld_in, const float* w, int ld_w, int K, int rows, int cols, Out out) {
+  const int lane = threadIdx.x % kTileLanes;
+  const unsigned tile_mask = 0xFFFFu << (threadIdx.x & 31 & ~(kTileLanes - 1));
+  const int row_tiles = (rows + kTileRows - 1) / kTileRows, col_tiles = (cols + kTileCols - 1) / kTileCols;
+  const bool whole_float4s = K % 4 == 0 && ld_in % 4 == 0 && ld_w % 4 == 0;
+  for (int t = threadIdx.x / kTileLanes; t < row_tiles * col_tiles; t += kThreads / kTileLanes) {
+    const int r0 = t / col_tiles * kTileRows, j0 = t % col_tiles * kTileCols;
+    const float* a[kTileRows];
+    const float* b[kTileCols];
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) a[r] = in + min(r0 + r, rows - 1) * ld_in;
+#pragma unroll
+    for (int j = 0; j < kTileCols; ++j) b[j] = w + min(j0 + j, cols - 1) * ld_w;
+    float acc[kTileRows][kTileCols] = {};
+    if (whole_float4s) {
+      for (int k = 4 * lane; k < K; k += 4 * kTileLanes) {
+        float4 av[kTileRows], bv[kTileCols];
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) av[r] = *reinterpret_cast<const float4*>(a[r] + k);
+#pragma unroll
+        for (int j = 0; j < kTileCols; ++j) bv[j] = *reinterpret_cast<const float4*>(b[j] + k);
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r)
+#pragma unroll
+          for (int j = 0; j < kTileCols; ++j) {
+            float& p = acc[r][j];
+            p = fma_rn(av[r].x, bv[j].x, p);
+            p = fma_rn(av[r].y, bv[j].y, p);
+            p = fma_rn(av[r].z, bv[j].z, p);
+            p = fma_rn(av[r].w, bv[j].w, p);
+          }
+      }
+    } else {
+      for (int k0 = 4 * lane; k0 < K; k0 += 4 * kTileLanes)
+        for (int k = k0; k < min(K, k0 + 4); ++k)
+#pragma unroll
+          for (int r = 0; r < kTileRows; ++r)
+#pragma unroll
+            for (int j = 0; j < kTileCols; ++j) acc[r][j] = fma_rn(a[r][k], b[j][k], acc[r][j]);
+    }
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kTileCols; ++j)
+#pragma unroll
+        for (int h = kTileLanes / 2; h >= 1; h /= 2)
+          acc[r][j] = persistent::add_rn(acc[r][j], __shfl_xor_sync(tile_mask, acc[r][j], h, kTileLanes));
+    if (lane != 0) continue;
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r)
+#pragma unroll
+      for (int j = 0; j < kTileCols; ++j)
+        if (r0 + r < rows && j0 + j < cols) out(r0 + r, j0 + j, acc[r][j]);
+  }
 }
-constexpr int kQuads = kThreads / 4;
+
+// How many K-wide rows the stage holds (at least one: the plan sizes it for the widest), at most the batch.
+__device__ __forceinline__ int stage_rows_for(const Params& q, int K) { return min(q.a.B, q.p.stage_floats / K); }
 
 // Layer l's input rows [r0, r0 + rows): the batch for l = 0, else a[l-1] from the workspace.
-__device__ void stage_input(const Params& q, const float* smem, int l, int64_t first, int r0, int rows, float* stage) {
+__device__ void stage_input(const Params& q, const float* smem, int l, int r0, int rows, float* stage) {
   if (l == 0)
-    stage_batch(q, smem + q.p.at.pixel_lut, first, r0, rows, stage);
+    stage_batch(q, smem, r0, rows, stage);
   else
     stage_rows(q.ws.activation[l], q.a.width[l], r0, rows, stage);
 }
 
-// A layer's gradient over the staged rows [r0, r0 + rows) of its input, added to grad: outputs × K weights, then
-// outputs biases, each a chain in increasing b (kernels/persistent_mlp_math.h), from d (row b at d + b·d_stride: the
-// gradient at the layer's outputs) and in (the staged input, rows × K).
+// A layer's weight gradient over the staged rows [r0, r0 + rows) of its input, added to grad (outputs × K):
+// grad[j, k] += Σ_r d[r0 + r, j]·in[r, k], each a chain in increasing r (kernels/persistent_mlp_math.h), with d's row
+// b at d + b·d_stride (the gradient at the layer's outputs) and in the staged input (rows × K). A thread a tile of
+// kGradCols outputs × four consecutive k, so that one 16-byte load of in serves kGradCols · 4 FMAs.
+constexpr int kGradCols = 2;
+__device__ void add_weight_gradient(const float* d, int d_stride, int r0, int rows, const float* in, int K, int outputs,
+                                    float* grad) {
+  const int k_groups = (K + 3) / 4, col_tiles = (outputs + kGradCols - 1) / kGradCols;
+  const bool whole_float4s = K % 4 == 0;
+  for (int t = threadIdx.x; t < col_tiles * k_groups; t += kThreads) {
+    const int j0 = t / k_groups * kGradCols, k0 = t % k_groups * 4;
+    float g[kGradCols][4];
+#pragma unroll
+    for (int j = 0; j < kGradCols; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) g[j][e] = j0 + j < outputs && k0 + e < K ? grad[(j0 + j) * K + k0 + e] : 0.f;
+    for (int r = 0; r < rows; ++r) {
+      float x[4];
+      if (whole_float4s) {
+        const float4 v = *reinterpret_cast<const float4*>(in + r * K + k0);
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = k0 + e < K ? in[r * K + k0 + e] : 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < kGradCols; ++j) {
+        const float dj = d[(r0 + r) * d_stride + min(j0 + j, outputs - 1)];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g[j][e] = fma_rn(dj, x[e], g[j][e]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kGradCols; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (j0 + j < outputs && k0 + e < K) grad[(j0 + j) * K + k0 + e] = g[j][e];
+  }
+}
+
+// The bias gradient over the same rows, added to grad_bias (outputs): Σ_r d[r0 + r, j], r increasing.
+__device__ void add_bias_gradient(const float* d, int d_stride, int r0, int rows, int outputs, float* grad_bias) {
+  for (int j = threadIdx.x; j < outputs; j += kThreads) {
+    float g = grad_bias[j];
+    for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, d[(r0 + r) * d_stride + j]);
+    grad_bias[j] = g;
+  }
+}
+
+// Both of a layer's gradients: weights (outputs × K), then biases (outputs), in grad.
 __device__ void add_layer_gradient(const float* d, int d_stride, int r0, int rows, const float* in, int K, int outputs,
                                    float* grad) {
-  for (int i = threadIdx.x; i < outputs * K; i += kThreads) {
-    const int j = i / K, k = i % K;
-    float g = grad[i];
-    for (int r = 0; r < rows; ++r) g = fma_rn(d[(r0 + r) * d_stride + j], in[r * K + k], g);
-    grad[i] = g;
-  }
-  for (int j = threadIdx.x; j < outputs; j += kThreads) {
-    float g = grad[outputs * K + j];
-    for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, d[(r0 + r) * d_stride + j]);
-    grad[outputs * K + j] = g;
-  }
+  add_weight_gradient(d, d_stride, r0, rows, in, K, outputs, grad);
+  add_bias_gradient(d, d_stride, r0, rows, outputs, grad + outputs * K);
 }
 
 // The SGD step of the rows of hidden layer l this block owns, from mine (B × own: d at its own neurons) and layer l's
 // input (staged again): grad = Σ_b mine[b,j]·in[b,k], b increasing, then each weight's step.
-__device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int l, int count, int64_t first) {
+__device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int l, int count) {
   const PersistentMlpArgs& a = q.a;
   const Layout& s = q.p.at;
   const int B = a.B, K = a.width[l], own = q.p.own[l];
@@ -249,10 +394,11 @@ __device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int 
   float* stage = smem + s.stage;
   const float* mine = smem + s.mine;
   for (int i = threadIdx.x; i < count * K + count; i += kThreads) grad[i] = 0.f;
-  for (int r0 = 0; r0 < B; r0 += q.p.rows) {
-    const int rows = min(q.p.rows, B - r0);
+  const int R = stage_rows_for(q, K);
+  for (int r0 = 0; r0 < B; r0 += R) {
+    const int rows = min(R, B - r0);
     __syncthreads();
-    stage_input(q, smem, l, first, r0, rows, stage);
+    stage_input(q, smem, l, r0, rows, stage);
     __syncthreads();
     add_layer_gradient(mine, own, r0, rows, stage, K, count, grad);
   }
@@ -323,27 +469,25 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
   float* mine = smem + s.mine;
   float* own_act = smem + s.own_act;
   float* dlogits = smem + s.dlogits;
-  const int R = q.p.rows;
 
   mark_phase(q, kForward);
   for (int step = 0; step < a.steps; ++step) {
-    const int64_t first = a.first + int64_t(step) * B;
+    load_batch(q, smem, a.first + int64_t(step) * B);
 
     // ---- forward through the hidden layers: own outputs, to the workspace
     for (int l = 0; l + 1 < L; ++l) {
       const int K = a.width[l], N = a.width[l + 1], own = count[l];
       const float* w = smem + s.rows_w[l];
       const float* bias = smem + s.rows_b[l];
+      const int R = stage_rows_for(q, K);
       for (int r0 = 0; r0 < B; r0 += R) {
         const int rows = min(R, B - r0);
-        stage_input(q, smem, l, first, r0, rows, stage);
+        stage_input(q, smem, l, r0, rows, stage);
         __syncthreads();
-        for (int i = threadIdx.x / 4; i < rows * own; i += kQuads) {
-          const int r = i / own, j = i % own;
-          const float dot = quad_dot(stage + r * K, w + j * K, K);
-          if ((threadIdx.x & 3) == 0)
-            q.ws.activation[l + 1][int64_t(r0 + r) * N + n0[l] + j] = persistent::linear_out(dot, bias[j], true);
-        }
+        float* out = q.ws.activation[l + 1] + int64_t(r0) * N + n0[l];
+        tiled_dots(stage, K, w, K, K, rows, own, [&](int r, int j, float dot) {
+          out[int64_t(r) * N + j] = persistent::linear_out(dot, bias[j], true);
+        });
         __syncthreads();
       }
       phase_barrier(q, l + 2 < L ? kForward : kHead);
@@ -354,19 +498,18 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
     for (int i = threadIdx.x; i < C * KH + C; i += kThreads) head_grad[i] = 0.f;
     const float* hw = smem + s.head_w;
     const int own_h = count[L - 2], own_h_stride = q.p.own[L - 2];
-    for (int r0 = 0; r0 < B; r0 += R) {
-      const int rows = min(R, B - r0);
+    const int RH = stage_rows_for(q, KH);
+    for (int r0 = 0; r0 < B; r0 += RH) {
+      const int rows = min(RH, B - r0);
       stage_rows(q.ws.activation[L - 1], KH, r0, rows, stage);
       __syncthreads();
-      for (int i = threadIdx.x / 4; i < rows * C; i += kQuads) {
-        const int r = i / C, c = i % C;
-        const float dot = quad_dot(stage + r * KH, hw + c * KH, KH);
-        if ((threadIdx.x & 3) == 0) dlogits[(r0 + r) * C + c] = persistent::linear_out(dot, smem[s.head_b + c], false);
-      }
+      tiled_dots(stage, KH, hw, KH, KH, rows, C, [&](int r, int c, float dot) {
+        dlogits[(r0 + r) * C + c] = persistent::linear_out(dot, smem[s.head_b + c], false);
+      });
       __syncthreads();
       for (int r = threadIdx.x; r < rows; r += kThreads) {
         const int b = r0 + r;
-        const int label = a.src.labels[a.src.perm[first + b]];
+        const int label = reinterpret_cast<const int*>(smem + s.batch_label)[b];
         bool hit = false;
         smem[s.row_loss + b] = persistent::softmax_xent_row(dlogits + b * C, C, label, B, &hit);
         smem[s.row_hit + b] = hit ? 1.f : 0.f;
@@ -382,7 +525,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
       add_layer_gradient(dlogits, C, r0, rows, stage, KH, C, head_grad);
       __syncthreads();
     }
-    if (g == 0 && threadIdx.x == 0) {
+    // One thread adds the batch's losses in increasing b (64 dependent double adds, about a microsecond): the last
+    // block, which owns the fewest neurons, so that the wait falls where the block has time to spare.
+    if (g == gridDim.x - 1 && threadIdx.x == 0) {
       double loss = 0.0;
       long long hits = 0;
       for (int b = 0; b < B; ++b) {
@@ -397,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
     for (int c = threadIdx.x; c < C; c += kThreads)
       sgd.apply(smem[s.head_b + c], head_grad[C * KH + c], smem[s.head_vb + c]);
     __syncthreads();
-    step_rows(q, smem, sgd, L - 2, count[L - 2], first);
+    step_rows(q, smem, sgd, L - 2, count[L - 2]);
     // The backward needs d[L-2] from every block; with one hidden layer, the next step's forward overwrites a[0],
     // which every block has just read.
     if (L > 2 || step + 1 < a.steps) phase_barrier(q, L > 2 ? kBackward : kForward);
@@ -413,30 +558,23 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
         own_act[b * own_stride + j] = __ldcg(q.ws.activation[l] + int64_t(b) * K + n0[l - 1] + j);
       }
       for (int i = threadIdx.x; i < own * N; i += kThreads) grad[i] = 0.f;
+      const int R = stage_rows_for(q, N);
       for (int r0 = 0; r0 < B; r0 += R) {
         const int rows = min(R, B - r0);
         __syncthreads();
         stage_rows(q.ws.gradient[l], N, r0, rows, stage);
         __syncthreads();
-        for (int i = threadIdx.x / 4; i < rows * own; i += kQuads) {
-          const int r = i / own, j = i % own;
-          const float sum = quad_dot(stage + r * N, cw + j * N, N);
-          if ((threadIdx.x & 3) != 0) continue;
+        tiled_dots(stage, N, cw, N, N, rows, own, [&](int r, int j, float sum) {
           const float d = own_act[(r0 + r) * own_stride + j] > 0.f ? sum : 0.f;
           mine[(r0 + r) * own_stride + j] = d;
           if (l - 1 >= 1) q.ws.gradient[l - 1][int64_t(r0 + r) * K + n0[l - 1] + j] = d;
-        }
-        for (int i = threadIdx.x; i < own * N; i += kThreads) {
-          const int j = i / N, n = i % N;
-          float gsum = grad[i];
-          for (int r = 0; r < rows; ++r) gsum = fma_rn(stage[r * N + n], own_act[(r0 + r) * own_stride + j], gsum);
-          grad[i] = gsum;
-        }
+        });
+        add_weight_gradient(own_act, own_stride, r0, rows, stage, N, own, grad);  // the column copy's gradient
       }
       __syncthreads();
       for (int i = threadIdx.x; i < own * N; i += kThreads) sgd.apply(cw[i], grad[i], cvw[i]);
       __syncthreads();
-      step_rows(q, smem, sgd, l - 1, count[l - 1], first);
+      step_rows(q, smem, sgd, l - 1, count[l - 1]);
       if (l - 1 >= 1) phase_barrier(q, kBackward);
     }
     if (L > 2 && step + 1 < a.steps) mark_phase(q, kForward);  // no barrier closes such a step
@@ -469,17 +607,26 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
   if (g == 0 && threadIdx.x == 0) q.phases.end();
 }
 
-// The plan for the current device, with the staged rows as many as fit (at least one, at most kMaxStageRows); G = 0
+// The plan for the current device, the stage as large as fits (at least one of the widest rows); G = 0
 // where it does not fit or cannot run.
 Plan device_plan(const int* width, int layers, int B) {
   if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch) return {};
   const int G = multiprocessor_count();
   Plan p = plan(width, layers, B, G);
   const size_t limit = max_shared_bytes_per_block() / sizeof(float);
-  if (size_t(p.at.total) + size_t(p.stage_width) > limit) return {};
-  p.rows = static_cast<int>(std::min<size_t>({size_t(kMaxStageRows), size_t(B), (limit - p.at.total) / p.stage_width}));
+  if (size_t(p.at.total) + (size_t(p.stage_width) + 3) / 4 * 4 > limit) return {};
+  // The step's images stay in shared memory as uint8 (one gather from L2 a step, for the forward and the weight
+  // gradient alike) when that leaves room for at least kMinStageRows staged rows; else each use gathers its rows.
+  const size_t pixel_floats = (size_t(B) * width[0] + 15) / 16 * 4;
+  if (size_t(p.at.total) + pixel_floats + size_t(std::min(B, kMinStageRows)) * p.stage_width <= limit) {
+    p.at.batch_pixels = p.at.total;
+    p.at.total += static_cast<int>(pixel_floats);
+  }
+  // The stage takes the rest, up to the whole batch of the widest row: a narrower input then stages more rows at once
+  // (the mlp at batch 64: the images in two halves, every hidden layer's rows at once).
+  p.stage_floats = static_cast<int>(std::min<size_t>(size_t(B) * p.stage_width, (limit - p.at.total) / 4 * 4));
   p.at.stage = p.at.total;
-  p.at.total += p.rows * p.stage_width;
+  p.at.total += p.stage_floats;
   int resident = 0;
   const size_t bytes = size_t(p.at.total) * sizeof(float);
   if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=

@@ -7,14 +7,17 @@
 // it grew to 3.7e-6 in 30 steps of the mlp at batch 64 with momentum 0.9 (H200): within 1e-5 there, the loss within
 // 1e-5 relative, the hits exactly. Two GPU runs must agree bit for bit.
 // The workspace (activations and gradients the blocks exchange) is poisoned with NaN first: a value read before it
-// is written would spread NaN.
+// is written would spread NaN. Under the profiler the kernel reports its phases (profile/phase_stamps.h): they must
+// come back as child rows, as many as the steps run them, adding up to the kernel's own time, and change no bit.
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "gpu_timer.h"
 #include "kernels/persistent_mlp.h"
 #include "persistent_mlp_case.h"
+#include "profile/kernel_profiler.h"
 #include "test_support.h"
 
 namespace nt::test {
@@ -25,7 +28,7 @@ struct GpuRun {
   bool ran = false;
 };
 
-GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const PersistentMlpData& d, float lr_scale) {
+GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const PersistentMlpData& d, float lr_scale = 1.f) {
   GpuRun out;
   const int L = c.layers();
   int width[kernels::kPersistentMaxLayers + 1] = {};
@@ -119,6 +122,54 @@ TEST_CASE("persistent_mlp on CUDA matches the CPU twin and repeats its bits", "[
       CHECK(same_bits(gpu.result, again.result));
     }
   }
+}
+
+TEST_CASE("persistent_mlp reports its phases to the profiler, and they add up to its time",
+          "[cuda][persistent][profile]") {
+  CudaExec cuda;
+  const PersistentMlpCase c{.width = {784, 320, 160, 10}, .B = 64, .steps = 20, .lr = 0.05f, .momentum = 0.9f};
+  const PersistentMlpData d = make_persistent_mlp_data(c);
+  const GpuRun plain = run_gpu(cuda.exec, c, d);
+  if (!plain.ran) {
+    WARN("does not fit this device's blocks");
+    return;
+  }
+  profile::KernelProfiler profiler(gpu_timer(profile::Timing::cupti, /*graphs=*/false));
+  kernels::Exec observed = cuda.exec;
+  observed.observer = &profiler;
+  profiler.start();
+  const GpuRun stamped = run_gpu(observed, c, d);
+  profiler.stop();
+  CHECK(same_bits(stamped.result, plain.result));  // the marks are stores of one thread, outside the arithmetic
+
+  const auto& data = profiler.data();
+  CHECK(data.stamps_lost == 0);
+  const auto rows = data.rows();
+  REQUIRE(rows.size() == 7);  // the kernel, then its six phases in their declared order
+  CHECK(rows[0].kernel == "persistent_mlp");
+  // Two hidden layers: per step two forward phases, three barriers (after each forward, after the head).
+  const struct {
+    const char* name;
+    int64_t calls;
+  } want[] = {{"load weights", 1},
+              {"forward", 2 * c.steps},
+              {"head and its update", c.steps},
+              {"backward and update", c.steps},
+              {"grid barrier", 3 * c.steps},
+              {"store weights", 1}};
+  double phases_sum = 0;
+  for (size_t k = 0; k < std::size(want); ++k) {
+    const auto& r = rows[k + 1];
+    INFO(r.part << ": " << r.calls << " calls, " << r.total_us << " us");
+    CHECK(r.part == want[k].name);
+    CHECK(r.calls == want[k].calls);
+    phases_sum += r.total_us;
+  }
+  // The marks run from the kernel's first instruction after its wait to block 0's last store: inside the kernel's
+  // time (CUPTI's record), short of it by the launch's start-up and the other blocks' last stores, a few us.
+  INFO("phases " << phases_sum << " us, kernel " << rows[0].total_us << " us");
+  CHECK(phases_sum <= rows[0].total_us + 0.5);
+  CHECK(phases_sum >= rows[0].total_us - 5.0);
 }
 
 TEST_CASE("persistent_mlp fits the named mlp at its batches and refuses what does not fit", "[cuda][persistent]") {
