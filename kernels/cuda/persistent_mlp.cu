@@ -8,11 +8,14 @@
 //   rows W[l] (own·w[l]), b[l], their velocities      columns of W[l+1] as [i][n] (own(l)·w[l+2]), velocities
 //   head W[L-1], b[L-1], velocities                    dlogits (B·C), row losses and hits (B each)
 //   mine (B·own_max): the gradient at the block's own neurons      own_act (B·own_max): their activations
-//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  stage (the rest, up to
-//   B·stage_width)
+//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  pixel_lut (256 a plane)
+//   batch_row, batch_label (B each)  batch_pixels (B·D bytes, where they fit)  stage (the rest, up to B·stage_width)
 // Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (global, L2): each block writes
-// its own columns, every block reads whole rows, staged in chunks of `rows` rows, with ld.global.cg (another SM wrote
-// them; this SM's L1 may hold an older line).
+// its own columns, every block reads whole rows, as many K-wide rows at once as the stage holds, with ld.global.cg
+// (another SM wrote them; this SM's L1 may hold an older line). Each step opens with the batch's rows and labels, and
+// its images where they fit, loaded into shared memory once (load_batch).
+// The wide dot products run in dot16's order as 16-lane register tiles (tiled_dots), the weight gradients as tiles
+// of outputs × four k (add_weight_gradient); docs/persistent-mlp.md has the measurements behind both.
 //
 // A step, L = layers (grid barriers between the phases that read what other blocks wrote):
 //   forward l = 0..L-2     stage a[l] (l = 0: gather and normalize the batch), own outputs of layer l   barrier
