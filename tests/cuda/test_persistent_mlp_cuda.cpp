@@ -31,9 +31,8 @@ struct GpuRun {
 GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const PersistentMlpData& d, float lr_scale = 1.f) {
   GpuRun out;
   const int L = c.layers();
-  int width[kernels::kPersistentMaxLayers + 1] = {};
-  for (int l = 0; l <= L; ++l) width[l] = c.width[l];
-  if (!kernels::cuda::persistent_mlp_fits(width, L, c.B)) return out;
+  kernels::PersistentMlpArgs a = persistent_mlp_args(c, d);  // host pointers until replaced below
+  if (!kernels::cuda::persistent_mlp_fits(a.width, L, c.B)) return out;
   DeviceBuffer<uint8_t> images(gpu, d.images), labels(gpu, d.labels);
   DeviceBuffer<int32_t> perm(gpu, d.perm);
   std::vector<std::unique_ptr<DeviceBuffer<float>>> tensors;
@@ -41,17 +40,11 @@ GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const Persi
     tensors.push_back(std::make_unique<DeviceBuffer<float>>(gpu, host));
     return tensors.back()->get();
   };
-  kernels::PersistentMlpArgs a;
   a.src.images = images.get(), a.src.labels = labels.get(), a.src.perm = perm.get();
-  a.src.D = c.width[0], a.src.mean = d.mean, a.src.std = d.std_dev, a.src.height = c.height,
-  a.src.width = c.plane_width;
-  a.first = c.first, a.steps = c.steps, a.B = c.B, a.layers = L;
-  for (int l = 0; l <= L; ++l) a.width[l] = c.width[l];
   for (int l = 0; l < L; ++l) {
     a.weight[l] = on_device(d.weight[l]), a.bias[l] = on_device(d.bias[l]);
     a.weight_velocity[l] = on_device(d.weight_velocity[l]), a.bias_velocity[l] = on_device(d.bias_velocity[l]);
   }
-  a.lr = c.lr, a.momentum = c.momentum, a.weight_decay = c.weight_decay;
   DeviceBuffer<float> scale(gpu, std::vector<float>{lr_scale});
   if (lr_scale != 1.f) a.lr_scale = scale.get();
   DeviceBuffer<double> loss(gpu, std::vector<double>{0.0});

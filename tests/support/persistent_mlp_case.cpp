@@ -35,20 +35,25 @@ PersistentMlpData make_persistent_mlp_data(const PersistentMlpCase& c) {
   return d;
 }
 
-PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const PersistentMlpData& d) {
-  PersistentMlpResult r;
-  r.weight = d.weight, r.bias = d.bias, r.weight_velocity = d.weight_velocity, r.bias_velocity = d.bias_velocity;
+kernels::PersistentMlpArgs persistent_mlp_args(const PersistentMlpCase& c, const PersistentMlpData& d) {
   kernels::PersistentMlpArgs a;
   a.src.images = d.images.data(), a.src.labels = d.labels.data(), a.src.perm = d.perm.data();
   a.src.D = c.width.front(), a.src.mean = d.mean, a.src.std = d.std_dev;
   a.src.height = c.height, a.src.width = c.plane_width;
   a.first = c.first, a.steps = c.steps, a.B = c.B, a.layers = c.layers();
   for (int l = 0; l <= c.layers(); ++l) a.width[l] = c.width[l];
+  a.lr = c.lr, a.momentum = c.momentum, a.weight_decay = c.weight_decay;
+  return a;
+}
+
+PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const PersistentMlpData& d) {
+  PersistentMlpResult r;
+  r.weight = d.weight, r.bias = d.bias, r.weight_velocity = d.weight_velocity, r.bias_velocity = d.bias_velocity;
+  kernels::PersistentMlpArgs a = persistent_mlp_args(c, d);
   for (int l = 0; l < c.layers(); ++l) {
     a.weight[l] = r.weight[l].data(), a.bias[l] = r.bias[l].data();
     a.weight_velocity[l] = r.weight_velocity[l].data(), a.bias_velocity[l] = r.bias_velocity[l].data();
   }
-  a.lr = c.lr, a.momentum = c.momentum, a.weight_decay = c.weight_decay;
   std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, a.layers, a.B));
   a.workspace = workspace.data();
   a.loss_sum = &r.loss_sum, a.correct = &r.correct;

@@ -36,6 +36,9 @@ struct PersistentMlpResult {
   int64_t correct = 0;
 };
 
+// The op's arguments for the case, with the data's host buffers; a GPU run swaps in device copies of every pointer.
+kernels::PersistentMlpArgs persistent_mlp_args(const PersistentMlpCase& c, const PersistentMlpData& d);
+
 // The op on the CPU twin (host buffers).
 PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const PersistentMlpData& d);
 
