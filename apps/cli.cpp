@@ -3,21 +3,33 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "apps/command.h"
+#include "apps/ranks.h"
 
 namespace nt::app {
 
 namespace {
+std::vector<std::string> g_command_line;
+
 const char* active_command(const std::vector<Command>& commands) {
   for (const auto& command : commands)
     if (command.app->parsed()) return command.app->get_name().c_str();
   return "nanotrain";
 }
+// One line on stderr, with the rank in a data-parallel run; under mpirun every rank is then ended.
+int fail(int exit_code, const std::string& message) {
+  std::fprintf(stderr, "nanotrain: %s%s\n", rank_prefix().c_str(), message.c_str());
+  return end_ranks_after_error(exit_code);
+}
 }  // namespace
 
+const std::vector<std::string>& command_line() { return g_command_line; }
+
 int run_cli(int argc, char** argv) {
+  g_command_line.assign(argv, argv + argc);
   CLI::App app{"nanotrain: train small MLPs and CNNs with hand-written CUDA kernels and a CPU reference backend"};
   app.set_version_flag("--version", std::string("nanotrain ") + NT_VERSION);
   app.require_subcommand(1);
@@ -46,19 +58,19 @@ int run_cli(int argc, char** argv) {
 
   try {
     for (const auto& command : commands)
-      if (command.app->parsed()) return command.run();
+      if (command.app->parsed()) {
+        const int code = command.run();
+        finish_ranks();
+        return code;
+      }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "nanotrain: %s\n", e.what());
-    return 2;
+    return fail(2, e.what());
   } catch (const DivergedError& e) {
-    std::fprintf(stderr, "nanotrain: %s\n", e.what());
-    return 3;
+    return fail(3, e.what());
   } catch (const std::bad_alloc&) {  // the places that know the file or flag say so (nt::OutOfMemory); the rest
-    std::fprintf(stderr, "nanotrain: %s: out of host memory (std::bad_alloc)\n", active_command(commands));
-    return 1;
+    return fail(1, cat(active_command(commands), ": out of host memory (std::bad_alloc)"));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "nanotrain: %s\n", e.what());
-    return 1;
+    return fail(1, e.what());
   }
   return 0;
 }

@@ -84,7 +84,8 @@ void check_output_folder(const char* flag, const std::string& folder) {
   std::error_code ec;
   if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
     throw UsageError(cat(flag, ": '", folder, "' is a file, not a folder"));
-  if (!fs::is_directory(folder, ec) && !fs::create_directories(folder, ec))
+  // Made here or, at the same moment, by another process (a data-parallel rank): either way it must be there now.
+  if (!fs::is_directory(folder, ec) && !fs::create_directories(folder, ec) && !fs::is_directory(folder, ec))
     throw UsageError(cat(flag, ": cannot make the folder '", folder, "': ", ec.message()));
   probe_folder(flag, folder, folder);
 }

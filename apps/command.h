@@ -64,6 +64,9 @@ void log_device(const Context& ctx);
 // file and the first bad tensor.
 void require_finite_checkpoint(const Context& ctx, const Model& model, const char* flag, const std::string& path);
 
+// The process's command line as it was given (argv), for the --gpus launcher to start its ranks with.
+const std::vector<std::string>& command_line();
+
 // A registered subcommand: run() is called when the user chose it.
 struct Command {
   CLI::App* app = nullptr;

@@ -20,6 +20,7 @@
 #include "apps/model_card.h"
 #include "apps/profiling.h"
 #include "apps/progress.h"
+#include "apps/ranks.h"
 #include "apps/workload.h"
 #include "core/atomic_file.h"
 #include "data/batcher.h"
@@ -65,6 +66,7 @@ struct TrainCommand {
   bool profile_graphs = false;         // profile the replayed graphs instead of eager launches
   int profile_every = 1;               // time one step in N (implies profile)
   std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
+  int gpus = 0;                        // data-parallel over this many GPUs of this machine (0: one process)
 };
 
 void validate_train(const TrainCommand& t) {
@@ -121,6 +123,9 @@ void validate_train(const TrainCommand& t) {
   if (t.profile_graphs && (t.no_graphs || t.common.debug_sync))
     throw UsageError(cat("--profile-graphs: profiles the replayed CUDA graphs, and ",
                          t.no_graphs ? "--no-graphs" : "--debug-sync", " turns them off"));
+  if (t.gpus < 0 || t.gpus > 64) throw UsageError(cat("--gpus: must be in [1, 64], got ", t.gpus));
+  if (t.gpus > 0 && rank_place().launcher == RankPlace::Launcher::mpi)
+    throw UsageError("--gpus: mpirun has started the ranks already; leave --gpus out (or mpirun)");
   if (t.profile_every > 1 && t.profile_graphs)
     throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
@@ -186,10 +191,12 @@ std::string run_key(const RunFlag& f) { return cat("run.", f.flag + 2); }
 struct RunRecord {
   const TrainCommand& t;
   ModelCard card;
+  int world = 1;  // data-parallel ranks: the global batch is world x batch
   CheckpointMetadata at_epoch(int epochs_trained) const {
     CheckpointMetadata m{{"seed", std::to_string(t.seed)},
                          {"epochs_trained", std::to_string(epochs_trained)},
-                         {"batch", std::to_string(t.batch)}};
+                         {"batch", std::to_string(t.batch)},
+                         {"world_size", std::to_string(world)}};
     for (const RunFlag& f : run_flags()) m[run_key(f)] = f.get(t);
     card.write_to(m);
     return m;
@@ -219,6 +226,12 @@ std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd)
     }
   }
   const int trained = std::stoi(field("epochs_trained"));
+  // The ranks split each global batch: another number of them would be another run (pre-parallel files: 1).
+  const auto world = meta.find("world_size");
+  const int recorded_world = world == meta.end() ? 1 : std::stoi(world->second);
+  if (recorded_world != rank_place().world)
+    throw UsageError(cat("--resume: '", t.resume_from, "' was trained on ", recorded_world, " rank(s), this run has ",
+                         rank_place().world, " (each global batch is split over the ranks: give the same number)"));
   if (out.lr_schedule == "cosine" && out.epochs != std::stoi(field("run.epochs")))
     throw UsageError(cat("--epochs: the cosine schedule of '", t.resume_from, "' spans ", field("run.epochs"),
                          " epochs; a resumed run must keep them"));
@@ -310,7 +323,7 @@ class MetricsFile {
 class LastGoodWeights {
  public:
   LastGoodWeights(const RunRecord& run, const Context& ctx, const Model& model, int start_epoch)
-      : run_(run), ctx_(ctx), model_(model), enabled_(run.t.save_on_divergence) {
+      : run_(run), ctx_(ctx), model_(model), enabled_(run.t.save_on_divergence && rank_place().leader()) {
     keep(start_epoch);
   }
   void keep(int epoch) {
@@ -372,12 +385,16 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   // A resumed run takes its flags from the checkpoint (those not given) and starts after the epochs it trained.
   const auto [t, trained] = given.resume_from.empty() ? std::pair{given, 0} : resumed(given, cmd);
   if (trained > 0) validate_train(t);
+  const RankPlace& place = rank_place();
+  if (t.gpus > 0 && !place.parallel()) return launch_gpu_ranks(t.gpus, command_line());
+  const bool leader = place.leader();  // prints and writes; the other ranks only compute
   setup_logging(t.common);
-  MetricsFile metrics(t.metrics_path);
+  if (!leader) spdlog::set_level(spdlog::level::err);
+  MetricsFile metrics(leader ? t.metrics_path : "");
   if (trained > 0) metrics.resume_after(trained);
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.
-  Context ctx(t.common.context());
+  Context ctx(rank_context(t.common.context()));
   // --init-from's card gives the model unless --model says otherwise.
   const std::optional<ModelCard> init_card = t.init_from.empty() ? std::nullopt : read_model_card(t.init_from);
   Workload w = load_workload(t.workload.with_card(init_card ? &*init_card : nullptr), t.batch, t.train_limit);
@@ -403,15 +420,15 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
                split.test.count);
   spdlog::info("{}", model->summary());
   if (!t.init_from.empty()) spdlog::info("initial weights from {}", t.init_from);
-  const RunRecord run{t, ModelCard::of(w.model_given_as, split.train)};
-  if (!t.init_out.empty()) save_safetensors(t.init_out, *model, ctx.exec(), run.at_epoch(0));
+  const RunRecord run{t, ModelCard::of(w.model_given_as, split.train), place.world};
+  if (!t.init_out.empty() && leader) save_safetensors(t.init_out, *model, ctx.exec(), run.at_epoch(0));
 
   data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed, t.shift, t.flip);
   if (t.shift > 0 || t.flip)
     spdlog::info("augmentation:{}{}", t.flip ? " random left-right flips" : "",
                  t.shift > 0 ? cat(t.flip ? "," : "", " random shifts of up to ", t.shift, " pixels") : "");
   data::DeviceBatcher test_data(ctx, split.test, /*shuffle=*/false, t.seed);
-  if (!t.order_out.empty()) {
+  if (!t.order_out.empty() && leader) {
     std::vector<int32_t> orders;
     for (int epoch = 1; epoch <= t.epochs; ++epoch) {
       auto order = train_data.order(epoch);
@@ -424,8 +441,15 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   spdlog::info("{}, {} lr, batch {}, {} epochs, seed {}", optimizer->describe(), t.lr_schedule, t.batch, t.epochs,
                t.seed);
 
-  ProgressLine progress(parse_progress_mode(t.progress), t.epochs, stdout, isatty(STDOUT_FILENO) != 0);
+  // Every rank joins before the first step; the group carries the gradient block.
+  const auto group = join_process_group(ctx, model->params().total());
+  if (group)
+    spdlog::info("data-parallel: {}; global batch {} ({} x {})", group->describe(), t.batch * group->world(),
+                 group->world(), t.batch);
+  ProgressLine progress(leader ? parse_progress_mode(t.progress) : ProgressMode::never, t.epochs, stdout,
+                        isatty(STDOUT_FILENO) != 0);
   TrainOptions options;
+  options.group = group.get();
   options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
@@ -445,11 +469,12 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     require_finite_checkpoint(ctx, *model, "--resume", t.resume_from);
     spdlog::info("resuming after epoch {} of {} from {}", trained, t.epochs, t.resume_from);
   }
+  trainer.broadcast_from_rank0(/*parameters=*/true);  // the ranks start from the same weights, rank 0's
   // Profiled epochs run eagerly unless --profile-graphs asks for the replayed graphs to be timed, by launch stamps or
   // CUPTI (docs/profiler.md).
-  ProfileSession profiling(ctx, t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1,
-                           t.profile_out, /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs,
-                           t.profile_every);
+  ProfileSession profiling(
+      ctx, leader && (t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1), t.profile_out,
+      /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs, t.profile_every);
 
   LastGoodWeights last_good(run, ctx, *model, trained);
   const CheckpointDir checkpoints(t, run);
@@ -464,13 +489,13 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     EpochMetrics m = trainer.run_epoch(epoch, &test_data);
     profiling.pause();  // reads this epoch's events after its time was taken
     progress.clear();
-    print_epoch(m);
+    if (leader) print_epoch(m);
     metrics.append(m);
-    check_finite(m, t, split.train.count / t.batch, ctx, *model, last_good);
-    checkpoints.after_epoch(epoch, ctx, *model, state);
+    check_finite(m, t, trainer.steps_per_epoch(), ctx, *model, last_good);
+    if (leader) checkpoints.after_epoch(epoch, ctx, *model, state);
   }
   profiling.finish();
-  if (!t.save_path.empty()) {
+  if (!t.save_path.empty() && leader) {
     save_safetensors(t.save_path, *model, ctx.exec(), run.at_epoch(t.epochs));
     spdlog::info("saved the trained weights to {}", t.save_path);
   }
@@ -521,6 +546,10 @@ Command register_train(CLI::App& app) {
                    "auto: a line with the epoch's progress and the time left, on a terminal, for epochs longer "
                    "than 2 s; always: for every epoch, wherever the output goes; never")
       ->capture_default_str();
+  train_cmd->add_option(
+      "--gpus", train->gpus,
+      "Data-parallel training on N GPUs of this machine: one process each, NCCL between them, a global "
+      "batch of N x --batch (mpirun -np N starts ranks on several machines instead)");
   train_cmd->add_flag("--no-graphs", train->no_graphs,
                       "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag(

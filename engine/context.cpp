@@ -17,8 +17,12 @@ struct GpuChoice {
   std::string why_not;
 };
 
-GpuChoice choose_gpu(kernels::DeviceInfo* info) {
-  if (kernels::cuda_device_count() == 0) {
+GpuChoice choose_gpu(kernels::DeviceInfo* info, int index) {
+  const int count = kernels::cuda_device_count();
+  if (count > 0 && index >= count)  // a data-parallel rank with no GPU of its own: never a quiet fall-back
+    throw Error(cat("GPU ", index, " was asked for (one GPU per rank on a machine) and this machine has ", count,
+                    ": start at most ", count, " ranks per machine, or give --device cpu"));
+  if (count == 0) {
     std::string problem = kernels::cuda_unusable_reason();
     if (!problem.empty()) return {false, true, problem};
     return {false, false,
@@ -26,7 +30,7 @@ GpuChoice choose_gpu(kernels::DeviceInfo* info) {
                 ? "no CUDA device is visible (no NVIDIA GPU or no driver)"
                 : "this build of nanotrain has no CUDA backend (nvcc was not found when it was built)"};
   }
-  *info = kernels::cuda_device_info(0);
+  *info = kernels::cuda_device_info(index);
   const std::string gpu = cat(info->name, " (sm_", info->cc_major, info->cc_minor, ")");
   if (!info->open_error.empty())
     return {false, true, cat(gpu, " cannot be opened: ", info->open_error, "; see nvidia-smi for what holds it")};
@@ -52,7 +56,7 @@ Context::Context(const ContextOptions& options) {
 
   const bool want_gpu = options.device != "cpu";
   GpuChoice choice;
-  if (want_gpu) choice = choose_gpu(&device_);
+  if (want_gpu) choice = choose_gpu(&device_, options.gpu);
   const bool gpu = choice.usable;
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", choice.why_not));
   if (options.tf32 && !gpu)

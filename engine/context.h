@@ -17,6 +17,7 @@ struct ContextOptions {
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA: programmatic dependent launch (--no-pdl turns it off)
   bool tf32 = false;                // CUDA sm_80+: convolutions on TF32 tensor cores (--tf32; kernels/conv.h)
+  int gpu = 0;                      // CUDA: which GPU (a data-parallel rank takes the one of its local rank)
 };
 
 class Context {

@@ -30,8 +30,11 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
                  const TrainOptions& options)
     : ctx_(ctx), model_(model), loss_(loss), optimizer_(optimizer), train_(train), options_(options) {
   if (options.batch <= 0) throw Error(cat("--batch: must be positive, got ", options.batch));
-  if (train.examples() < options.batch)
-    throw Error(cat("--batch: ", options.batch, " is larger than the training set (", train.examples(), " examples)"));
+  const int64_t global_batch = int64_t(options.batch) * (options.group ? options.group->world() : 1);
+  if (train.examples() < global_batch)
+    throw Error(cat("--batch: ", options.batch,
+                    global_batch == options.batch ? "" : cat(" on each of ", options.group->world(), " ranks"),
+                    " is larger than the training set (", train.examples(), " examples)"));
   try {  // all the memory of a model and batch size, planned once
     if (model.batch() != options.batch) model.compile(ctx, options.batch);
     ArenaPlan plan;
@@ -54,7 +57,16 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
                                            static_cast<int>(std::min<int64_t>(steps_per_epoch(), kProgressMarks)));
 }
 
-int64_t Trainer::steps_per_epoch() const { return train_.examples() / options_.batch; }
+int64_t Trainer::steps_per_epoch() const { return train_.examples() / (int64_t(options_.batch) * world()); }
+
+void Trainer::broadcast_from_rank0(bool parameters) {
+  kernels::ProcessGroup* group = options_.group;
+  if (!group || group->world() == 1) return;
+  const auto& exec = ctx_.exec();
+  ParamStore& store = model_.params();
+  if (parameters) group->broadcast(exec, store.values().raw(), store.values().bytes());
+  for (const Buffer& b : store.buffers()) group->broadcast(exec, b.value.raw(), b.value.bytes());
+}
 
 size_t Trainer::body_layers() const { return model_.layers().size() - (fused_head_ ? 1 : 0); }
 
@@ -79,13 +91,19 @@ void Trainer::enqueue_train_step(int64_t step) {
   profile::PhaseScope phase("data");
   // After the first step the kernel just before is the previous step's optimizer update, which touches no
   // batch or data: the gather runs beside it.
-  train_.gather(exec, step * rows, rows, model_.input(), labels_, step > 0);
+  const int64_t first = (step * world() + rank()) * rows;  // this rank's slice of the global batch
+  train_.gather(exec, first, rows, model_.input(), labels_, step > 0);
   phase.next("forward");
   model_.forward(exec, rows, Mode::train, body_layers());
   phase.next("loss");
   enqueue_loss(rows, true, train_totals_);
   phase.next("backward");
   model_.backward(exec, rows, body_layers());
+  if (options_.group) {
+    phase.next("all-reduce");
+    const Tensor& grads = model_.params().grads();
+    options_.group->all_reduce_mean(exec, grads.f32(), static_cast<size_t>(grads.numel()));
+  }
   phase.next("update");
   optimizer_.step(exec);
 }
@@ -126,6 +144,10 @@ int Trainer::report_progress(int next, int recorded, bool wait) const {
 }
 
 std::pair<double, int64_t> Trainer::read_totals(const LossTotals& totals) const {
+  if (options_.group) {
+    options_.group->all_reduce_sum(ctx_.exec(), totals.loss_sum.data<double>(), 1);
+    options_.group->all_reduce_sum(ctx_.exec(), totals.correct.data<int64_t>(), 1);
+  }
   double loss_sum = 0;
   int64_t correct = 0;
   kernels::copy_device_to_host(ctx_.exec(), &loss_sum, totals.loss_sum.raw(), sizeof loss_sum);
@@ -136,7 +158,7 @@ std::pair<double, int64_t> Trainer::read_totals(const LossTotals& totals) const 
 
 std::pair<double, double> Trainer::read_train_totals(int64_t steps) const {
   auto [loss_sum, correct] = read_totals(train_totals_);
-  const auto examples = static_cast<double>(steps * options_.batch);
+  const auto examples = static_cast<double>(steps * options_.batch * world());
   return {loss_sum / examples, static_cast<double>(correct) / examples};
 }
 
@@ -160,7 +182,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   }
   std::tie(m.train_loss, m.train_acc) = read_train_totals(steps);
   m.epoch_ms = ms_since(t0);
-  m.samples_per_s = static_cast<double>(steps * options_.batch) / (m.epoch_ms / 1000.0);
+  m.samples_per_s = static_cast<double>(steps * options_.batch * world()) / (m.epoch_ms / 1000.0);
   return m;
 }
 
@@ -169,10 +191,13 @@ void Trainer::enqueue_eval(BatchSource& data, std::vector<float>* logits) {
   kernels::fill_zero(exec, eval_totals_.loss_sum.raw(), eval_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, eval_totals_.correct.raw(), eval_totals_.correct.bytes());
   const int batch = options_.batch;
+  // Sharded over the ranks, unless the logits of every example are wanted here.
+  const int shards = logits ? 1 : world(), shard = logits ? 0 : rank();
+  const int64_t begin = data.examples() * shard / shards, end = data.examples() * (shard + 1) / shards;
   profile::PhaseScope phase("eval");
-  for (int64_t first = 0; first < data.examples(); first += batch) {
+  for (int64_t first = begin; first < end; first += batch) {
     profile::StepScope step_scope("eval_batch");
-    const int rows = static_cast<int>(std::min<int64_t>(batch, data.examples() - first));
+    const int rows = static_cast<int>(std::min<int64_t>(batch, end - first));
     data.gather(exec, first, rows, model_.input(), labels_, false);
     model_.forward(exec, rows, Mode::eval, body_layers());
     enqueue_loss(rows, false, eval_totals_);
@@ -193,6 +218,7 @@ EvalResult Trainer::evaluate_pass(BatchSource& data, std::vector<float>* logits)
   const auto& exec = ctx_.exec();
   EvalResult r;
   auto t0 = Clock::now();
+  broadcast_from_rank0(/*parameters=*/false);  // every rank evaluates the model that rank 0 saves
   data.begin_epoch(exec, 0);
   if (logits) {  // eager: each batch's logits are copied back before the next batch overwrites them
     logits->assign(static_cast<size_t>(data.examples() * model_.output_shape().numel()), 0.f);

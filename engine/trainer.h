@@ -7,6 +7,14 @@
 // Loss and accuracy accumulate on the device and are read back once per epoch. On the GPU the
 // whole epoch of steps (and the evaluation pass) is captured once as a CUDA graph and replayed,
 // which removes per-kernel launch overhead; `use_graphs = false` enqueues the same steps eagerly.
+//
+// Data parallelism (TrainOptions::group of W ranks; docs/data-parallel.md): the global batch is W x batch. Every rank
+// walks the single-process order of the epoch, global batch by global batch, and takes its slice: step s of rank r
+// gathers examples [(s W + r) batch, (s W + r + 1) batch). After the backward pass the gradients are averaged over the
+// ranks (one all-reduce of the whole gradient block, inside the step and so inside the epoch's graph), then every rank
+// applies the same update. BatchNorm statistics are each rank's own, as PyTorch's DDP does by default; before an
+// evaluation every rank takes rank 0's running statistics (the model that rank 0 saves). Evaluation is sharded:
+// rank r runs its W-th of the examples, and the totals are summed over the ranks.
 #pragma once
 
 #include <functional>
@@ -16,6 +24,7 @@
 #include "engine/loss.h"
 #include "engine/model.h"
 #include "engine/optimizer.h"
+#include "kernels/collective.h"
 
 namespace nt {
 
@@ -38,6 +47,9 @@ struct TrainOptions {
   // A learning-rate schedule: epoch (from 1) -> factor on the optimizer's lr, set before the epoch's
   // steps (the factor lives on the device, so a replayed graph follows it). Empty: constant.
   std::function<double(int epoch)> lr_factor;
+  // The ranks of a data-parallel run (not owned); nullptr: this process alone. A group of one rank runs the same
+  // collectives, which leave every value as it is.
+  kernels::ProcessGroup* group = nullptr;
 };
 
 struct EvalResult {
@@ -64,7 +76,10 @@ class Trainer {
   Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimizer, BatchSource& train,
           const TrainOptions& options);
 
-  int64_t steps_per_epoch() const;      // full batches only (drop_last)
+  int64_t steps_per_epoch() const;  // full global batches only (drop_last)
+  // Rank 0's weights (with `parameters`) and BatchNorm buffers on every rank: at the start of a data-parallel run
+  // and before each evaluation. Nothing without a group.
+  void broadcast_from_rank0(bool parameters);
   EpochMetrics train_epoch(int epoch);  // training only; test fields left 0
   EvalResult evaluate(BatchSource& data);
   // The same pass, eagerly, also copying each batch's logits to the host: (examples, classes) row-major, the very
@@ -87,7 +102,10 @@ class Trainer {
   EvalResult evaluate_pass(BatchSource& data, std::vector<float>* logits);
   // With `logits`, each batch's logits are copied to it after the batch (eager only).
   void enqueue_eval(BatchSource& data, std::vector<float>* logits = nullptr);
+  // The totals summed over the ranks (an all-reduce on the device, where they are), then read (synchronizes).
   std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
+  int world() const { return options_.group ? options_.group->world() : 1; }
+  int rank() const { return options_.group ? options_.group->rank() : 0; }
   size_t body_layers() const;  // the layers that run outside the loss
   // The loss over the model's output for `rows` samples, with `dlogits` and the input gradients in training.
   void enqueue_loss(int rows, bool train, const LossTotals& totals);

@@ -8,7 +8,6 @@
 // unloaded once it has been initialized.
 #include "profile/cupti_tracer.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/shared_library.h"
 
 #if NT_WITH_CUPTI
 #include <cupti.h>
@@ -89,30 +89,10 @@ std::string cupti_soname() {
 #endif
 }
 
-CuptiSearch cupti_search() {
-  CuptiSearch s;
-  if (const char* env = std::getenv("NT_CUPTI_LIBRARY")) s.env_library = env;
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) s.exe_dir = exe.parent_path().string();
-  s.toolkit_dir = NT_CUPTI_TOOLKIT_LIBRARY_DIR;
-  return s;
-}
+CuptiSearch cupti_search() { return library_search("NT_CUPTI_LIBRARY", NT_CUPTI_TOOLKIT_LIBRARY_DIR); }
 
 std::vector<std::string> cupti_candidates(const CuptiSearch& s) {
-  if (!s.env_library.empty()) {
-    if (s.env_library == "none") return {};
-    return {s.env_library};
-  }
-  const std::string names[] = {cupti_soname(), "libcupti.so"};
-  std::vector<std::string> out;
-  if (!s.exe_dir.empty())
-    for (const std::string& dir : {s.exe_dir, s.exe_dir + "/../lib"})
-      for (const auto& name : names) out.push_back(dir + "/" + name);
-  for (const auto& name : names) out.push_back(name);  // the loader's search path
-  if (!s.toolkit_dir.empty())
-    for (const auto& name : names) out.push_back(s.toolkit_dir + "/" + name);
-  return out;
+  return library_candidates(s, {cupti_soname(), "libcupti.so"});
 }
 
 // ---- loading ---------------------------------------------------------------------------------------
@@ -142,22 +122,10 @@ struct CuptiApi {
 
 namespace {
 
-template <class Fn>
-bool resolve(void* handle, const char* name, Fn& fn, std::string& missing) {
-  fn = reinterpret_cast<Fn>(dlsym(handle, name));
-  if (!fn) missing = name;
-  return fn != nullptr;
-}
-
 // Opens one candidate and resolves every function, or says why not.
 std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& error) {
-  dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    const char* e = dlerror();
-    error = e ? e : "dlopen failed";
-    return nullptr;
-  }
+  void* handle = open_library(path, error);
+  if (!handle) return nullptr;
   auto api = std::make_shared<CuptiApi>();
   api->handle = handle;
   std::string missing;
@@ -171,10 +139,11 @@ std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& e
                   resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
                   resolve(handle, "cuptiGetVersion", api->version, missing) &&
                   resolve(handle, "cuptiGetStreamIdEx", api->stream_id, missing);
-  api->flush_period = reinterpret_cast<decltype(api->flush_period)>(dlsym(handle, "cuptiActivityFlushPeriod"));
+  std::string optional;  // used when the library has it
+  resolve(handle, "cuptiActivityFlushPeriod", api->flush_period, optional);
   if (!ok) {
     error = cat(path, " has no ", missing);
-    dlclose(handle);  // nothing of it was called
+    close_library(handle);  // nothing of it was called
     return nullptr;
   }
   return api;

@@ -9,12 +9,8 @@
 //   tracer->collect(false, records);                      // every record delivered so far, appended
 //   CuptiMatch m = match_in_stream_order(launch_streams, records);  // launch_streams[i]: tracer->stream_id(s)
 //
-// Loading. CUPTI is opened at run time with dlopen, so the binaries start on machines without it; only the
-// functions used are resolved with dlsym. Search order (cupti_candidates): NT_CUPTI_LIBRARY when set (then it is
-// the only candidate: a named library is never silently replaced by another one; "none" turns CUPTI off),
-// libcupti.so.<major> and libcupti.so in the executable's folder and in its ../lib, the same names through the
-// loader's search path (LD_LIBRARY_PATH, rpath, ld.so.cache), then the CUDA toolkit's library folder that the
-// build was configured with.
+// Loading. CUPTI is opened at run time (core/shared_library.h), so the binaries start on machines without it:
+// NT_CUPTI_LIBRARY names the library, else libcupti.so.<major> and libcupti.so are searched for.
 //
 // Activity kind: CONCURRENT_KERNEL only (KIND_KERNEL would serialize kernels; API records, which external
 // correlations need, more than doubled an eager epoch on the H100). Kernels replayed from a CUDA graph get
@@ -31,15 +27,13 @@
 #include <string>
 #include <vector>
 
+#include "core/shared_library.h"
+
 namespace nt::profile {
 
 // ---- loading ---------------------------------------------------------------------------------------
 
-struct CuptiSearch {
-  std::string env_library;  // NT_CUPTI_LIBRARY; when non-empty, the only candidate ("none": CUPTI off)
-  std::string exe_dir;      // the running executable's folder ("" if unknown)
-  std::string toolkit_dir;  // the CUDA toolkit's library folder known at build time ("" if none)
-};
+using CuptiSearch = LibrarySearch;  // env_library is NT_CUPTI_LIBRARY's value
 
 CuptiSearch cupti_search();                                       // from the environment, /proc/self/exe, the build
 std::vector<std::string> cupti_candidates(const CuptiSearch& s);  // what dlopen is tried with, in order

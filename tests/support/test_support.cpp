@@ -393,4 +393,59 @@ int64_t near_ties(const std::vector<float>& logits, int B, int C, double gap) {
   return n;
 }
 
+WeightsDifference compare_weights(const std::string& a, const std::string& b) {
+  const auto fa = SafetensorsFile::read(a), fb = SafetensorsFile::read(b);
+  WeightsDifference d;
+  REQUIRE(fa.tensors().size() == fb.tensors().size());
+  for (const auto& t : fa.tensors()) {
+    if (t.dtype != "F32") continue;
+    const std::vector<float> x = fa.floats(t.name), y = fb.floats(t.name);
+    REQUIRE(x.size() == y.size());
+    double norm = 0, diff = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      norm += double(y[i]) * double(y[i]);
+      diff += (double(x[i]) - double(y[i])) * (double(x[i]) - double(y[i]));
+    }
+    d.same_bits = d.same_bits && same_bits(x, y);
+    const double relative = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    if (relative > d.max_relative) d.max_relative = relative, d.worst = t.name;
+  }
+  return d;
+}
+
+std::string kill_a_rank_mid_run(const std::string& command, const std::string& metrics, const TempDir& dir) {
+  const std::string log = dir.file("killed-run.log"), script = dir.file("kill-a-rank.sh");
+  std::ofstream(script) << command << " > " << log << " 2>&1 &\n"
+                        << "launcher=$!\n"
+                        << "for i in $(seq 1200); do [ -s " << metrics << " ] && break; sleep 0.05; done\n"
+                        << "ranks=$(pgrep -P $launcher -x nanotrain)\n"
+                        << "echo ranks: $ranks\n"
+                        << "kill -KILL $(echo $ranks | tr ' ' '\\n' | tail -n 1)\n"
+                        << "wait $launcher; echo launcher exit $?\n"
+                        // The launcher stops the other ranks as it ends; give them time to go.
+                        << "for i in $(seq 300); do alive=\n"
+                        << "  for r in $ranks; do kill -0 $r 2>/dev/null && alive=\"$alive $r\"; done\n"
+                        << "  [ -z \"$alive\" ] && break; sleep 0.1\n"
+                        << "done\n"
+                        << "[ -n \"$alive\" ] && echo left running:$alive; true\n";
+  const CommandResult r = run_command("bash " + script);
+  REQUIRE(r.exit_code == 0);
+  return r.out + read_file(log);
+}
+
+void check_killed_run(const std::string& report) {
+  const size_t at = report.find("ranks: ");
+  REQUIRE(at != std::string::npos);
+  const std::string line = report.substr(at, report.find('\n', at) - at);
+  CHECK(std::count(line.begin(), line.end(), ' ') == 2);  // two ranks were found
+  CHECK(report.find("launcher exit 0") == std::string::npos);
+  CHECK(report.find("launcher exit ") != std::string::npos);
+  CHECK(report.find("left running") == std::string::npos);
+}
+
+std::string mpirun(int ranks) {
+  // As root (CI, containers) Open MPI wants to be told; --oversubscribe lets 2 ranks run on 1 core.
+  return cat("mpirun --allow-run-as-root --oversubscribe -np ", ranks, " ");
+}
+
 }  // namespace nt::test

@@ -296,6 +296,25 @@ struct GatheredEpoch {
 GatheredEpoch gather_epoch(const Context& ctx, data::DeviceBatcher& batcher, const data::Dataset& d, int epoch,
                            int batch);  // every byte of it ("" when it cannot be read)
 
+// How two weight files (safetensors, the same tensors) differ: bit for bit, and the largest relative difference of a
+// tensor, |a - b| / |b| in the L2 norm.
+struct WeightsDifference {
+  bool same_bits = true;
+  double max_relative = 0;
+  std::string worst;  // the tensor with the largest relative difference
+};
+WeightsDifference compare_weights(const std::string& a, const std::string& b);
+
+// The data-parallel launchers under test: `mpirun` of this machine with the arguments every test needs.
+std::string mpirun(int ranks);
+// Starts `command` (a data-parallel training whose launcher's children are its ranks, and which writes `metrics`
+// after each epoch) in the background, kills its newest rank with SIGKILL once the first epoch is written, and
+// waits for the launcher. Returns what the run printed and a report: "ranks: PIDS", "launcher exit CODE" and
+// "left running: PIDS" for ranks still there 30 s after the launcher ended.
+std::string kill_a_rank_mid_run(const std::string& command, const std::string& metrics, const TempDir& dir);
+// That report: two ranks were found, the launcher failed, and none was left running.
+void check_killed_run(const std::string& report);
+
 // The temporary files of an atomic write to `path` that are still beside it (core/atomic_file.h: PATH.tmp.*).
 std::vector<std::string> temporaries_of(const std::string& path);
 

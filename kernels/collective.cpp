@@ -1,0 +1,191 @@
+// The NCCL group of kernels/collective.h (the CUDA backend's transport). NCCL is opened at run time, so that the
+// binary starts where it is not installed; only its header is needed to build.
+#include "kernels/collective.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/shared_library.h"
+
+#if NT_WITH_NCCL
+#include <nccl.h>
+#endif
+
+namespace nt::kernels::nccl {
+
+std::string UniqueId::hex() const {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  char digits[3];
+  for (char c : bytes) {
+    std::snprintf(digits, sizeof digits, "%02x", static_cast<unsigned char>(c));
+    out += digits;
+  }
+  return out;
+}
+
+UniqueId UniqueId::from_hex(const std::string& hex) {
+  UniqueId id;
+  if (hex.size() != id.bytes.size() * 2)
+    throw Error(cat("an NCCL unique id is ", id.bytes.size() * 2, " hex digits, got ", hex.size(), " characters"));
+  auto nibble = [&](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw Error(cat("an NCCL unique id holds a character that is no hex digit: '", c, "'"));
+  };
+  for (size_t i = 0; i < id.bytes.size(); ++i)
+    id.bytes[i] = static_cast<char>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
+  return id;
+}
+
+#if NT_WITH_NCCL
+
+namespace {
+
+struct NcclApi {
+  decltype(&::ncclGetVersion) get_version = nullptr;
+  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&::ncclCommInitRank) init_rank = nullptr;
+  decltype(&::ncclCommDestroy) destroy = nullptr;
+  decltype(&::ncclCommAbort) abort = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclBroadcast) broadcast = nullptr;
+  decltype(&::ncclGetErrorString) error_string = nullptr;
+};
+
+struct NcclLibrary {
+  NcclApi api;
+  std::string path;
+  std::string error;  // why it is not loaded
+  bool loaded = false;
+};
+
+NcclLibrary load() {
+  NcclLibrary lib;
+  const LibrarySearch search = library_search("NT_NCCL_LIBRARY", NT_NCCL_TOOLKIT_LIBRARY_DIR);
+  const auto candidates = library_candidates(search, {"libnccl.so.2", "libnccl.so"});
+  if (candidates.empty()) {
+    lib.error = "NCCL turned off (NT_NCCL_LIBRARY=none)";
+    return lib;
+  }
+  std::string last_error;
+  for (const auto& path : candidates) {
+    void* handle = open_library(path, last_error);
+    if (!handle) continue;
+    NcclApi& a = lib.api;
+    std::string missing;
+    if (resolve(handle, "ncclGetVersion", a.get_version, missing) &&
+        resolve(handle, "ncclGetUniqueId", a.get_unique_id, missing) &&
+        resolve(handle, "ncclCommInitRank", a.init_rank, missing) &&
+        resolve(handle, "ncclCommDestroy", a.destroy, missing) && resolve(handle, "ncclCommAbort", a.abort, missing) &&
+        resolve(handle, "ncclAllReduce", a.all_reduce, missing) &&
+        resolve(handle, "ncclBroadcast", a.broadcast, missing) &&
+        resolve(handle, "ncclGetErrorString", a.error_string, missing)) {
+      lib.loaded = true;
+      lib.path = path;
+      return lib;
+    }
+    last_error = cat(path, " has no ", missing);
+    close_library(handle);
+  }
+  lib.error = search.env_library.empty()
+                  ? cat("NCCL not found: no libnccl.so.2 next to the executable, on the loader's path or in ",
+                        search.toolkit_dir, " (install libnccl2, or set NT_NCCL_LIBRARY to its file)")
+                  : cat("NCCL not loaded from NT_NCCL_LIBRARY=", search.env_library, ": ", last_error);
+  return lib;
+}
+
+const NcclLibrary& library() {
+  static const NcclLibrary lib = load();
+  return lib;
+}
+
+const NcclApi& api() {
+  const NcclLibrary& lib = library();
+  if (!lib.loaded) throw Error(lib.error);
+  return lib.api;
+}
+
+void check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) throw Error(cat(what, " failed: ", api().error_string(r), " (NCCL error ", int(r), ")"));
+}
+
+cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(const UniqueId& id, int rank, int world) : ProcessGroup(rank, world) {
+    ncclUniqueId raw;
+    static_assert(sizeof raw.internal == sizeof id.bytes);
+    std::copy(id.bytes.begin(), id.bytes.end(), raw.internal);
+    check(api().init_rank(&comm_, world, raw, rank), "ncclCommInitRank");
+  }
+  ~NcclGroup() override {
+    // After an error a rank may be gone for good: destroying would wait for it, aborting does not.
+    if (comm_) (std::uncaught_exceptions() ? api().abort : api().destroy)(comm_);
+  }
+  std::string describe() const override { return cat("NCCL ", version(), ", ", world_, " ranks"); }
+
+  void all_reduce_mean(const Exec& exec, float* data, size_t n) override {
+    check(api().all_reduce(data, data, n, ncclFloat32, ncclAvg, comm_, stream_of(exec)), "ncclAllReduce");
+  }
+  void all_reduce_sum(const Exec& exec, double* data, size_t n) override {
+    check(api().all_reduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_of(exec)), "ncclAllReduce");
+  }
+  void all_reduce_sum(const Exec& exec, int64_t* data, size_t n) override {
+    check(api().all_reduce(data, data, n, ncclInt64, ncclSum, comm_, stream_of(exec)), "ncclAllReduce");
+  }
+  void broadcast(const Exec& exec, void* data, size_t bytes) override {
+    check(api().broadcast(data, data, bytes, ncclUint8, 0, comm_, stream_of(exec)), "ncclBroadcast");
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+bool available(std::string* why) {
+  const NcclLibrary& lib = library();
+  if (!lib.loaded && why) *why = lib.error;
+  return lib.loaded;
+}
+
+std::string version() {
+  int v = 0;
+  if (!available() || api().get_version(&v) != ncclSuccess) return "?";
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch from 2.9 on.
+  return cat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
+UniqueId unique_id() {
+  ncclUniqueId raw;
+  check(api().get_unique_id(&raw), "ncclGetUniqueId");
+  UniqueId id;
+  std::copy(std::begin(raw.internal), std::end(raw.internal), id.bytes.begin());
+  return id;
+}
+
+std::unique_ptr<ProcessGroup> process_group(const Exec& exec, const UniqueId& id, int rank, int world) {
+  NT_CHECK(exec.on_cuda(), "an NCCL group runs on the CUDA backend");
+  return std::make_unique<NcclGroup>(id, rank, world);
+}
+
+#else  // a build without CUDA or without nccl.h
+
+namespace {
+const char* kNoNccl = "this build of nanotrain has no NCCL (built without CUDA or without nccl.h)";
+}
+
+bool available(std::string* why) {
+  if (why) *why = kNoNccl;
+  return false;
+}
+std::string version() { return "none"; }
+UniqueId unique_id() { throw Error(kNoNccl); }
+std::unique_ptr<ProcessGroup> process_group(const Exec&, const UniqueId&, int, int) { throw Error(kNoNccl); }
+
+#endif
+
+}  // namespace nt::kernels::nccl

@@ -1,0 +1,159 @@
+// Data-parallel training on the CPU backend over MPI (apps/ranks.h, kernels/collective.h): ranks started by mpirun
+// train as one process with the global batch, rank 0 alone prints and writes, and a rank that dies ends the run.
+#include "test_support.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "engine/checkpoint.h"
+#include "kernels/collective.h"
+
+using namespace nt;
+using namespace nt::test;
+
+namespace {
+
+// Every test here needs mpirun and a build with MPI; scripts/setup installs Open MPI where it can.
+bool have_mpi() {
+  if (!kernels::mpi::built()) {
+    WARN("this build has no MPI (libopenmpi-dev was not found when it was configured): not run");
+    return false;
+  }
+  REQUIRE(run_command("command -v mpirun").exit_code == 0);  // the package that built it brings mpirun
+  return true;
+}
+
+std::vector<nlohmann::json> metrics_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+int64_t count_of(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The mlp on 4096 examples: 64 global batches of 64 an epoch.
+std::string train_command(int epochs = 2) {
+  return cat(cli_path(), " train --device cpu --data ", mnist_dir(), " --model mlp --train-limit 4096 --epochs ",
+             epochs);
+}
+
+}  // namespace
+
+// Tolerances. The ranks compute what one process computes, with one regrouping: a parameter gradient, a sum over the
+// 64 rows of a global batch (one fp32 chain in the CPU GEMM, rows in order), becomes two 32-row chains, one per rank,
+// added in rank order, which rounds differently in the last bits (kernels/collective.h; docs/data-parallel.md). The
+// weights then drift apart by about lr x ulp a step, 3e-7 of the largest weight after 128 SGD steps (measured), until
+// a pre-activation near 0 takes the other sign in one run: that hidden unit's ReLU then passes (or stops) one
+// example's gradient, and its 784 input weights move by ~1e-4 of the largest (measured with --shift 2, epoch 2: 774
+// weights of 0.weight, 6.9e-6 of its L2 norm). Hence the L2 norm: 1e-4 of each tensor's. A wrong slice, a doubled
+// example or a sum without the mean moves the weights by 1e-2 of their norm and more. Losses are sums over the same
+// examples of nearly the same model: 1e-5 relative.
+constexpr double kWeightsTolerance = 1e-4;
+constexpr double kLossTolerance = 1e-5;
+
+TEST_CASE("mpirun: 2 ranks of batch 32 train as 1 process of batch 64 (SGD, --shift, Adam)", "[cpu][parallel]") {
+  if (!have_mpi()) return;
+  const TempDir dir;
+  const std::pair<const char*, const char*> recipes[] = {
+      {"sgd", " --lr 0.05"}, {"sgd-shift", " --lr 0.05 --shift 2"}, {"adam", " --optimizer adam --lr 0.002"}};
+  for (const auto& [name, flags] : recipes) {
+    INFO(name);
+    const std::string one = dir.file(cat(name, "-1.safetensors")), two = dir.file(cat(name, "-2.safetensors"));
+    const auto single =
+        run_command(cat(train_command(), flags, " --batch 64 --save ", one, " --metrics ", one, ".jsonl"));
+    INFO(single.out);
+    REQUIRE(single.exit_code == 0);
+    const auto ranks =
+        run_command(cat(mpirun(2), train_command(), flags, " --batch 32 --save ", two, " --metrics ", two, ".jsonl"));
+    INFO(ranks.out);
+    REQUIRE(ranks.exit_code == 0);
+    CHECK(ranks.out.find("data-parallel: Open MPI") != std::string::npos);
+    CHECK(ranks.out.find("global batch 64 (2 x 32)") != std::string::npos);
+    CHECK(count_of(ranks.out, "epoch   1 |") == 1);  // rank 0 prints, the other rank does not
+    CHECK(count_of(ranks.out, "saved the trained weights") == 1);
+
+    const auto a = metrics_lines(one + ".jsonl"), b = metrics_lines(two + ".jsonl");
+    REQUIRE(a.size() == 2);
+    REQUIRE(b.size() == 2);
+    for (size_t e = 0; e < a.size(); ++e) {
+      INFO("epoch " << e + 1);
+      for (const char* key : {"train_loss", "test_loss"}) {
+        INFO(key);
+        const double x = a[e][key], y = b[e][key];
+        CHECK(std::abs(x - y) <= kLossTolerance * std::abs(x));
+      }
+      // The same examples, nearly the same model: at most a few near-ties may tip.
+      CHECK(std::abs(double(a[e]["test_acc"]) - double(b[e]["test_acc"])) <= 3e-4);
+    }
+    const WeightsDifference d = compare_weights(one, two);
+    INFO("largest relative difference " << d.max_relative << " in " << d.worst);
+    CHECK(d.max_relative <= kWeightsTolerance);
+    CHECK(SafetensorsFile::read(two).metadata().at("world_size") == "2");
+    CHECK(SafetensorsFile::read(one).metadata().at("world_size") == "1");
+  }
+}
+
+TEST_CASE("mpirun: one rank is the plain run bit for bit, and two ranks give the same bits every time",
+          "[cpu][parallel]") {
+  if (!have_mpi()) return;
+  const TempDir dir;
+  const std::string base = cat(train_command(), " --optimizer adam --lr 0.002 --shift 1");
+  const std::string plain = dir.file("plain.safetensors"), one = dir.file("one.safetensors");
+  REQUIRE(run_command(cat(base, " --batch 64 --save ", plain)).exit_code == 0);
+  const auto one_rank = run_command(cat(mpirun(1), base, " --batch 64 --save ", one));
+  INFO(one_rank.out);
+  REQUIRE(one_rank.exit_code == 0);
+  CHECK(compare_weights(plain, one).same_bits);
+
+  const std::string first = dir.file("first.safetensors"), second = dir.file("second.safetensors");
+  REQUIRE(run_command(cat(mpirun(2), base, " --batch 32 --save ", first)).exit_code == 0);
+  REQUIRE(run_command(cat(mpirun(2), base, " --batch 32 --save ", second)).exit_code == 0);
+  CHECK(compare_weights(first, second).same_bits);
+}
+
+TEST_CASE("mpirun: ranks refuse what would not be the same run", "[cpu][parallel]") {
+  if (!have_mpi()) return;
+  const TempDir dir;
+  // A resumable checkpoint of 2 ranks, resumed on 1: each global batch would be another.
+  const auto two = run_command(
+      cat(mpirun(2), train_command(1), " --batch 32 --checkpoint-every 1", " --checkpoint-dir ", dir.file("ck")));
+  INFO(two.out);
+  REQUIRE(two.exit_code == 0);
+  const std::string checkpoint = dir.file("ck") + "/epoch-000001.safetensors";
+  const auto resumed = run_command(cat(train_command(), " --resume ", checkpoint));
+  INFO(resumed.out);
+  CHECK(resumed.exit_code == 2);
+  CHECK(resumed.out.find("nanotrain: --resume: '" + checkpoint + "' was trained on 2 rank(s), this run has 1") !=
+        std::string::npos);
+  // --gpus under mpirun: two launchers.
+  const auto both = run_command(cat(mpirun(2), train_command(), " --gpus 2"));
+  INFO(both.out);
+  CHECK(both.exit_code != 0);
+  CHECK(both.out.find("--gpus: mpirun has started the ranks already") != std::string::npos);
+  // More ranks than global batches: the error names --batch and the ranks.
+  const auto big = run_command(cat(mpirun(2), train_command(), " --batch 4000"));
+  INFO(big.out);
+  CHECK(big.exit_code != 0);
+  CHECK(big.out.find("--batch: 4000 on each of 2 ranks is larger than the training set (4096 examples)") !=
+        std::string::npos);
+}
+
+TEST_CASE("mpirun: a rank killed mid-epoch ends every rank with an error", "[cpu][parallel]") {
+  if (!have_mpi()) return;
+  const TempDir dir;
+  const std::string metrics = dir.file("metrics.jsonl");
+  // All 60000 examples (about a second an epoch here): a rank is killed inside epoch 2.
+  const std::string out = kill_a_rank_mid_run(cat(mpirun(2), cli_path(), " train --device cpu --data ", mnist_dir(),
+                                                  " --model mlp --batch 32 --epochs 50 --metrics ", metrics),
+                                              metrics, dir);
+  INFO(out);
+  check_killed_run(out);
+  CHECK(metrics_lines(metrics).size() < 50);
+}
