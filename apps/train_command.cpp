@@ -67,6 +67,7 @@ struct TrainCommand {
   int profile_every = 1;               // time one step in N (implies profile)
   std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
   int gpus = 0;                        // data-parallel over this many GPUs of this machine (0: one process)
+  int bucket_kib = 25 << 10;           // data-parallel: the smallest all-reduce started during the backward pass
 };
 
 void validate_train(const TrainCommand& t) {
@@ -123,6 +124,8 @@ void validate_train(const TrainCommand& t) {
   if (t.profile_graphs && (t.no_graphs || t.common.debug_sync))
     throw UsageError(cat("--profile-graphs: profiles the replayed CUDA graphs, and ",
                          t.no_graphs ? "--no-graphs" : "--debug-sync", " turns them off"));
+  if (t.bucket_kib < 0 || t.bucket_kib > 1 << 20)
+    throw UsageError(cat("--bucket-kib: must be in [0, 1048576], got ", t.bucket_kib));
   if (t.gpus < 0 || t.gpus > 64) throw UsageError(cat("--gpus: must be in [1, 64], got ", t.gpus));
   if (t.gpus > 0 && rank_place().launcher == RankPlace::Launcher::mpi)
     throw UsageError("--gpus: mpirun has started the ranks already; leave --gpus out (or mpirun)");
@@ -450,6 +453,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
                         isatty(STDOUT_FILENO) != 0);
   TrainOptions options;
   options.group = group.get();
+  options.bucket_bytes = size_t(t.bucket_kib) << 10;
   options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
@@ -550,6 +554,12 @@ Command register_train(CLI::App& app) {
       "--gpus", train->gpus,
       "Data-parallel training on N GPUs of this machine: one process each, NCCL between them, a global "
       "batch of N x --batch (mpirun -np N starts ranks on several machines instead)");
+  train_cmd
+      ->add_option("--bucket-kib", train->bucket_kib,
+                   "Data-parallel: all-reduce the gradients in buckets of at least this many KiB, each on a second "
+                   "stream as soon as the backward pass has made it final (0: one per layer); the rest after the "
+                   "backward pass (the default holds the named models whole: one all-reduce)")
+      ->capture_default_str();
   train_cmd->add_flag("--no-graphs", train->no_graphs,
                       "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag(

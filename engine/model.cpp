@@ -54,7 +54,8 @@ std::vector<T*> run_of(std::vector<T>& all, const std::vector<size_t>& first, si
 
 void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
   if (dtype == DType::f64 && ctx.on_cuda()) throw Error("f64 models run on the CPU backend only");
-  std::vector<size_t> first_param, first_buffer;
+  std::vector<size_t> first_buffer;
+  std::vector<size_t>& first_param = first_param_;
   params_.build(named_entries<ParamStore::Entry>(
                     layers_, [](const Layer& l) { return l.param_specs(); }, first_param),
                 ctx.exec(), seed, dtype);
@@ -69,6 +70,15 @@ void Model::init_params(const Context& ctx, uint64_t seed, DType dtype) {
     // A per-layer stream of the model's seed (SplitMix64 keeps nearby seeds apart).
     layers_[i]->seed(seed ^ (0x9E3779B97F4A7C15ull * (i + 1)));
   }
+}
+
+size_t Model::grads_offset(size_t layer) const {
+  NT_CHECK(layer + 1 < first_param_.size(), "grads_offset of layer ", layer, " before init_params");
+  if (first_param_[layer] == first_param_[layer + 1]) return params_.total();
+  const Param& first = params_.params()[first_param_[layer]];
+  return static_cast<size_t>(static_cast<const char*>(first.grad.raw()) -
+                             static_cast<const char*>(params_.grads().raw())) /
+         dtype_size(params_.dtype());
 }
 
 void Model::compile(const Context& ctx, int batch) {
@@ -105,7 +115,8 @@ void Model::forward(const kernels::Exec& exec, int rows, Mode mode, size_t layer
   }
 }
 
-void Model::backward(const kernels::Exec& exec, int rows, size_t layers) {
+void Model::backward(const kernels::Exec& exec, int rows, size_t layers,
+                     const std::function<void(size_t layer)>& after_layer) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
   bool after_own_gradients = false;  // the later layer's backward ended on a kernel of its own gradients only
   for (size_t i = std::min(layers, layers_.size()); i-- > 0;) {
@@ -118,6 +129,7 @@ void Model::backward(const kernels::Exec& exec, int rows, size_t layers) {
     layers_[i]->backward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
                          activation_grads_[i + 1].rows(rows), wants_dx ? &dx : nullptr);
     after_own_gradients = layers_[i]->backward_ends_on_own_gradients();
+    if (after_layer) after_layer(i);
   }
 }
 

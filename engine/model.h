@@ -9,6 +9,8 @@
 // step can be captured as a CUDA graph.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +38,9 @@ class Model {
   void init_params(const Context& ctx, uint64_t seed, DType dtype = DType::f32);
   ParamStore& params() { return params_; }
   const ParamStore& params() const { return params_; }
+  // Where layer i's parameter gradients start in params().grads(), in elements (the block is in layer order); total()
+  // for a layer without parameters.
+  size_t grads_offset(size_t layer) const;
 
   void compile(const Context& ctx, int batch);
   int batch() const { return batch_; }
@@ -53,7 +58,10 @@ class Model {
   // layers (a trainer whose loss absorbs the last layer runs the others): all of them by default.
   void forward(const kernels::Exec& exec, int rows, Mode mode, size_t layers = kAllLayers);
   // From activation_grad(layers) (output_grad() for the whole model), filling those layers' parameter gradients.
-  void backward(const kernels::Exec& exec, int rows, size_t layers = kAllLayers);
+  // after_layer(i), when given, is called once layer i's backward is enqueued: its gradients, and those of every
+  // later layer, are then final (a data-parallel step starts reducing them).
+  void backward(const kernels::Exec& exec, int rows, size_t layers = kAllLayers,
+                const std::function<void(size_t layer)>& after_layer = {});
 
  private:
   std::string name_;
@@ -62,6 +70,7 @@ class Model {
   std::vector<Shape> shapes_;              // per-sample shape of activation i (0 = input)
   std::vector<std::string> fusions_;
   ParamStore params_;
+  std::vector<size_t> first_param_;  // layer i's parameters: params_.params()[first_param_[i], first_param_[i + 1])
   int batch_ = 0;
   Arena arena_;
   std::vector<Tensor> activations_;       // i = 0..L

@@ -52,6 +52,7 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
         cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
   }
   fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
+  if (options.group) reduce_stream_ = kernels::SideStream(ctx.exec());
   if (options.on_progress)
     progress_marks_ = kernels::StreamMarks(ctx.exec().backend,
                                            static_cast<int>(std::min<int64_t>(steps_per_epoch(), kProgressMarks)));
@@ -98,14 +99,32 @@ void Trainer::enqueue_train_step(int64_t step) {
   phase.next("loss");
   enqueue_loss(rows, true, train_totals_);
   phase.next("backward");
-  model_.backward(exec, rows, body_layers());
-  if (options_.group) {
-    phase.next("all-reduce");
-    const Tensor& grads = model_.params().grads();
-    options_.group->all_reduce_mean(exec, grads.f32(), static_cast<size_t>(grads.numel()));
-  }
+  if (options_.group)
+    enqueue_backward_and_all_reduce(rows);
+  else
+    model_.backward(exec, rows, body_layers());
   phase.next("update");
   optimizer_.step(exec);
+}
+
+void Trainer::enqueue_backward_and_all_reduce(int rows) {
+  float* grads = model_.params().grads().f32();
+  const size_t total = model_.params().total(), bucket = options_.bucket_bytes / sizeof(float);
+  size_t pending_end = total;  // [from, pending_end) is final and not reduced yet
+  // Reduces [from, pending_end) on the side stream once it is a bucket's worth.
+  auto reduce_from = [&](size_t from) {
+    if (from >= pending_end || pending_end - from < bucket) return;
+    profile::PhaseScope phase("all-reduce");
+    reduce_stream_.fork();
+    options_.group->all_reduce_mean(reduce_stream_.exec(), grads + from, pending_end - from);
+    pending_end = from;
+  };
+  if (fused_head_) reduce_from(model_.grads_offset(model_.layers().size() - 1));  // the loss wrote the head's
+  model_.backward(ctx_.exec(), rows, body_layers(), [&](size_t layer) { reduce_from(model_.grads_offset(layer)); });
+  profile::PhaseScope phase("all-reduce");
+  // The rest after the backward pass, on the main stream; then the update waits for the side stream, if it was used.
+  if (pending_end > 0) options_.group->all_reduce_mean(ctx_.exec(), grads, pending_end);
+  if (pending_end < total) reduce_stream_.join();
 }
 
 void Trainer::enqueue_train_epoch(bool eager) {

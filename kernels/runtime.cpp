@@ -255,6 +255,53 @@ void destroy_stream(void* stream) noexcept {
 #endif
 }
 
+SideStream::SideStream(const Exec& main) : main_(main), side_(main) {
+  if (!main.on_cuda()) return;
+#if NT_WITH_CUDA
+  side_.stream = create_stream();
+  // Events without timing: they only order the two streams.
+  for (void** e : {&forked_, &done_}) {
+    cudaEvent_t event = nullptr;
+    NT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    *e = event;
+  }
+#endif
+}
+
+SideStream::~SideStream() {
+#if NT_WITH_CUDA
+  for (void* e : {forked_, done_})
+    if (e) NT_CUDA_CHECK_NOTHROW(cudaEventDestroy(static_cast<cudaEvent_t>(e)));
+  if (side_.stream != main_.stream) destroy_stream(side_.stream);
+#endif
+}
+
+SideStream::SideStream(SideStream&& other) noexcept { *this = std::move(other); }
+
+SideStream& SideStream::operator=(SideStream&& other) noexcept {
+  std::swap(main_, other.main_);
+  std::swap(side_, other.side_);
+  std::swap(forked_, other.forked_);
+  std::swap(done_, other.done_);
+  return *this;
+}
+
+void SideStream::fork() const {
+  if (!main_.on_cuda()) return;
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(forked_), stream_of(main_)));
+  NT_CUDA_CHECK(cudaStreamWaitEvent(stream_of(side_), static_cast<cudaEvent_t>(forked_), 0));
+#endif
+}
+
+void SideStream::join() const {
+  if (!main_.on_cuda()) return;
+#if NT_WITH_CUDA
+  NT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done_), stream_of(side_)));
+  NT_CUDA_CHECK(cudaStreamWaitEvent(stream_of(main_), static_cast<cudaEvent_t>(done_), 0));
+#endif
+}
+
 // ---- graphs ----------------------------------------------------------------------------------------
 
 Graph::~Graph() {

@@ -61,6 +61,31 @@ void synchronize(const Exec& exec);
 void* create_stream();  // a non-blocking cudaStream_t
 void destroy_stream(void* stream) noexcept;
 
+// Work that runs beside a stream's own: fork() makes the side stream wait for what the main stream has enqueued so
+// far, join() makes the main stream wait for what the side stream has enqueued. Inside a capture both become edges of
+// the graph. A data-parallel step all-reduces each bucket of gradients here while the backward pass goes on
+// (engine/trainer.h). On the CPU, whose ops run as they are called, exec() is the main one and fork and join do
+// nothing.
+class SideStream {
+ public:
+  SideStream() = default;
+  explicit SideStream(const Exec& main);
+  ~SideStream();
+  SideStream(SideStream&& other) noexcept;
+  SideStream& operator=(SideStream&& other) noexcept;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  const Exec& exec() const { return side_; }
+  void fork() const;
+  void join() const;
+
+ private:
+  Exec main_, side_;
+  void* forked_ = nullptr;  // cudaEvent_t: the main stream's work so far
+  void* done_ = nullptr;    // cudaEvent_t: the side stream's
+};
+
 // ---- graphs --------------------------------------------------------------------------------------
 // The closing launch of a graph captured under the launch-stamps timer (profile/launch_stamps.h): a kernel that only
 // waits for its predecessor, so that the graph's last kernel has an end. Graph::capture adds it when the observer

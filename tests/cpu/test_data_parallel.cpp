@@ -100,7 +100,7 @@ TEST_CASE("mpirun: 2 ranks of batch 32 train as 1 process of batch 64 (SGD, --sh
   }
 }
 
-TEST_CASE("mpirun: one rank is the plain run bit for bit, and two ranks give the same bits every time",
+TEST_CASE("mpirun: one rank is the plain run bit for bit; two ranks give the same bits every time, in any buckets",
           "[cpu][parallel]") {
   if (!have_mpi()) return;
   const TempDir dir;
@@ -116,6 +116,10 @@ TEST_CASE("mpirun: one rank is the plain run bit for bit, and two ranks give the
   REQUIRE(run_command(cat(mpirun(2), base, " --batch 32 --save ", first)).exit_code == 0);
   REQUIRE(run_command(cat(mpirun(2), base, " --batch 32 --save ", second)).exit_code == 0);
   CHECK(compare_weights(first, second).same_bits);
+  // One all-reduce a layer instead of one a step: each value is averaged on its own, so no bit changes.
+  const std::string per_layer = dir.file("per-layer.safetensors");
+  REQUIRE(run_command(cat(mpirun(2), base, " --batch 32 --bucket-kib 0 --save ", per_layer)).exit_code == 0);
+  CHECK(compare_weights(first, per_layer).same_bits);
 }
 
 TEST_CASE("mpirun: ranks refuse what would not be the same run", "[cpu][parallel]") {
