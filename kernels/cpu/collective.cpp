@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/collective.h"
+#include "kernels/cpu/op_scope.h"
 
 #if NT_WITH_MPI
 #include <mpi.h>
@@ -79,7 +80,9 @@ class MpiGroup final : public ProcessGroup {
     return cat(first_line, ", ", world_, " ranks");
   }
 
-  void all_reduce_mean(const Exec&, float* data, size_t n) override {
+  void all_reduce_mean(const Exec& exec, float* data, size_t n) override {
+    // Each rank's values out, every rank's in: the bytes of the exchange, the profiler's row "mpi_all_reduce_mean".
+    const cpu::OpScope scope(exec, "mpi_all_reduce_mean", {.bytes = double(n * sizeof(float)) * (1 + world_)});
     NT_CHECK(n * static_cast<size_t>(world_) <= gathered_.size(), "all_reduce_mean of ", n,
              " values, over the group's ", gathered_.size() / static_cast<size_t>(world_));
     sum_in_rank_order(data, n, gathered_.data(), MPI_FLOAT);

@@ -161,3 +161,14 @@ TEST_CASE("mpirun: a rank killed mid-epoch ends every rank with an error", "[cpu
   check_killed_run(out);
   CHECK(metrics_lines(metrics).size() < 50);
 }
+
+TEST_CASE("mpirun: rank 0's profile shows the all-reduce as a row of its own", "[cpu][parallel][profile]") {
+  if (!have_mpi()) return;
+  const auto r = run_command(cat(mpirun(2), train_command(1), " --batch 32 --profile"));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(count_of(r.out, "mpi_all_reduce_mean | all-reduce |") == 1);  // one table, rank 0's
+  const size_t row = r.out.find("mpi_all_reduce_mean | all-reduce |");
+  const std::string line = r.out.substr(row, r.out.find('\n', row) - row);
+  CHECK(line.find("|    64 |") != std::string::npos);  // 64 steps, one all-reduce each
+}
