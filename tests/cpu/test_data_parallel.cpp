@@ -100,7 +100,7 @@ TEST_CASE("mpirun: 2 ranks of batch 32 train as 1 process of batch 64 (SGD, --sh
   }
 }
 
-TEST_CASE("mpirun: one rank is the plain run bit for bit; two ranks give the same bits every time, in any buckets",
+TEST_CASE("mpirun: one rank is the plain run bit for bit, and two ranks give the same bits every time, in any buckets",
           "[cpu][parallel]") {
   if (!have_mpi()) return;
   const TempDir dir;
