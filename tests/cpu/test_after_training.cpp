@@ -187,7 +187,7 @@ TEST_CASE("predict on MNIST test images gives eval's predictions, from PNG files
   CHECK(text.out.rfind(dir.file("test-0.png") + ": " + std::to_string(predictions[0].get<int>()) + " (", 0) == 0);
 }
 
-TEST_CASE("predict refuses an image of another size naming both, unless --resize; bad files are one line",
+TEST_CASE("predict refuses an image of another size naming both, unless --resize, and bad files are one line",
           "[cpu][after]") {
   const test::TempDir dir;
   const std::string big = dir.file("big.png"), rgb = dir.file("rgb.png"), broken = dir.file("broken.png");

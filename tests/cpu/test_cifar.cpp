@@ -140,7 +140,7 @@ TEST_CASE("A CIFAR-10 folder: five train batches in order, the test batch, names
   REQUIRE_THROWS_WITH(data::load_dataset_dir(dir.path, "cifar"), Contains("missing train-images-idx3-ubyte"));
 }
 
-TEST_CASE("CIFAR-10 classes: the format's 10, or N with labels checked; names only when one per class", "[cpu][data]") {
+TEST_CASE("CIFAR-10 classes: the format's 10, or N with labels checked, and names only when one per class", "[cpu][data]") {
   const TempDir dir;
   write_folder(dir);
   SECTION("a given count at least the labels keeps them; the names go when they do not number it") {

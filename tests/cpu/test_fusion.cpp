@@ -31,7 +31,7 @@ TEST_CASE("the cnn gets its stem, the conv statistics, a relu mask and the head,
   CHECK(model->layers().size() == 6);
 }
 
-TEST_CASE("the mlp masks both ReLUs in the next layer's input gradient; a model without them fuses nothing",
+TEST_CASE("the mlp masks both ReLUs in the next layer's input gradient, and a model without them fuses nothing",
           "[cpu][fusion]") {
   const auto mlp = layers::build_model("mlp", Shape{1, 28, 28}, 10);
   CHECK(fusions_in(*mlp) ==

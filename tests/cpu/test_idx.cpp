@@ -516,7 +516,7 @@ TEST_CASE("Per-channel statistics: exact per channel, the single-channel numbers
   }
 }
 
-TEST_CASE("The class count comes from the train labels unless given; test labels must lie in it", "[cpu][data]") {
+TEST_CASE("The class count comes from the train labels unless given, and test labels must lie in it", "[cpu][data]") {
   TempDir dir;
   const Bytes train = images_idx(4, 2, 2), test = images_idx(2, 2, 2);
 
