@@ -65,6 +65,24 @@ TEST_CASE("train --gpus 1: the NCCL path of one rank trains bit for bit as the p
   }
 }
 
+TEST_CASE("mpirun -np 1 on the GPU: the NCCL id goes through MPI, and the run is the plain path bit for bit",
+          "[cuda][parallel]") {
+  if (!have_nccl()) return;
+  if (!kernels::mpi::built() || run_command("command -v mpirun").exit_code != 0) {
+    WARN("no MPI in this build or no mpirun here: not run");
+    return;
+  }
+  const TempDir dir;
+  const std::string flags = " --model mlp --optimizer adam --lr 0.002";
+  const std::string plain = dir.file("plain.safetensors"), ranked = dir.file("mpirun.safetensors");
+  REQUIRE(run_command(train_command(flags) + " --save " + plain).exit_code == 0);
+  const auto r = run_command(mpirun(1) + train_command(flags) + " --save " + ranked);
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("data-parallel: NCCL ") != std::string::npos);
+  CHECK(compare_weights(plain, ranked).same_bits);
+}
+
 TEST_CASE(
     "train --gpus 2: two ranks of batch 32 train as one GPU of batch 64, the same bits every time, in any buckets",
     "[cuda][parallel]") {
