@@ -162,11 +162,13 @@ int Trainer::report_progress(int next, int recorded, bool wait) const {
   return next;
 }
 
+void Trainer::sum_over_ranks(const LossTotals& totals) const {
+  if (!options_.group) return;
+  options_.group->all_reduce_sum(ctx_.exec(), totals.loss_sum.data<double>(), 1);
+  options_.group->all_reduce_sum(ctx_.exec(), totals.correct.data<int64_t>(), 1);
+}
+
 std::pair<double, int64_t> Trainer::read_totals(const LossTotals& totals) const {
-  if (options_.group) {
-    options_.group->all_reduce_sum(ctx_.exec(), totals.loss_sum.data<double>(), 1);
-    options_.group->all_reduce_sum(ctx_.exec(), totals.correct.data<int64_t>(), 1);
-  }
   double loss_sum = 0;
   int64_t correct = 0;
   kernels::copy_device_to_host(ctx_.exec(), &loss_sum, totals.loss_sum.raw(), sizeof loss_sum);
@@ -199,6 +201,7 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   } else {
     enqueue_train_epoch(/*eager=*/true);
   }
+  sum_over_ranks(train_totals_);  // once, at the epoch's end: the totals are zeroed before the next one
   std::tie(m.train_loss, m.train_acc) = read_train_totals(steps);
   m.epoch_ms = ms_since(t0);
   m.samples_per_s = static_cast<double>(steps * options_.batch * world()) / (m.epoch_ms / 1000.0);
@@ -251,6 +254,7 @@ EvalResult Trainer::evaluate_pass(BatchSource& data, std::vector<float>* logits)
   } else {
     enqueue_eval(data);
   }
+  sum_over_ranks(eval_totals_);
   auto [loss_sum, correct] = read_totals(eval_totals_);  // synchronizes: every copy has landed
   r.ms = ms_since(t0);
   const auto n = static_cast<double>(data.examples());

@@ -96,7 +96,8 @@ class Trainer {
 
   // Enqueues step `step` of the current epoch: no allocation, no synchronization, no host copy.
   void enqueue_train_step(int64_t step);
-  // Reads the training totals accumulated so far this epoch (synchronizes): {mean loss, accuracy}.
+  // Reads the training totals accumulated so far this epoch (synchronizes): {mean loss, accuracy} over `steps` global
+  // batches. In a data-parallel run they are every rank's once train_epoch has summed them, at the epoch's end.
   std::pair<double, double> read_train_totals(int64_t steps) const;
 
  private:
@@ -109,8 +110,9 @@ class Trainer {
   EvalResult evaluate_pass(BatchSource& data, std::vector<float>* logits);
   // With `logits`, each batch's logits are copied to it after the batch (eager only).
   void enqueue_eval(BatchSource& data, std::vector<float>* logits = nullptr);
-  // The totals summed over the ranks (an all-reduce on the device, where they are), then read (synchronizes).
-  std::pair<double, int64_t> read_totals(const LossTotals& totals) const;
+  // The totals become their sums over the ranks (an all-reduce where they are, on the device): once per pass.
+  void sum_over_ranks(const LossTotals& totals) const;
+  std::pair<double, int64_t> read_totals(const LossTotals& totals) const;  // synchronizes
   int world() const { return options_.group ? options_.group->world() : 1; }
   // The gradients' all-reduce, bucket by bucket as the backward pass makes them final (see above).
   void enqueue_backward_and_all_reduce(int rows);
