@@ -129,6 +129,8 @@ void validate_train(const TrainCommand& t) {
   if (t.gpus < 0 || t.gpus > 64) throw UsageError(cat("--gpus: must be in [1, 64], got ", t.gpus));
   if (t.gpus > 0 && rank_place().launcher == RankPlace::Launcher::mpi)
     throw UsageError("--gpus: mpirun has started the ranks already; leave --gpus out (or mpirun)");
+  if (t.gpus > 0 && t.common.device == "cpu")
+    throw UsageError("--gpus: starts one rank per GPU, and --device cpu was given (mpirun starts CPU ranks)");
   if (t.profile_every > 1 && t.profile_graphs)
     throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }

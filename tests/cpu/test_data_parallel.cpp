@@ -141,6 +141,11 @@ TEST_CASE("mpirun: ranks refuse what would not be the same run", "[cpu][parallel
   INFO(both.out);
   CHECK(both.exit_code != 0);
   CHECK(both.out.find("--gpus: mpirun has started the ranks already") != std::string::npos);
+  const auto cpu_gpus = run_command(cat(train_command(), " --gpus 2"));
+  INFO(cpu_gpus.out);
+  CHECK(cpu_gpus.exit_code == 2);
+  CHECK(cpu_gpus.out.find("nanotrain: --gpus: starts one rank per GPU, and --device cpu was given") !=
+        std::string::npos);
   // More ranks than global batches: the error names --batch and the ranks.
   const auto big = run_command(cat(mpirun(2), train_command(), " --batch 4000"));
   INFO(big.out);
