@@ -1,5 +1,7 @@
 #include "core/shared_library.h"
 
+#include "core/error.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -52,6 +54,41 @@ bool resolve_symbol(void* handle, const char* name, void*& symbol, std::string& 
 
 void close_library(void* handle) noexcept {
   if (handle) dlclose(handle);
+}
+
+OpenedLibrary open_first_library(const char* what, const char* env_variable, const LibrarySearch& search,
+                                 const std::vector<std::string>& names,
+                                 const std::function<bool(void* handle, std::string& missing)>& bind,
+                                 const char* install) {
+  OpenedLibrary out;
+  const auto candidates = library_candidates(search, names);
+  if (candidates.empty()) {
+    out.error = cat(what, " turned off (", env_variable, "=none)");
+    return out;
+  }
+  std::string last_error;
+  for (const auto& path : candidates) {
+    void* handle = open_library(path, last_error);
+    if (!handle) continue;
+    std::string missing;
+    if (bind(handle, missing)) {
+      out.handle = handle;
+      out.path = path;
+      return out;
+    }
+    last_error = cat(path, " has no ", missing);
+    close_library(handle);  // nothing of it was called
+  }
+  if (!search.env_library.empty()) {
+    out.error = cat(what, " not loaded from ", env_variable, "=", search.env_library, ": ", last_error);
+  } else {
+    std::string listed;
+    for (const auto& name : names) listed += (listed.empty() ? "" : " or ") + name;
+    out.error = cat(what, " not found: no ", listed, " next to the executable, in its ../lib, on the loader's path",
+                    search.toolkit_dir.empty() ? "" : " or in " + search.toolkit_dir, " (", install, "set ",
+                    env_variable, " to its file)");
+  }
+  return out;
 }
 
 }  // namespace nt

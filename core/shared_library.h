@@ -8,6 +8,7 @@
 // rpath, ld.so.cache), then each name in the CUDA toolkit's library folder that the build was configured with.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,19 @@ bool resolve(void* handle, const char* name, Fn& fn, std::string& missing) {
   return found;
 }
 void close_library(void* handle) noexcept;
+
+// The first candidate of library_candidates(search, names) that opens and whose functions `bind` resolves (bind
+// returns false with the missing symbol's name; that library is closed again). When none does, handle is null and
+// error says why in one line, naming `what` ("CUPTI") and `env_variable`; `install` ("install libnccl2, or ") leads
+// the advice at its end.
+struct OpenedLibrary {
+  void* handle = nullptr;
+  std::string path;
+  std::string error;
+};
+OpenedLibrary open_first_library(const char* what, const char* env_variable, const LibrarySearch& search,
+                                 const std::vector<std::string>& names,
+                                 const std::function<bool(void* handle, std::string& missing)>& bind,
+                                 const char* install = "");
 
 }  // namespace nt

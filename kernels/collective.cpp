@@ -63,36 +63,24 @@ struct NcclLibrary {
 
 NcclLibrary load() {
   NcclLibrary lib;
-  const LibrarySearch search = library_search("NT_NCCL_LIBRARY", NT_NCCL_TOOLKIT_LIBRARY_DIR);
-  const auto candidates = library_candidates(search, {"libnccl.so.2", "libnccl.so"});
-  if (candidates.empty()) {
-    lib.error = "NCCL turned off (NT_NCCL_LIBRARY=none)";
-    return lib;
-  }
-  std::string last_error;
-  for (const auto& path : candidates) {
-    void* handle = open_library(path, last_error);
-    if (!handle) continue;
-    NcclApi& a = lib.api;
-    std::string missing;
-    if (resolve(handle, "ncclGetVersion", a.get_version, missing) &&
-        resolve(handle, "ncclGetUniqueId", a.get_unique_id, missing) &&
-        resolve(handle, "ncclCommInitRank", a.init_rank, missing) &&
-        resolve(handle, "ncclCommDestroy", a.destroy, missing) && resolve(handle, "ncclCommAbort", a.abort, missing) &&
-        resolve(handle, "ncclAllReduce", a.all_reduce, missing) &&
-        resolve(handle, "ncclBroadcast", a.broadcast, missing) &&
-        resolve(handle, "ncclGetErrorString", a.error_string, missing)) {
-      lib.loaded = true;
-      lib.path = path;
-      return lib;
-    }
-    last_error = cat(path, " has no ", missing);
-    close_library(handle);
-  }
-  lib.error = search.env_library.empty()
-                  ? cat("NCCL not found: no libnccl.so.2 next to the executable, on the loader's path or in ",
-                        search.toolkit_dir, " (install libnccl2, or set NT_NCCL_LIBRARY to its file)")
-                  : cat("NCCL not loaded from NT_NCCL_LIBRARY=", search.env_library, ": ", last_error);
+  NcclApi& a = lib.api;
+  const OpenedLibrary opened = open_first_library(
+      "NCCL", "NT_NCCL_LIBRARY", library_search("NT_NCCL_LIBRARY", NT_NCCL_TOOLKIT_LIBRARY_DIR),
+      {"libnccl.so.2", "libnccl.so"},
+      [&](void* handle, std::string& missing) {
+        return resolve(handle, "ncclGetVersion", a.get_version, missing) &&
+               resolve(handle, "ncclGetUniqueId", a.get_unique_id, missing) &&
+               resolve(handle, "ncclCommInitRank", a.init_rank, missing) &&
+               resolve(handle, "ncclCommDestroy", a.destroy, missing) &&
+               resolve(handle, "ncclCommAbort", a.abort, missing) &&
+               resolve(handle, "ncclAllReduce", a.all_reduce, missing) &&
+               resolve(handle, "ncclBroadcast", a.broadcast, missing) &&
+               resolve(handle, "ncclGetErrorString", a.error_string, missing);
+      },
+      "install libnccl2, or ");
+  lib.loaded = opened.handle != nullptr;
+  lib.path = opened.path;
+  lib.error = opened.error;
   return lib;
 }
 

@@ -122,62 +122,40 @@ struct CuptiApi {
 
 namespace {
 
-// Opens one candidate and resolves every function, or says why not.
-std::shared_ptr<const CuptiApi> open_api(const std::string& path, std::string& error) {
-  void* handle = open_library(path, error);
-  if (!handle) return nullptr;
-  auto api = std::make_shared<CuptiApi>();
-  api->handle = handle;
-  std::string missing;
-  const bool ok = resolve(handle, "cuptiActivityEnable", api->enable, missing) &&
-                  resolve(handle, "cuptiActivityDisable", api->disable, missing) &&
-                  resolve(handle, "cuptiActivityRegisterCallbacks", api->register_callbacks, missing) &&
-                  resolve(handle, "cuptiActivityFlushAll", api->flush_all, missing) &&
-                  resolve(handle, "cuptiActivityGetNextRecord", api->next_record, missing) &&
-                  resolve(handle, "cuptiActivityGetNumDroppedRecords", api->dropped_records, missing) &&
-                  resolve(handle, "cuptiGetTimestamp", api->timestamp, missing) &&
-                  resolve(handle, "cuptiGetResultString", api->result_string, missing) &&
-                  resolve(handle, "cuptiGetVersion", api->version, missing) &&
-                  resolve(handle, "cuptiGetStreamIdEx", api->stream_id, missing);
+// Resolves every function the tracer calls, or names the one missing.
+bool bind_cupti(void* handle, CuptiApi& api, std::string& missing) {
+  const bool ok = resolve(handle, "cuptiActivityEnable", api.enable, missing) &&
+                  resolve(handle, "cuptiActivityDisable", api.disable, missing) &&
+                  resolve(handle, "cuptiActivityRegisterCallbacks", api.register_callbacks, missing) &&
+                  resolve(handle, "cuptiActivityFlushAll", api.flush_all, missing) &&
+                  resolve(handle, "cuptiActivityGetNextRecord", api.next_record, missing) &&
+                  resolve(handle, "cuptiActivityGetNumDroppedRecords", api.dropped_records, missing) &&
+                  resolve(handle, "cuptiGetTimestamp", api.timestamp, missing) &&
+                  resolve(handle, "cuptiGetResultString", api.result_string, missing) &&
+                  resolve(handle, "cuptiGetVersion", api.version, missing) &&
+                  resolve(handle, "cuptiGetStreamIdEx", api.stream_id, missing);
   std::string optional;  // used when the library has it
-  resolve(handle, "cuptiActivityFlushPeriod", api->flush_period, optional);
-  if (!ok) {
-    error = cat(path, " has no ", missing);
-    close_library(handle);  // nothing of it was called
-    return nullptr;
-  }
-  return api;
+  resolve(handle, "cuptiActivityFlushPeriod", api.flush_period, optional);
+  return ok;
 }
 
 }  // namespace
 
 CuptiLibrary load_cupti(const CuptiSearch& search) {
   CuptiLibrary lib;
-  const auto candidates = cupti_candidates(search);
-  if (candidates.empty()) {
-    lib.error = "CUPTI turned off (NT_CUPTI_LIBRARY=none)";
+  auto api = std::make_shared<CuptiApi>();
+  const OpenedLibrary opened =
+      open_first_library("CUPTI", "NT_CUPTI_LIBRARY", search, {cupti_soname(), "libcupti.so"},
+                         [&](void* handle, std::string& missing) { return bind_cupti(handle, *api, missing); });
+  if (!opened.handle) {
+    lib.error = opened.error;
     return lib;
   }
-  std::string last_error;
-  for (const auto& path : candidates) {
-    std::string error;
-    auto api = open_api(path, error);
-    if (!api) {
-      last_error = error;
-      continue;
-    }
-    lib.loaded = true;
-    lib.path = path;
-    lib.api = std::move(api);
-    if (lib.api->version(&lib.version) != CUPTI_SUCCESS) lib.version = 0;
-    return lib;
-  }
-  if (!search.env_library.empty())
-    lib.error = cat("CUPTI not loaded from NT_CUPTI_LIBRARY=", search.env_library, ": ", last_error);
-  else
-    lib.error = cat("CUPTI not found: no ", cupti_soname(), " or libcupti.so next to the executable, in its ../lib, ",
-                    "on the loader's path", search.toolkit_dir.empty() ? "" : " or in " + search.toolkit_dir,
-                    " (set NT_CUPTI_LIBRARY to its file)");
+  api->handle = opened.handle;
+  lib.loaded = true;
+  lib.path = opened.path;
+  lib.api = std::move(api);
+  if (lib.api->version(&lib.version) != CUPTI_SUCCESS) lib.version = 0;
   return lib;
 }
 

@@ -32,6 +32,10 @@ int env_int(std::initializer_list<const char*> names, int fallback) {
   return fallback;
 }
 
+// This process's rank and world as the launcher's environment gives them (before MPI_Init, or without MPI).
+int launcher_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0); }
+int launcher_world() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1); }
+
 }  // namespace
 
 std::unique_ptr<ProcessGroup> single_process_group() { return std::make_unique<SingleProcessGroup>(); }
@@ -137,14 +141,14 @@ void abort(int exit_code) noexcept {
 }
 
 int rank() {
-  if (!initialized()) return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0);
+  if (!initialized()) return launcher_rank();
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
 
 int world() {
-  if (!initialized()) return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1);
+  if (!initialized()) return launcher_world();
   int w = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &w);
   return w;
@@ -172,8 +176,8 @@ bool built() { return false; }
 void init() { no_mpi(); }
 void finalize() noexcept {}
 void abort(int exit_code) noexcept { std::_Exit(exit_code); }
-int rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}, 0); }
-int world() { return env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1); }
+int rank() { return launcher_rank(); }
+int world() { return launcher_world(); }
 void broadcast_host(void*, size_t) { no_mpi(); }
 std::unique_ptr<ProcessGroup> process_group(size_t) { no_mpi(); }
 
