@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/shared_library.h"
+#include "kernels/runtime.h"
 
 #if NT_WITH_NCCL
 #include <nccl.h>
@@ -50,6 +51,7 @@ struct NcclApi {
   decltype(&::ncclCommDestroy) destroy = nullptr;
   decltype(&::ncclCommAbort) abort = nullptr;
   decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclAllGather) all_gather = nullptr;
   decltype(&::ncclBroadcast) broadcast = nullptr;
   decltype(&::ncclGetErrorString) error_string = nullptr;
 };
@@ -74,6 +76,7 @@ NcclLibrary load() {
                resolve(handle, "ncclCommDestroy", a.destroy, missing) &&
                resolve(handle, "ncclCommAbort", a.abort, missing) &&
                resolve(handle, "ncclAllReduce", a.all_reduce, missing) &&
+               resolve(handle, "ncclAllGather", a.all_gather, missing) &&
                resolve(handle, "ncclBroadcast", a.broadcast, missing) &&
                resolve(handle, "ncclGetErrorString", a.error_string, missing);
       },
@@ -101,9 +104,10 @@ void check(ncclResult_t r, const char* what) {
 
 cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
 
-// NCCL launches its own kernel, one per collective: the profiler is told of it as of a launch of the engine's, so
-// that the table has its row (the events and CUPTI timers; the launch-stamps timer would wait for stamps that NCCL's
-// kernel never writes, so it is not told).
+// NCCL launches its own kernel, one per collective on more than one rank: the profiler is told of each as of a launch
+// of the engine's, so that the table has its row and CUPTI's kernel records of the stream match its launches one to
+// one (a collective the profiler was not told of would leave a record too many, and the stream unmatched) (the events
+// and CUPTI timers; the launch-stamps timer would wait for stamps that NCCL's kernel never writes, so it is not told).
 class CollectiveScope {
  public:
   CollectiveScope(const Exec& exec, const char* name, double bytes)
@@ -144,13 +148,26 @@ class NcclGroup final : public ProcessGroup {
     const CollectiveScope scope(exec, "nccl_all_reduce_mean", 2.0 * double(n * sizeof(float)));
     check(api().all_reduce(data, data, n, ncclFloat32, ncclAvg, comm_, stream_of(exec)), "ncclAllReduce");
   }
+  // On one rank a sum, a gather or a broadcast leaves the data as it is: no NCCL call, so no kernel that the profiler
+  // would have to be told of (or not) by NCCL's choice.
   void all_reduce_sum(const Exec& exec, double* data, size_t n) override {
+    if (world_ == 1) return;
+    const CollectiveScope scope(exec, "nccl_all_reduce_sum", 2.0 * double(n * sizeof(double)));
     check(api().all_reduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_of(exec)), "ncclAllReduce");
   }
   void all_reduce_sum(const Exec& exec, int64_t* data, size_t n) override {
+    if (world_ == 1) return;
+    const CollectiveScope scope(exec, "nccl_all_reduce_sum", 2.0 * double(n * sizeof(int64_t)));
     check(api().all_reduce(data, data, n, ncclInt64, ncclSum, comm_, stream_of(exec)), "ncclAllReduce");
   }
+  void all_gather(const Exec& exec, const float* send, float* recv, size_t n) override {
+    if (world_ == 1) return copy_device_to_device(exec, recv, send, n * sizeof(float));
+    const CollectiveScope scope(exec, "nccl_all_gather", double(world_ + 1) * double(n * sizeof(float)));
+    check(api().all_gather(send, recv, n, ncclFloat32, comm_, stream_of(exec)), "ncclAllGather");
+  }
   void broadcast(const Exec& exec, void* data, size_t bytes) override {
+    if (world_ == 1) return;
+    const CollectiveScope scope(exec, "nccl_broadcast", 2.0 * double(bytes));
     check(api().broadcast(data, data, bytes, ncclUint8, 0, comm_, stream_of(exec)), "ncclBroadcast");
   }
 

@@ -5,7 +5,8 @@
 //   all_reduce_mean(grads)      grads[i] = (1/W) · Σ_r grads_r[i], the same bits on every rank
 //   each rank: the same optimizer update on the same weights, so the weights stay identical everywhere
 // Epoch totals (loss sum, correct count) are summed with all_reduce_sum; initial weights and BatchNorm buffers go
-// from rank 0 to all with broadcast.
+// from rank 0 to all with broadcast. Synchronized BatchNorm (--sync-bn) all_gathers each rank's statistics partials
+// in the forward pass and all_reduce_means its gradient sums in the backward (kernels/batchnorm.h).
 //
 // Transports (never a home-made one):
 //   single    one process, W = 1: every collective leaves the data as it is (all_reduce_mean divides by 1)
@@ -40,6 +41,9 @@ class ProcessGroup {
   virtual void all_reduce_mean(const Exec& exec, float* data, size_t n) = 0;
   virtual void all_reduce_sum(const Exec& exec, double* data, size_t n) = 0;
   virtual void all_reduce_sum(const Exec& exec, int64_t* data, size_t n) = 0;
+  // Every rank's n values: recv (world·n values) holds rank r's `send` at recv + r·n, on every rank. send and recv
+  // do not overlap.
+  virtual void all_gather(const Exec& exec, const float* send, float* recv, size_t n) = 0;
   // Rank 0's bytes on every rank.
   virtual void broadcast(const Exec& exec, void* data, size_t bytes) = 0;
 

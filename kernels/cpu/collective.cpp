@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "kernels/collective.h"
 #include "kernels/cpu/op_scope.h"
+#include "kernels/runtime.h"
 
 #if NT_WITH_MPI
 #include <mpi.h>
@@ -22,6 +23,12 @@ class SingleProcessGroup final : public ProcessGroup {
   void all_reduce_mean(const Exec&, float*, size_t) override {}
   void all_reduce_sum(const Exec&, double*, size_t) override {}
   void all_reduce_sum(const Exec&, int64_t*, size_t) override {}
+  void all_gather(const Exec& exec, const float* send, float* recv, size_t n) override {
+    if (exec.on_cuda())
+      copy_device_to_device(exec, recv, send, n * sizeof(float));
+    else
+      std::memcpy(recv, send, n * sizeof(float));
+  }
   void broadcast(const Exec&, void*, size_t) override {}
 };
 
@@ -100,6 +107,11 @@ class MpiGroup final : public ProcessGroup {
   void all_reduce_sum(const Exec&, int64_t* data, size_t n) override {
     std::vector<int64_t> gathered(n * static_cast<size_t>(world_));
     sum_in_rank_order(data, n, gathered.data(), MPI_INT64_T);
+  }
+  void all_gather(const Exec& exec, const float* send, float* recv, size_t n) override {
+    const cpu::OpScope scope(exec, "mpi_all_gather", {.bytes = double(n * sizeof(float)) * (1 + world_)});
+    const int count = checked_count(n);
+    check(MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgather");
   }
   void broadcast(const Exec&, void* data, size_t bytes) override { broadcast_host(data, bytes); }
 
