@@ -25,7 +25,15 @@
 // per-channel statistics that the kernel before already computed (conv2d_forward's epilogue), NCHW only; the GPU
 // then skips its statistics pass and combines them (same Chan combination, their count's order), the CPU computes
 // its own. They must be of this x, written by the training forward just before; f64 takes none (an error).
-// workspace: batchnorm_workspace_floats(backend, shape) elements of the op's element type, per call
+// Synchronized (group, with world W > 1; f32): the training statistics are those of all W ranks' batches together,
+// as PyTorch's SyncBatchNorm. The forward all_gathers each rank's statistics partials (the given ones, or its own
+// statistics pass's; kernels/channel_partials.h), combines them in rank order, and uses count·W as the count (so
+// running_var's unbiased factor is count·W/(count·W - 1)). The backward all_reduce_means the per-channel sums
+// (Σdy', Σdy'·xhat) before it uses them, so that dx = gamma·invstd/count · (count·dy' - S̄1 - xhat·S̄2) with S̄ the
+// ranks' mean of the sums, which is the gradient of the ranks' mean loss, and dgamma = S̄2, dbeta = S̄1 (the same on
+// every rank: the mean of the ranks' own). Every rank must call with the same shape. The collectives run on exec
+// (in the CUDA graph on the GPU).
+// workspace: batchnorm_workspace_floats(backend, shape, ranks) elements of the op's element type, per call
 // (forward_train and backward); may be null when that is 0. It never grows when n shrinks, so the size
 // for the largest batch serves every smaller one. Deterministic: fixed reduction order, no
 // floating-point atomics; no allocation, no synchronization (CUDA-graph capturable).
@@ -50,6 +58,8 @@
 #include "kernels/dispatch.h"
 
 namespace nt::kernels {
+
+class ProcessGroup;  // kernels/collective.h
 
 enum class Layout { nchw, nhwc };
 struct BatchNormShape {
@@ -92,6 +102,7 @@ struct BatchNormArgs {
   T* dbeta = nullptr;                      // (c); null: not computed
   T* workspace = nullptr;                  // batchnorm_workspace_floats / batchnorm_pool_workspace_floats elements
   ChannelPartials given = {};              // forward_train, f32: x's statistics from the kernel before; none: {}
+  ProcessGroup* group = nullptr;           // training, f32: synchronized over these ranks (world > 1); null: local
 };
 
 inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& pool) {
@@ -111,13 +122,14 @@ inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& p
 //   batchnorm_pool_backward       as batchnorm_backward, and reads argmax
 // Each is cpu::op<T> (float, double) and cuda::op (float); the entry below it picks one (kernels/dispatch.h).
 namespace cpu {
+size_t batchnorm_workspace_floats(const BatchNormShape& s, int ranks = 1);
 template <class T>
 void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<T>& a);
 template <class T>
 void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<T>& a);
 template <class T>
 void batchnorm_backward(const Exec& exec, const BatchNormArgs<T>& a);
-size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool);
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool, int ranks = 1);
 template <class T>
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<T>& a);
 template <class T>
@@ -127,19 +139,20 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<T>& a);
 }  // namespace cpu
 
 namespace cuda {
-size_t batchnorm_workspace_floats(const BatchNormShape& s);
+size_t batchnorm_workspace_floats(const BatchNormShape& s, int ranks = 1);
 void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<float>& a);
 void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<float>& a);
 void batchnorm_backward(const Exec& exec, const BatchNormArgs<float>& a);
-size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool);
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool, int ranks = 1);
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<float>& a);
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<float>& a);
 void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& a);
 }  // namespace cuda
 
-// Workspace elements one forward_train or backward call needs on `backend` (none on the CPU).
-inline size_t batchnorm_workspace_floats(Backend backend, const BatchNormShape& s) {
-  return by_backend<nullptr, cuda::batchnorm_workspace_floats>(backend, s);
+// Workspace elements one forward_train or backward call needs on `backend`; ranks > 1: synchronized over that many
+// (none on the CPU unless synchronized).
+inline size_t batchnorm_workspace_floats(Backend backend, const BatchNormShape& s, int ranks = 1) {
+  return by_backend<cpu::batchnorm_workspace_floats, cuda::batchnorm_workspace_floats>(backend, s, ranks);
 }
 template <class T>
 void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {
@@ -154,9 +167,11 @@ void batchnorm_backward(const Exec& exec, const BatchNormArgs<T>& a) {
   dispatch<cpu::batchnorm_backward<T>, cuda::batchnorm_backward>(exec, a);
 }
 
-// Workspace elements one batchnorm_pool_* call needs on `backend`.
-inline size_t batchnorm_pool_workspace_floats(Backend backend, const BatchNormShape& s, const BatchNormPool& pool) {
-  return by_backend<cpu::batchnorm_pool_workspace_floats, cuda::batchnorm_pool_workspace_floats>(backend, s, pool);
+// Workspace elements one batchnorm_pool_* call needs on `backend` (ranks as batchnorm_workspace_floats).
+inline size_t batchnorm_pool_workspace_floats(Backend backend, const BatchNormShape& s, const BatchNormPool& pool,
+                                              int ranks = 1) {
+  return by_backend<cpu::batchnorm_pool_workspace_floats, cuda::batchnorm_pool_workspace_floats>(backend, s, pool,
+                                                                                                 ranks);
 }
 template <class T>
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {

@@ -14,6 +14,11 @@
 //                  dx = gamma·invstd·(dy' - Σdy'/count - (x - mean)·invstd · Σdy'·xhat / count).
 // Everything is written with `=`. ReLU: y = (v < 0 ? 0 : v), a NaN stays NaN; dy' = (y > 0 ? dy : 0).
 // No workspace (batchnorm_workspace_floats is 0): per-channel sums live in locals.
+// Synchronized (kernels/batchnorm.h): the forward's per-channel moments go out as fp32 (mean, M2, count) through the
+// workspace, every rank's come back, and each channel combines them in rank order with Chan's formula in double:
+//   n = na + nb, d = mb - ma, mean = ma + d·nb/n, M2 = M2a + M2b + d²·na·nb/n;
+// the backward's sums go out as fp32 and come back as the ranks' mean. A synchronized call splits into two
+// profiler rows around its collective (batchnorm_stats or batchnorm_backward_reduce, then the op's own).
 // Fused max-pool (batchnorm_pool_*): the two ops in sequence through a full-resolution scratch in the
 // workspace, the reference the GPU's fused kernels are checked against: forward = maxpool2d_forward of the
 // BatchNorm's output; backward = the pooled gradient masked by (y > 0) with relu, scattered to the argmax by
@@ -29,6 +34,7 @@
 #include <type_traits>
 
 #include "kernels/batchnorm.h"
+#include "kernels/collective.h"
 #include "kernels/cpu/op_scope.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/pool.h"
@@ -85,35 +91,58 @@ T relu_of(double v) {
   return t < T(0) ? T(0) : t;
 }
 
+// Synchronized BatchNorm's exchange (kernels/batchnorm.h): the group and the workspace the exchange goes through,
+// laid out as sync_floats says.
+struct Sync {
+  ProcessGroup* group = nullptr;  // null: this process's statistics
+  float* ws = nullptr;
+};
+
+// Forward: this rank's (mean, M2, count) [3][C], then every rank's [W][3][C]; backward: the sums (S1, S2) [2][C].
+size_t sync_floats(const BatchNormShape& s, int ranks) { return ranks > 1 ? size_t(3 * s.c * (ranks + 1)) : 0; }
+
+Sync sync_of(ProcessGroup* group, float* ws) {
+  if (!group || group->world() == 1) return {};
+  NT_CHECK(ws != nullptr, "a synchronized batchnorm needs batchnorm_workspace_floats(shape, ranks) of workspace");
+  return {group, ws};
+}
+
+// Channels c0 + j, j < cn: the two-pass mean and M2 = Σ(x - mean)².
+template <class T>
+void channel_moments(const BatchNormShape& s, const T* x, int64_t c0, int64_t cn, double* mean, double* m2) {
+  const int64_t count = s.n * s.hw;
+  for (int64_t j = 0; j < cn; ++j) mean[j] = 0.0, m2[j] = 0.0;
+  for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) { mean[j] += double(x[idx]); });
+  for (int64_t j = 0; j < cn; ++j) mean[j] /= double(count);
+  for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
+    const double d = double(x[idx]) - mean[j];
+    m2[j] += d * d;
+  });
+}
+
 template <class T>
 void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* gamma,
                         const T* beta, T* y, T* save_mean, T* save_invstd, T* running_mean, T* running_var,
-                        int64_t* num_batches_tracked) {
+                        int64_t* num_batches_tracked, const Sync& sync = {}) {
   const int64_t count = s.n * s.hw;
   if (count == 1)
     throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
                     " hw=", s.hw));
   if (s.c == 0 || count == 0) return;
   const double elems = double(count) * double(s.c);
-  OpScope scope(exec, "batchnorm_forward_train", profile::OpCost{elems * 3 * sizeof(T), elems * 8});
   const double m = h.momentum;
-  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
-    double mean[kGroup] = {}, sq[kGroup] = {}, scale[kGroup], shift[kGroup];
-    for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) { mean[j] += double(x[idx]); });
-    for (int64_t j = 0; j < cn; ++j) mean[j] /= double(count);
-    for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
-      const double d = double(x[idx]) - mean[j];
-      sq[j] += d * d;
-    });
+  // Channels c0 + j from their statistics over `total` values: save_*, running_* and y.
+  auto normalize = [&](int64_t c0, int64_t cn, const double* mean, const double* m2, double total) {
+    double scale[kGroup], shift[kGroup];
     for (int64_t j = 0; j < cn; ++j) {
       const int64_t c = c0 + j;
-      const double var = sq[j] / double(count);
+      const double var = m2[j] / total;
       const double invstd = 1.0 / std::sqrt(var + h.eps);
       save_mean[c] = static_cast<T>(mean[j]);
       save_invstd[c] = static_cast<T>(invstd);
       if (running_mean) running_mean[c] = static_cast<T>((1 - m) * double(running_mean[c]) + m * mean[j]);
       if (running_var)
-        running_var[c] = static_cast<T>((1 - m) * double(running_var[c]) + m * var * double(count) / double(count - 1));
+        running_var[c] = static_cast<T>((1 - m) * double(running_var[c]) + m * var * total / (total - 1));
       scale[j] = invstd * (gamma ? double(gamma[c]) : 1.0);
       shift[j] = beta ? double(beta[c]) : 0.0;
     }
@@ -125,7 +154,46 @@ void forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
       for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
         y[idx] = static_cast<T>((double(x[idx]) - mean[j]) * scale[j] + shift[j]);
       });
-  });
+  };
+  if (!sync.group) {
+    OpScope scope(exec, "batchnorm_forward_train", profile::OpCost{elems * 3 * sizeof(T), elems * 8});
+    for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+      double mean[kGroup], m2[kGroup];
+      channel_moments(s, x, c0, cn, mean, m2);
+      normalize(c0, cn, mean, m2, double(count));
+    });
+  } else {
+    // Each rank's (mean, M2, count) out as fp32, every rank's in, combined in rank order (Chan) in double.
+    const int64_t C = s.c;
+    const int world = sync.group->world();
+    float* local = sync.ws;
+    float* gathered = sync.ws + 3 * C;
+    {
+      OpScope scope(exec, "batchnorm_stats", profile::OpCost{elems * 2 * sizeof(T), elems * 3});
+      for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+        double mean[kGroup], m2[kGroup];
+        channel_moments(s, x, c0, cn, mean, m2);
+        for (int64_t j = 0; j < cn; ++j)
+          local[c0 + j] = float(mean[j]), local[C + c0 + j] = float(m2[j]), local[2 * C + c0 + j] = float(count);
+      });
+    }
+    sync.group->all_gather(exec, local, gathered, size_t(3 * C));
+    OpScope scope(exec, "batchnorm_forward_train", profile::OpCost{elems * 2 * sizeof(T), elems * 5});
+    for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+      double mean[kGroup], m2[kGroup], n[kGroup] = {};
+      for (int64_t j = 0; j < cn; ++j) {
+        mean[j] = 0.0, m2[j] = 0.0;
+        for (int r = 0; r < world; ++r) {
+          const float* theirs = gathered + int64_t(r) * 3 * C;
+          const double nb = theirs[2 * C + c0 + j], total = n[j] + nb, d = double(theirs[c0 + j]) - mean[j];
+          mean[j] += d * nb / total;
+          m2[j] += double(theirs[C + c0 + j]) + d * d * n[j] * nb / total;
+          n[j] = total;
+        }
+      }
+      normalize(c0, cn, mean, m2, double(count) * world);
+    });
+  }
   if (num_batches_tracked) *num_batches_tracked += 1;
 }
 
@@ -157,36 +225,67 @@ void forward_eval_impl(const Exec& exec, const BatchNormShape& s, const BatchNor
 
 template <class T>
 void backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormHyper& h, const T* x, const T* y,
-                   const T* dy, const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta) {
+                   const T* dy, const T* gamma, const T* save_mean, const T* save_invstd, T* dx, T* dgamma, T* dbeta,
+                   const Sync& sync = {}) {
   const int64_t count = s.n * s.hw;
   if (s.c == 0 || count == 0 || (!dx && !dgamma && !dbeta)) return;
   const double elems = double(count) * double(s.c);
   const double passes = (h.relu ? 3 : 2) * (dx ? 2 : 1) + (dx ? 1 : 0);  // tensors read per pass, dx written
-  OpScope scope(exec, "batchnorm_backward", profile::OpCost{elems * passes * sizeof(T), elems * (dx ? 10 : 4)});
   const bool relu = h.relu;
   auto grad = [&](int64_t idx) { return relu ? (y[idx] > T(0) ? double(dy[idx]) : 0.0) : double(dy[idx]); };
-  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
-    double mean[kGroup], invstd[kGroup], sum_dy[kGroup] = {}, sum_dyx[kGroup] = {};
-    for (int64_t j = 0; j < cn; ++j) mean[j] = double(save_mean[c0 + j]), invstd[j] = double(save_invstd[c0 + j]);
+  // Channels c0 + j: Σdy' and Σdy'·(x - mean).
+  auto sums = [&](int64_t c0, int64_t cn, double* sum_dy, double* sum_dyx) {
+    for (int64_t j = 0; j < cn; ++j) sum_dy[j] = 0.0, sum_dyx[j] = 0.0;
     for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
       const double g = grad(idx);
       sum_dy[j] += g;
-      sum_dyx[j] += g * (double(x[idx]) - mean[j]);
+      sum_dyx[j] += g * (double(x[idx]) - double(save_mean[c0 + j]));
     });
-    double k1[kGroup], mdy[kGroup], a[kGroup];
+  };
+  // Channels c0 + j from their sums: dgamma, dbeta and dx.
+  auto gradients = [&](int64_t c0, int64_t cn, const double* sum_dy, const double* sum_dyx) {
+    double mean[kGroup], k1[kGroup], mdy[kGroup], a[kGroup];
     for (int64_t j = 0; j < cn; ++j) {
       const int64_t c = c0 + j;
-      const double sum_dyxhat = sum_dyx[j] * invstd[j];
+      const double invstd = double(save_invstd[c]);
+      const double sum_dyxhat = sum_dyx[j] * invstd;
       if (dgamma) dgamma[c] = static_cast<T>(sum_dyxhat);
       if (dbeta) dbeta[c] = static_cast<T>(sum_dy[j]);
-      k1[j] = (gamma ? double(gamma[c]) : 1.0) * invstd[j];
+      mean[j] = double(save_mean[c]);
+      k1[j] = (gamma ? double(gamma[c]) : 1.0) * invstd;
       mdy[j] = sum_dy[j] / double(count);
-      a[j] = invstd[j] * sum_dyxhat / double(count);
+      a[j] = invstd * sum_dyxhat / double(count);
     }
     if (dx)
       for_each_element(s, c0, cn, [&](int64_t j, int64_t idx) {
         dx[idx] = static_cast<T>(k1[j] * (grad(idx) - mdy[j] - (double(x[idx]) - mean[j]) * a[j]));
       });
+  };
+  if (!sync.group) {
+    OpScope scope(exec, "batchnorm_backward", profile::OpCost{elems * passes * sizeof(T), elems * (dx ? 10 : 4)});
+    for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+      double sum_dy[kGroup], sum_dyx[kGroup];
+      sums(c0, cn, sum_dy, sum_dyx);
+      gradients(c0, cn, sum_dy, sum_dyx);
+    });
+    return;
+  }
+  // The sums out as fp32, the ranks' mean of them back (kernels/batchnorm.h, synchronized).
+  const int64_t C = s.c;
+  {
+    OpScope scope(exec, "batchnorm_backward_reduce", profile::OpCost{elems * (relu ? 3 : 2) * sizeof(T), elems * 4});
+    for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+      double sum_dy[kGroup], sum_dyx[kGroup];
+      sums(c0, cn, sum_dy, sum_dyx);
+      for (int64_t j = 0; j < cn; ++j) sync.ws[c0 + j] = float(sum_dy[j]), sync.ws[C + c0 + j] = float(sum_dyx[j]);
+    });
+  }
+  sync.group->all_reduce_mean(exec, sync.ws, size_t(2 * C));
+  OpScope scope(exec, "batchnorm_backward", profile::OpCost{elems * (passes - (relu ? 3 : 2)) * sizeof(T), elems * 6});
+  for_channel_groups(exec, s, [&](int64_t c0, int64_t cn) {
+    double sum_dy[kGroup], sum_dyx[kGroup];
+    for (int64_t j = 0; j < cn; ++j) sum_dy[j] = sync.ws[c0 + j], sum_dyx[j] = sync.ws[C + c0 + j];
+    gradients(c0, cn, sum_dy, sum_dyx);
   });
 }
 
@@ -198,11 +297,11 @@ template <class T>
 void pool_forward_train_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool,
                              const BatchNormHyper& h, const T* x, const T* gamma, const T* beta, T* y, int32_t* argmax,
                              T* save_mean, T* save_invstd, T* running_mean, T* running_var,
-                             int64_t* num_batches_tracked, T* workspace) {
+                             int64_t* num_batches_tracked, T* workspace, const Sync& sync) {
   check_batchnorm_pool(s, pool);
   NT_CHECK(workspace != nullptr || s.n * s.hw * s.c == 0, "batchnorm_pool_forward_train needs its workspace");
   forward_train_impl(exec, s, h, x, gamma, beta, workspace, save_mean, save_invstd, running_mean, running_var,
-                     num_batches_tracked);
+                     num_batches_tracked, sync);
   cpu::maxpool2d_forward(exec,
                          MaxPool2dArgs<T>{.shape = pool_shape(s, pool), .x = workspace, .y = y, .argmax = argmax});
 }
@@ -221,7 +320,7 @@ void pool_forward_eval_impl(const Exec& exec, const BatchNormShape& s, const Bat
 template <class T>
 void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNormPool& pool, const BatchNormHyper& h,
                         const T* x, const T* y, const T* dy, int32_t* argmax, const T* gamma, const T* save_mean,
-                        const T* save_invstd, T* dx, T* dgamma, T* dbeta, T* workspace) {
+                        const T* save_invstd, T* dx, T* dgamma, T* dbeta, T* workspace, const Sync& sync) {
   check_batchnorm_pool(s, pool);
   const int64_t full = s.n * s.c * s.hw, pooled = s.n * s.c * pool.p() * pool.q();
   if (full == 0) return;
@@ -235,7 +334,23 @@ void pool_backward_impl(const Exec& exec, const BatchNormShape& s, const BatchNo
   BatchNormHyper plain = h;
   plain.relu = false;
   backward_impl(exec, s, plain, x, static_cast<const T*>(nullptr), grad, gamma, save_mean, save_invstd, dx, dgamma,
-                dbeta);
+                dbeta, sync);
+}
+
+// The pooled ops' scratch, then the synchronized exchange's floats.
+int64_t pool_scratch(const BatchNormShape& s, const BatchNormPool& pool) {
+  return s.n * s.c * (s.hw + int64_t(pool.p()) * pool.q());
+}
+
+// The exchange's floats of a synchronized call (f32 only: the exchange is fp32), at ws + offset.
+template <class T>
+Sync sync_for(const char* op, const BatchNormArgs<T>& a, int64_t offset) {
+  if (!a.group || a.group->world() == 1) return {};
+  if constexpr (!std::is_same_v<T, float>) {
+    throw Error(cat(op, ": a synchronized batchnorm is f32"));
+  } else {
+    return sync_of(a.group, a.workspace ? a.workspace + offset : nullptr);
+  }
 }
 
 }  // namespace
@@ -247,7 +362,7 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {
   if constexpr (!std::is_same_v<T, float>)
     NT_CHECK(a.given.chunks == 0, "batchnorm_forward_train: given statistics are f32");
   forward_train_impl(exec, a.shape, a.hyper, a.x, a.gamma, a.beta, a.y, a.save_mean, a.save_invstd, a.running_mean,
-                     a.running_var, a.num_batches_tracked);
+                     a.running_var, a.num_batches_tracked, sync_for("batchnorm_forward_train", a, 0));
 }
 template <class T>
 void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
@@ -257,12 +372,15 @@ void batchnorm_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
 template <class T>
 void batchnorm_backward(const Exec& exec, const BatchNormArgs<T>& a) {
   backward_impl(exec, a.shape, a.hyper, a.x, static_cast<const T*>(a.y), a.dy, a.gamma,
-                static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), a.dx, a.dgamma, a.dbeta);
+                static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), a.dx, a.dgamma, a.dbeta,
+                sync_for("batchnorm_backward", a, 0));
 }
 
-size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool) {
+size_t batchnorm_workspace_floats(const BatchNormShape& s, int ranks) { return sync_floats(s, ranks); }
+
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool, int ranks) {
   check_batchnorm_pool(s, pool);
-  return static_cast<size_t>(s.n * s.c * (s.hw + int64_t(pool.p()) * pool.q()));
+  return static_cast<size_t>(pool_scratch(s, pool)) + sync_floats(s, ranks);
 }
 
 template <class T>
@@ -270,7 +388,8 @@ void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<T>& a) {
   if constexpr (!std::is_same_v<T, float>)
     NT_CHECK(a.given.chunks == 0, "batchnorm_pool_forward_train: given statistics are f32");
   pool_forward_train_impl(exec, a.shape, a.pool, a.hyper, a.x, a.gamma, a.beta, a.y, a.argmax, a.save_mean,
-                          a.save_invstd, a.running_mean, a.running_var, a.num_batches_tracked, a.workspace);
+                          a.save_invstd, a.running_mean, a.running_var, a.num_batches_tracked, a.workspace,
+                          sync_for("batchnorm_pool_forward_train", a, pool_scratch(a.shape, a.pool)));
 }
 template <class T>
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
@@ -281,7 +400,7 @@ template <class T>
 void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<T>& a) {
   pool_backward_impl(exec, a.shape, a.pool, a.hyper, a.x, static_cast<const T*>(a.y), a.dy, a.argmax, a.gamma,
                      static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), a.dx, a.dgamma, a.dbeta,
-                     a.workspace);
+                     a.workspace, sync_for("batchnorm_pool_backward", a, pool_scratch(a.shape, a.pool)));
 }
 
 template void batchnorm_forward_train(const Exec&, const BatchNormArgs<float>&);

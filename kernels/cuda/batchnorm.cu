@@ -54,7 +54,13 @@
 //
 // Workspace (floats): partials 3·P·C (forward: mean, M2, count) or 2·P·C (backward: S1, S2), then
 // per-channel parameters (3·C forward, 4·C backward) for the NHWC apply; sized for the larger:
-// 3·P·C + 4·C with P the shape's chunk count (P_actual <= P for either vector width).
+// 3·P·C + 4·C with P the shape's chunk count (P_actual <= P for either vector width); synchronized, then the
+// exchange's sync_floats (batchnorm_passes.cuh).
+//
+// Synchronized (kernels/batchnorm.h): the forward's partials (its own or given) are combined per channel, gathered
+// from every rank and interleaved (gather_statistics), and the apply (NCHW) or finalize (NHWC) combines the W
+// ranks' statistics as given partials, in rank order, with count·W; the backward all_reduce_means its partial sums
+// [2][C][P] between the reduce and the pass that uses them (every rank has the same plan).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -143,8 +149,7 @@ __global__ void __launch_bounds__(kFinalizeThreads)
   const int64_t c = c0 + threadIdx.x;  // threads < kFinalizeChannels: the channel whose combination s is
   if (threadIdx.x < kFinalizeChannels && c < g.C) {
     const FwdParams f = forward_params(a, s, c, true);
-    float* params = a.ws + params_at(g, 3);
-    params[c] = f.center, params[g.C + c] = f.scale, params[2 * g.C + c] = f.offset;
+    a.params[c] = f.center, a.params[g.C + c] = f.scale, a.params[2 * g.C + c] = f.offset;
   }
 }
 
@@ -189,8 +194,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < V; ++k) {
     const int64_t c = col * V + k;
     if constexpr (kTrain) {
-      const float* params = a.ws + params_at(g, 3);
-      f[k] = {params[c], params[g.C + c], params[2 * g.C + c]};
+      f[k] = {a.params[c], a.params[g.C + c], a.params[2 * g.C + c]};
     } else {
       f[k] = eval_params(a, c);
     }
@@ -392,14 +396,13 @@ void with_vec_relu(bool vec, bool relu, const F& f) {
 
 }  // namespace
 
-size_t batchnorm_workspace_floats(const BatchNormShape& s) {
+size_t batchnorm_workspace_floats(const BatchNormShape& s, int ranks) {
   if (s.c <= 0 || s.n * s.hw <= 0) return 0;
-  return static_cast<size_t>(3 * plan_chunks(s) * s.c + 4 * s.c);
+  return static_cast<size_t>(3 * plan_chunks(s) * s.c + 4 * s.c) + sync_floats(s, ranks);
 }
 
 void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<float>& args) {
   const BatchNormShape& s = args.shape;
-  const ChannelPartials& given = args.given;
   const int64_t count = s.n * s.hw;
   if (count == 1)
     throw Error(cat("batchnorm_forward_train: expected more than 1 value per channel when training, got n=", s.n,
@@ -407,29 +410,37 @@ void batchnorm_forward_train(const Exec& exec, const BatchNormArgs<float>& args)
   if (s.c == 0 || count == 0) return;
   NT_CHECK(args.workspace != nullptr, "batchnorm_forward_train needs batchnorm_workspace_floats() of workspace");
   const Layout layout = effective_layout(s);
-  NT_CHECK(given.chunks == 0 || layout == Layout::nchw, "batchnorm_forward_train: given statistics need NCHW");
+  NT_CHECK(args.given.chunks == 0 || layout == Layout::nchw, "batchnorm_forward_train: given statistics need NCHW");
   const bool vec = (layout == Layout::nchw ? s.hw % 4 == 0 : s.c % 4 == 0) && aligned16(args.x) && aligned16(args.y);
   const Geometry g = make_geometry(s, layout, vec ? 4 : 1);
-  const Geometry parts = given_parts(g, given);
-  const ForwardArgs a = train_args(args, given.chunks > 0 ? given.data : args.workspace);
   const double elems = double(count) * double(s.c);
   const profile::OpCost stats_cost{elems * 4, elems * 3};
   const profile::OpCost apply_cost{elems * 8, elems * 3};
-  const profile::OpCost finalize_cost{double(g.chunks) * double(s.c) * 12, double(g.chunks) * double(s.c) * 10};
+  // The statistics' partials: given, or the statistics pass's in the workspace; synchronized, every rank's.
+  ChannelPartials stats = args.given;
+  if (stats.chunks == 0) {
+    const auto kernel = layout == Layout::nchw ? (vec ? nchw_stats_kernel<4> : nchw_stats_kernel<1>)
+                                               : (vec ? nhwc_stats_kernel<4> : nhwc_stats_kernel<1>);
+    launch(exec, layout == Layout::nchw ? "batchnorm_stats_nchw" : "batchnorm_stats_nhwc", stats_cost, kernel,
+           grid_of(g, layout), dim3(kThreads), 0, g, args.x, args.workspace);
+    stats = {args.workspace, g.chunks};
+  }
+  if (synchronized(args))
+    stats = gather_statistics(exec, *args.group, given_parts(g, stats), stats.data,
+                              args.workspace + batchnorm_workspace_floats(s, 1));
+  const Geometry parts = given_parts(g, stats);
+  ForwardArgs a = train_args(args, stats.data);
+  a.params = args.workspace + params_at(g, 3);
+  const profile::OpCost finalize_cost{double(parts.chunks) * double(s.c) * 12, double(parts.chunks) * double(s.c) * 10};
   with_vec_relu(vec, args.hyper.relu, [&](auto v, auto relu) {
     constexpr int V = decltype(v)::value;
     constexpr bool kRelu = decltype(relu)::value;
     if (layout == Layout::nchw) {
-      if (given.chunks == 0)
-        launch(exec, "batchnorm_stats_nchw", stats_cost, nchw_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0, g,
-               args.x, args.workspace);
       launch(exec, "batchnorm_forward_nchw", apply_cost, nchw_forward_apply_kernel<V, true, kRelu>, grid_of(g, layout),
              dim3(kThreads), 0, g, parts, a);
     } else {
-      launch(exec, "batchnorm_stats_nhwc", stats_cost, nhwc_stats_kernel<V>, grid_of(g, layout), dim3(kThreads), 0, g,
-             args.x, args.workspace);
-      launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(g),
-             dim3(kFinalizeThreads), 0, g, a);
+      launch(exec, "batchnorm_finalize", finalize_cost, finalize_forward_kernel, finalize_grid(parts),
+             dim3(kFinalizeThreads), 0, parts, a);
       launch(exec, "batchnorm_forward_nhwc", apply_cost, nhwc_forward_apply_kernel<V, true, kRelu>, grid_of(g, layout),
              dim3(kThreads), 0, g, a);
     }
@@ -481,6 +492,7 @@ void batchnorm_backward(const Exec& exec, const BatchNormArgs<float>& args) {
     if (layout == Layout::nchw) {
       launch(exec, "batchnorm_backward_reduce_nchw", reduce_cost, nchw_backward_reduce_kernel<V, kRelu>,
              grid_of(g, layout), dim3(kThreads), 0, g, b);
+      if (synchronized(args)) args.group->all_reduce_mean(exec, args.workspace, size_t(2 * g.chunks * s.c));
       if (args.dx)
         launch(exec, "batchnorm_backward_nchw", apply_cost, nchw_backward_apply_kernel<V, kRelu>, grid_of(g, layout),
                dim3(kThreads), 0, g, b);
@@ -489,6 +501,7 @@ void batchnorm_backward(const Exec& exec, const BatchNormArgs<float>& args) {
     } else {
       launch(exec, "batchnorm_backward_reduce_nhwc", reduce_cost, nhwc_backward_reduce_kernel<V, kRelu>,
              grid_of(g, layout), dim3(kThreads), 0, g, b);
+      if (synchronized(args)) args.group->all_reduce_mean(exec, args.workspace, size_t(2 * g.chunks * s.c));
       launch_finalize_backward(exec, finalize_cost, g, b);
       if (args.dx)
         launch(exec, "batchnorm_backward_nhwc", apply_cost, nhwc_backward_apply_kernel<V, kRelu>, grid_of(g, layout),

@@ -73,7 +73,8 @@ struct ForwardArgs {
   const float* gamma = nullptr;  // nullable
   const float* beta = nullptr;   // nullable
   float* y = nullptr;
-  float* ws = nullptr;  // partials [3][C][P], then (NHWC) parameters [3][C]
+  float* ws = nullptr;      // partials [3][C][P] (the statistics pass's, or given)
+  float* params = nullptr;  // NHWC training: the per-channel parameters [3][C] the finalize writes, the apply reads
   float* save_mean = nullptr;
   float* save_invstd = nullptr;
   float* running_mean = nullptr;           // nullable
@@ -105,7 +106,9 @@ struct BwdParams {
   float center, k1, mdy, a;  // dx = k1·(dy' - mdy - (x - center)·a)
 };
 
-__device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) { return fields * int64_t(g.chunks) * g.C; }
+__host__ __device__ __forceinline__ int64_t params_at(const Geometry& g, int fields) {
+  return fields * int64_t(g.chunks) * g.C;
+}
 
 // Partial p of channel c within a field of the partials: [field][c][p], so a warp that combines one channel's
 // partials reads consecutive floats.

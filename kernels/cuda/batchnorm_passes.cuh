@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "kernels/batchnorm.h"
+#include "kernels/channel_partials.h"
+#include "kernels/collective.h"
 #include "kernels/cuda/batchnorm_params.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -350,11 +352,53 @@ void launch_finalize_backward(const Exec& exec, const profile::OpCost& cost, con
          0, g, b);
 }
 
+// ---- synchronized BatchNorm (kernels/batchnorm.h) -----------------------------------------------------
+// The forward's exchange: this rank's partials combined per channel (combine_partials_kernel, as an apply block
+// would combine them), every rank's gathered [W][3][C] (ProcessGroup::all_gather), and interleaved into [3][C][W]
+// (kernels/channel_partials.h), which the apply (NCHW) or the finalize (NHWC) then combines as given partials: rank
+// 0's first, the same order on every rank. Two small launches and an all-gather of 12·C bytes from each rank.
+
+// The exchange's floats after the op's own: this rank's [3][C], the gathered [W][3][C], the interleaved [3][C][W].
+size_t sync_floats(const BatchNormShape& s, int ranks) { return ranks > 1 ? size_t(3 * s.c * (1 + 2 * ranks)) : 0; }
+
+bool synchronized(const BatchNormArgs<float>& a) { return a.group != nullptr && a.group->world() > 1; }
+
+// Warp w of block b combines channel c = b·kWarps + w's partials (laid out as parts) into out[field·C + c].
+__global__ void __launch_bounds__(kThreads) combine_partials_kernel(const Geometry parts, const float* __restrict__ ws,
+                                                                    float* __restrict__ out, StampRing stamps) {
+  begin_dependent_kernel(stamps);
+  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
+  if (c >= parts.C) return;  // a whole warp
+  const int lane = threadIdx.x % kWarpSize;
+  const Stat s = parts.chunks <= kMaxChunksNchw ? warp_combine(chain_forward_partials(parts, ws, c, lane, kWarpSize))
+                                                : shifted_sum_partials(parts, ws, c, lane);
+  if (lane == 0) out[c] = s.mean, out[parts.C + c] = s.m2, out[2 * parts.C + c] = s.n;
+}
+
+// Every rank's statistics of x as partials, one per rank in rank order, from this rank's (laid out as `parts` at
+// `partials`), through sync_ws (sync_floats of workspace).
+ChannelPartials gather_statistics(const Exec& exec, ProcessGroup& group, const Geometry& parts, const float* partials,
+                                  float* sync_ws) {
+  const int64_t C = parts.C;
+  const int world = group.world();
+  float* local = sync_ws;
+  float* gathered = local + 3 * C;
+  float* interleaved = gathered + 3 * C * world;
+  const double combined = double(parts.chunks) * double(C);
+  launch(exec, "batchnorm_combine_partials", {combined * 12 + double(C) * 12, combined * 10}, combine_partials_kernel,
+         dim3(static_cast<unsigned>(div_up<int64_t>(C, kWarps))), dim3(kThreads), 0, parts, partials, local);
+  group.all_gather(exec, local, gathered, size_t(3 * C));
+  cuda::interleave_rank_partials(  // qualified: the dispatching entry of the same name is found too
+      exec, {.gathered = gathered, .out = interleaved, .ranks = world, .fields = 3, .channels = C, .chunks = 1});
+  return {interleaved, world};
+}
+
 // ---- the kernels' arguments -----------------------------------------------------------------------
 
-// A training forward's: the statistics' partials in ws (the workspace, or the given ones).
+// A training forward's: the statistics' partials in ws (the workspace's, given, or every rank's).
 ForwardArgs train_args(const BatchNormArgs<float>& in, float* ws) {
   const int64_t count = in.shape.n * in.shape.hw;
+  const int64_t world = synchronized(in) ? in.group->world() : 1;  // the statistics are over every rank's values
   return {.x = in.x,
           .gamma = in.gamma,
           .beta = in.beta,
@@ -367,8 +411,8 @@ ForwardArgs train_args(const BatchNormArgs<float>& in, float* ws) {
           .num_batches_tracked = in.num_batches_tracked,
           .eps = static_cast<float>(in.hyper.eps),
           .momentum = static_cast<float>(in.hyper.momentum),
-          .count = static_cast<float>(count),
-          .count_m1 = static_cast<float>(count - 1)};
+          .count = static_cast<float>(count * world),
+          .count_m1 = static_cast<float>(count * world - 1)};
 }
 
 // An evaluation's: the running statistics, read only.

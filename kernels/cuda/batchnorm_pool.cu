@@ -16,7 +16,9 @@
 //                  without dx, reduce → finalize.
 // A window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
 // Workspace (floats): the statistics' partials, 3·P·C with P = plan_chunks(s, kMinElemsPerBlockPooled); the
-// backward's 2·P'·C partials (P' <= P chunks of pooled outputs) fit in it.
+// backward's 2·P'·C partials (P' <= P chunks of pooled outputs) fit in it. Synchronized, then the exchange's
+// sync_floats: the forward gathers every rank's statistics and the backward averages its partial sums over the
+// ranks, as the unfused op does (batchnorm.cu).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -283,10 +285,11 @@ void launch_pool_forward(const Exec& exec, const char* name, const profile::OpCo
 
 }  // namespace
 
-size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool) {
+size_t batchnorm_pool_workspace_floats(const BatchNormShape& s, const BatchNormPool& pool, int ranks) {
   check_batchnorm_pool(s, pool);
   if (s.c <= 0 || s.n * s.hw <= 0) return 0;
-  return static_cast<size_t>(3 * plan_chunks(s, kMinElemsPerBlockPooled) * s.c);  // the statistics' partials
+  // The statistics' partials, then a synchronized call's exchange.
+  return static_cast<size_t>(3 * plan_chunks(s, kMinElemsPerBlockPooled) * s.c) + sync_floats(s, ranks);
 }
 
 void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<float>& args) {
@@ -303,15 +306,21 @@ void batchnorm_pool_forward_train(const Exec& exec, const BatchNormArgs<float>& 
   const bool vec = s.hw % 4 == 0 && aligned16(args.x);
   const Geometry g = make_geometry(s, Layout::nchw, vec ? 4 : 1, kMinElemsPerBlockPooled);
   const PoolGeometry pg = make_pool_geometry(s, args.pool);
-  const ForwardArgs a = train_args(args, given.chunks > 0 ? given.data : args.workspace);
   const double elems = double(count) * double(s.c), pooled = double(pg.extent) * double(s.c);
   const profile::OpCost stats_cost{elems * 4, elems * 3};
   const profile::OpCost apply_cost{elems * 4 + pooled * 8, elems * 4};
-  if (given.chunks == 0)
+  // The statistics' partials: given, or the statistics pass's in the workspace; synchronized, every rank's.
+  ChannelPartials stats = given;
+  if (stats.chunks == 0) {
     launch(exec, "batchnorm_stats_nchw", stats_cost, vec ? nchw_stats_kernel<4> : nchw_stats_kernel<1>,
            grid_of(g, Layout::nchw), dim3(kThreads), 0, g, args.x, args.workspace);
-  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, given_parts(g, given), pg, a,
-                            args.hyper.relu, args.argmax);
+    stats = {args.workspace, g.chunks};
+  }
+  if (synchronized(args))
+    stats = gather_statistics(exec, *args.group, given_parts(g, stats), stats.data,
+                              args.workspace + batchnorm_pool_workspace_floats(s, args.pool, 1));
+  launch_pool_forward<true>(exec, "batchnorm_pool_forward_nchw", apply_cost, given_parts(g, stats), pg,
+                            train_args(args, stats.data), args.hyper.relu, args.argmax);
 }
 
 void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<float>& args) {
@@ -349,6 +358,7 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& args)
     constexpr bool kRelu = decltype(relu)::value;
     launch(exec, "batchnorm_pool_backward_reduce_nchw", reduce_cost, nchw_pool_backward_reduce_kernel<kRelu>,
            pool_grid(pg), dim3(kThreads), 0, pg, b, argmax);
+    if (synchronized(args)) args.group->all_reduce_mean(exec, args.workspace, size_t(2 * pg.chunks * s.c));
     if (args.dx)
       launch(exec, "batchnorm_pool_backward_nchw", apply_cost,
              nchw_pool_backward_apply_kernel<kRelu, decltype(window)::value, decltype(pairs_choice)::value>,

@@ -17,6 +17,7 @@
 
 #include "kernels/batchnorm.h"
 #include "kernels/cpu/thread_pool.h"
+#include "support/sync_batchnorm_check.h"
 #include "support/test_support.h"
 
 namespace nt::test {
@@ -533,6 +534,40 @@ TEST_CASE("batchnorm backward without dx computes only the parameter gradients",
                                                                     .dbeta = dbeta.data()});
   REQUIRE(same_bits(dgamma, full.dgamma));
   REQUIRE(same_bits(dbeta, full.dbeta));
+}
+
+// Synchronized BatchNorm (kernels/batchnorm.h, group): two ranks played by one process (tests/support/
+// sync_batchnorm_check.h); rank 0's results are those of one BatchNorm over both ranks' rows.
+TEST_CASE("synchronized batchnorm on two ranks equals one batchnorm over both ranks' rows", "[cpu][batchnorm]") {
+  using kernels::BatchNormPool;
+  const CpuExecs cpu;
+  for (const kernels::Exec* exec : {&cpu.serial, &cpu.pooled}) {
+    check_synchronized_batchnorm(*exec, {5, 3, 63, Layout::nchw}, /*relu=*/false);
+    check_synchronized_batchnorm(*exec, {6, 5, 9, Layout::nhwc}, /*relu=*/true);
+    check_synchronized_batchnorm(*exec, {7, 13, 1, Layout::nchw}, /*relu=*/true);  // BatchNorm1d
+    const BatchNormPool pool{9, 10, 2};
+    check_synchronized_batchnorm(*exec, {3, 4, 90, Layout::nchw}, /*relu=*/true, &pool);
+  }
+}
+
+TEST_CASE("interleave_rank_partials lays every rank's partials out as one rank's", "[cpu][batchnorm]") {
+  const int ranks = 3, fields = 3, chunks = 2;
+  const int64_t C = 5;
+  std::vector<float> gathered(size_t(ranks * fields * C * chunks));
+  for (size_t i = 0; i < gathered.size(); ++i) gathered[i] = float(i);
+  std::vector<float> out(gathered.size(), kPoison);
+  kernels::interleave_rank_partials(kernels::Exec{}, {.gathered = gathered.data(),
+                                                      .out = out.data(),
+                                                      .ranks = ranks,
+                                                      .fields = fields,
+                                                      .channels = C,
+                                                      .chunks = chunks});
+  for (int r = 0; r < ranks; ++r)
+    for (int f = 0; f < fields; ++f)
+      for (int64_t c = 0; c < C; ++c)
+        for (int p = 0; p < chunks; ++p)
+          REQUIRE(out[size_t((f * C + c) * ranks * chunks + r * chunks + p)] ==
+                  gathered[size_t(((r * fields + f) * C + c) * chunks + p)]);
 }
 
 }  // namespace

@@ -23,11 +23,13 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "support/batchnorm_checks.h"
+#include "support/sync_batchnorm_check.h"
 #include "support/test_support.h"
 
 namespace nt::test {
@@ -631,6 +633,47 @@ TEST_CASE("batchnorm on CUDA agrees with PyTorch's BatchNorm2d", "[cuda][batchno
       NT_REQUIRE_CLOSE(to_nchw(y_eval.download()), ref.y_eval, tol);
       REQUIRE(batches.download()[0] == 1);
     }
+  }
+}
+
+// Synchronized BatchNorm (kernels/batchnorm.h, group): two ranks played by one process (tests/support/
+// sync_batchnorm_check.h), on the GPU against one CPU BatchNorm over both ranks' rows: the exchange of combined
+// partials (combine_partials_kernel, all_gather, interleave_rank_partials) and the backward's mean of the sums, on
+// every layout, one chunk and many, and the fused max-pool.
+TEST_CASE("synchronized batchnorm on CUDA, two ranks, equals one batchnorm over both ranks' rows",
+          "[cuda][batchnorm][parallel]") {
+  CudaExec cuda;
+  using kernels::BatchNormPool;
+  check_synchronized_batchnorm(cuda.exec, {5, 3, 63, Layout::nchw}, /*relu=*/false);
+  check_synchronized_batchnorm(cuda.exec, {8, 3, 1600, Layout::nchw}, /*relu=*/true);  // several chunks, float4
+  check_synchronized_batchnorm(cuda.exec, {6, 5, 9, Layout::nhwc}, /*relu=*/true);
+  check_synchronized_batchnorm(cuda.exec, {64, 36, 49, Layout::nhwc}, /*relu=*/false);  // several chunks, float4
+  check_synchronized_batchnorm(cuda.exec, {7, 13, 1, Layout::nchw}, /*relu=*/true);     // BatchNorm1d
+  const BatchNormPool odd{9, 10, 2}, large{28, 28, 2};
+  check_synchronized_batchnorm(cuda.exec, {3, 4, 90, Layout::nchw}, /*relu=*/true, &odd);
+  check_synchronized_batchnorm(cuda.exec, {16, 8, 784, Layout::nchw}, /*relu=*/true, &large);
+}
+
+TEST_CASE("interleave_rank_partials on CUDA matches the CPU twin", "[cuda][batchnorm][parallel]") {
+  CudaExec cuda;
+  for (const auto& [ranks, fields, C, chunks] :
+       {std::tuple{2, 3, int64_t(5), 1}, std::tuple{3, 3, int64_t(37), 7}, std::tuple{4, 2, int64_t(129), 3}}) {
+    INFO("ranks " << ranks << ", fields " << fields << ", channels " << C << ", chunks " << chunks);
+    const size_t n = size_t(ranks) * fields * size_t(C) * chunks;
+    const std::vector<float> gathered = random_floats(n);
+    std::vector<float> want(n, kPoison);
+    kernels::interleave_rank_partials(Exec{}, {.gathered = gathered.data(),
+                                               .out = want.data(),
+                                               .ranks = ranks,
+                                               .fields = fields,
+                                               .channels = C,
+                                               .chunks = chunks});
+    const DeviceBuffer<float> in(cuda.exec, gathered);
+    DeviceBuffer<float> out(cuda.exec, poisoned(n));
+    kernels::interleave_rank_partials(
+        cuda.exec,
+        {.gathered = in.get(), .out = out.get(), .ranks = ranks, .fields = fields, .channels = C, .chunks = chunks});
+    REQUIRE(same_bits(out.download(), want));  // a copy
   }
 }
 
