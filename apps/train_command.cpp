@@ -68,6 +68,7 @@ struct TrainCommand {
   std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
   int gpus = 0;                        // data-parallel over this many GPUs of this machine (0: one process)
   int bucket_kib = 25 << 10;           // data-parallel: the smallest all-reduce started during the backward pass
+  bool sync_bn = false;                // data-parallel: BatchNorm statistics over every rank's batch
 };
 
 void validate_train(const TrainCommand& t) {
@@ -149,6 +150,7 @@ struct RunFlag {
   const char* flag;
   std::string (*get)(const TrainCommand&);
   void (*set)(TrainCommand&, const std::string&);
+  const char* before = nullptr;  // a flag added later: its value in checkpoints written before it existed
 };
 const std::vector<RunFlag>& run_flags() {
   static const std::vector<RunFlag> flags{
@@ -186,6 +188,8 @@ const std::vector<RunFlag>& run_flags() {
        [](TrainCommand& t, const std::string& v) { t.flip = v == "1"; }},
       {"--classes", [](const TrainCommand& t) { return std::to_string(t.workload.classes); },
        [](TrainCommand& t, const std::string& v) { t.workload.classes = std::stoi(v); }},
+      {"--sync-bn", [](const TrainCommand& t) { return std::string(t.sync_bn ? "1" : "0"); },
+       [](TrainCommand& t, const std::string& v) { t.sync_bn = v == "1"; }, "0"},
   };
   return flags;
 }
@@ -213,8 +217,9 @@ struct RunRecord {
 std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd) {
   const auto file = SafetensorsFile::read(t.resume_from);
   const auto& meta = file.metadata();
-  auto field = [&](const std::string& key) -> const std::string& {
+  auto field = [&](const std::string& key, const char* before = nullptr) -> std::string {
     const auto it = meta.find(key);
+    if (it == meta.end() && before) return before;
     if (it == meta.end())
       throw UsageError(cat("--resume: '", t.resume_from, "' is no resumable checkpoint (no '", key,
                            "' in its metadata; --checkpoint-dir writes them)"));
@@ -222,7 +227,7 @@ std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd)
   };
   TrainCommand out = t;
   for (const RunFlag& f : run_flags()) {
-    const std::string& recorded = field(run_key(f));
+    const std::string recorded = field(run_key(f), f.before);
     if (cmd.count(f.flag) == 0) {
       f.set(out, recorded);
     } else if (f.get(t) != recorded && std::string_view(f.flag) != "--epochs") {
@@ -402,7 +407,9 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   Context ctx(rank_context(t.common.context()));
   // --init-from's card gives the model unless --model says otherwise.
   const std::optional<ModelCard> init_card = t.init_from.empty() ? std::nullopt : read_model_card(t.init_from);
-  Workload w = load_workload(t.workload.with_card(init_card ? &*init_card : nullptr), t.batch, t.train_limit);
+  const bool sync_batchnorm = t.sync_bn && place.world > 1;
+  Workload w = load_workload(t.workload.with_card(init_card ? &*init_card : nullptr), t.batch, t.train_limit,
+                             {.sync_batchnorm = sync_batchnorm});
   const auto& split = w.split;
   auto& model = w.model;
   if (!t.order_out.empty()) {
@@ -449,13 +456,17 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   // Every rank joins before the first step; the group carries the gradient block.
   const auto group = join_process_group(ctx, model->params().total());
   if (group)
-    spdlog::info("data-parallel: {}; global batch {} ({} x {})", group->describe(), t.batch * group->world(),
-                 group->world(), t.batch);
+    spdlog::info("data-parallel: {}; global batch {} ({} x {}); BatchNorm statistics {}", group->describe(),
+                 t.batch * group->world(), group->world(), t.batch,
+                 sync_batchnorm ? cat("over all ", group->world(), " ranks' batches (--sync-bn)") : "per rank");
+  else if (t.sync_bn)
+    spdlog::info("--sync-bn: one process, so the BatchNorm statistics are its batch's as without it");
   ProgressLine progress(leader ? parse_progress_mode(t.progress) : ProgressMode::never, t.epochs, stdout,
                         isatty(STDOUT_FILENO) != 0);
   TrainOptions options;
   options.group = group.get();
   options.bucket_bytes = size_t(t.bucket_kib) << 10;
+  options.sync_batchnorm = sync_batchnorm;
   options.fuse_head = !t.common.no_fused_head;
   options.batch = t.batch;
   options.use_graphs = !t.no_graphs && !t.common.debug_sync;
@@ -562,6 +573,10 @@ Command register_train(CLI::App& app) {
                    "stream as soon as the backward pass has made it final (0: one per layer); the rest after the "
                    "backward pass (the default holds the named models whole: one all-reduce)")
       ->capture_default_str();
+  train_cmd->add_flag("--sync-bn", train->sync_bn,
+                      "Data-parallel: every BatchNorm takes its training statistics over all ranks' batches "
+                      "together (PyTorch's SyncBatchNorm), as one process of the global batch would; by default "
+                      "each rank's own batch (as DDP)");
   train_cmd->add_flag("--no-graphs", train->no_graphs,
                       "GPU: launch every kernel eagerly instead of replaying a CUDA graph");
   train_cmd->add_flag(

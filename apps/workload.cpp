@@ -62,7 +62,7 @@ std::string resolve_data_dir(const std::string& data_dir, const std::string& dat
                   "); run scripts/fetch-data ", dataset, " or pass --data DIR"));
 }
 
-Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit) {
+Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit, const layers::BuildOptions& build) {
   Workload w;
   w.data_dir = resolve_data_dir(o.data_dir, o.dataset);
   w.model_given_as = o.model;
@@ -70,7 +70,7 @@ Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit)
   auto& train = w.split.train;
   if (train_limit > 0 && train_limit < train.count) train = data::subset(train, 0, train_limit);
   try {
-    w.model = layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes);
+    w.model = layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes, build);
   } catch (const UsageError&) {
     throw;
   } catch (const Error& e) {  // a spec the data cannot take is the flag's fault as much as a malformed one

@@ -10,6 +10,7 @@
 #include "apps/model_card.h"
 #include "data/dataset.h"
 #include "engine/model.h"
+#include "layers/builder.h"
 
 namespace nt::app {
 
@@ -42,6 +43,7 @@ struct Workload {
 
 // Loads the data set (only the first `train_limit` training examples when > 0) and builds the model;
 // throws UsageError naming --batch when a batch is larger than the training set.
-Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit = 0);
+Workload load_workload(const WorkloadOptions& o, int batch, int64_t train_limit = 0,
+                       const layers::BuildOptions& build = {});
 
 }  // namespace nt::app

@@ -19,6 +19,10 @@
 
 namespace nt {
 
+namespace kernels {
+class ProcessGroup;  // kernels/collective.h
+}
+
 enum class Mode { train, eval };
 
 // What a layer's plan() needs to size its buffers: the compiled batch, where it runs, in what dtype.
@@ -26,6 +30,9 @@ struct PlanInfo {
   int batch = 0;
   Backend backend = Backend::cpu;
   DType dtype = DType::f32;
+  // Synchronized BatchNorm (--sync-bn): the ranks whose batches a BatchNorm's training statistics span (world > 1);
+  // null: this process's batch alone.
+  kernels::ProcessGroup* batch_statistics = nullptr;
 };
 
 struct ParamSpec {

@@ -81,9 +81,10 @@ size_t Model::grads_offset(size_t layer) const {
          dtype_size(params_.dtype());
 }
 
-void Model::compile(const Context& ctx, int batch) {
+void Model::compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics) {
   if (batch <= 0) throw Error(cat("--batch: must be positive, got ", batch));
   batch_ = batch;
+  batch_statistics_ = batch_statistics;
   activations_.assign(shapes_.size(), Tensor{});
   activation_grads_.assign(shapes_.size(), Tensor{});
   ArenaPlan plan;
@@ -94,7 +95,7 @@ void Model::compile(const Context& ctx, int batch) {
     plan.request(&activations_[i], full, params_.dtype());
     if (i > 0) plan.request(&activation_grads_[i], full, params_.dtype());
   }
-  const PlanInfo info{batch, ctx.exec().backend, params_.dtype()};
+  const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics};
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, info, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
   for (size_t i = 1; i < shapes_.size(); ++i) {

@@ -42,8 +42,10 @@ class Model {
   // for a layer without parameters.
   size_t grads_offset(size_t layer) const;
 
-  void compile(const Context& ctx, int batch);
+  // batch_statistics: the ranks a synchronized BatchNorm takes its statistics over (PlanInfo); null: none.
+  void compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics = nullptr);
   int batch() const { return batch_; }
+  kernels::ProcessGroup* batch_statistics() const { return batch_statistics_; }
   const Tensor& input() const { return activations_.front(); }  // (batch, input...)
   const Tensor& output() const { return activations_.back(); }  // (batch, output...)
   const Tensor& output_grad() const { return activation_grads_.back(); }
@@ -72,6 +74,7 @@ class Model {
   ParamStore params_;
   std::vector<size_t> first_param_;  // layer i's parameters: params_.params()[first_param_[i], first_param_[i + 1])
   int batch_ = 0;
+  kernels::ProcessGroup* batch_statistics_ = nullptr;
   Arena arena_;
   std::vector<Tensor> activations_;       // i = 0..L
   std::vector<Tensor> activation_grads_;  // i = 1..L used; 0 stays undefined

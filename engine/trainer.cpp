@@ -36,7 +36,10 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
                     global_batch == options.batch ? "" : cat(" on each of ", options.group->world(), " ranks"),
                     " is larger than the training set (", train.examples(), " examples)"));
   try {  // all the memory of a model and batch size, planned once
-    if (model.batch() != options.batch) model.compile(ctx, options.batch);
+    kernels::ProcessGroup* statistics =
+        options.sync_batchnorm && options.group && options.group->world() > 1 ? options.group : nullptr;
+    if (model.batch() != options.batch || model.batch_statistics() != statistics)
+      model.compile(ctx, options.batch, statistics);
     ArenaPlan plan;
     plan.request(&labels_, Shape{options.batch}, DType::i32);
     plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);

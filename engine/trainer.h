@@ -57,6 +57,10 @@ struct TrainOptions {
   // collectives, which leave every value as it is.
   kernels::ProcessGroup* group = nullptr;
   size_t bucket_bytes = size_t{25} << 20;  // the smallest all-reduce that starts before the backward pass ends
+  // Synchronized BatchNorm: with a group of world > 1, every BatchNorm's training statistics span all ranks' batches
+  // (kernels/batchnorm.h); build the model with layers::BuildOptions::sync_batchnorm (no fused stem). Else each
+  // rank's own batch, as PyTorch's DDP does by default.
+  bool sync_batchnorm = false;
 };
 
 struct EvalResult {

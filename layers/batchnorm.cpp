@@ -1,5 +1,7 @@
 #include "layers/batchnorm.h"
 
+#include "kernels/collective.h"
+
 namespace nt::layers {
 
 namespace {
@@ -92,8 +94,12 @@ void BatchNorm::plan_state(ArenaPlan& plan, const PlanInfo& info, const Shape& i
 void BatchNorm::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   plan_state(plan, info, input);
   const auto s = shape_for(info.batch, input);
-  const size_t floats = pool_ ? kernels::batchnorm_pool_workspace_floats(info.backend, s, pool_for(input))
-                              : kernels::batchnorm_workspace_floats(info.backend, s);
+  group_ = info.batch_statistics;
+  const int ranks = group_ ? group_->world() : 1;
+  if (ranks > 1 && info.dtype != DType::f32)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): a synchronized batchnorm trains in f32"));
+  const size_t floats = pool_ ? kernels::batchnorm_pool_workspace_floats(info.backend, s, pool_for(input), ranks)
+                              : kernels::batchnorm_workspace_floats(info.backend, s, ranks);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
 }
 
@@ -137,6 +143,7 @@ void BatchNorm::forward_typed(const kernels::Exec& exec, const Tensor& x, const 
   require_trainable(a.shape.n * a.shape.hw, x.shape());
   if (given_ && given_->chunks > 0)  // the layer before's statistics of x, where its training forward gave them
     a.given = {given_->partials.data<float>(), given_->chunks};
+  a.group = group_;
   if (pool_) return kernels::batchnorm_pool_forward_train(exec, a);
   kernels::batchnorm_forward_train(exec, a);
 }
@@ -152,6 +159,7 @@ void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const
   a.dx = dx ? dx->data<T>() : nullptr;
   a.dgamma = affine_ ? gamma_->grad.data<T>() : nullptr;
   a.dbeta = affine_ ? beta_->grad.data<T>() : nullptr;
+  a.group = group_;
   if (pool_) return kernels::batchnorm_pool_backward(exec, a);
   kernels::batchnorm_backward(exec, a);
 }

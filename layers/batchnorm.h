@@ -10,6 +10,8 @@
 // eval      the same from the running statistics.
 // backward  dx, dgamma, dbeta of the training forward (written =), through the fused ReLU unless the next
 //           layer already masked dy.
+// sync      planned with PlanInfo::batch_statistics (--sync-bn on several ranks): the training statistics span
+//           every rank's batch, and the backward takes the ranks' mean of its sums (kernels/batchnorm.h).
 // pool      with a fused MaxPool2d(pool, stride pool) after it (BatchNorm2d, NCHW): the output is the pooled
 //           (rows, C, H/pool, W/pool) and the full-resolution one is never written (kernels/batchnorm.h,
 //           batchnorm_pool_*); the module count includes the pool, as it does the ReLU.
@@ -69,6 +71,7 @@ class BatchNorm final : public Layer {
   Tensor save_mean_, save_invstd_, workspace_;
   Tensor argmax_;                             // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
   const ChannelStatistics* given_ = nullptr;  // take_statistics
+  kernels::ProcessGroup* group_ = nullptr;    // synchronized over these ranks (PlanInfo::batch_statistics)
 };
 
 }  // namespace nt::layers

@@ -85,7 +85,8 @@ std::string model_spec(const std::string& name_or_spec, int classes) {
   return spec.substr(0, spec.rfind(':') + 1) + std::to_string(classes);
 }
 
-std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes) {
+std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes,
+                                   const BuildOptions& options) {
   const std::string spec = model_spec(name_or_spec, classes);
   const auto items = split(spec, ',');
   if (spec.empty() || items.empty()) throw Error("--model: empty model spec");
@@ -162,7 +163,7 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   }
   if (shape != Shape{classes})
     throw Error(cat("--model: the model ends in ", shape.str(), " but the data has ", classes, " classes"));
-  const auto fusions = plan_fusions(layers, input_shape);
+  const auto fusions = plan_fusions(layers, input_shape, {.stem = !options.sync_batchnorm});
   const std::string name = named_models().count(name_or_spec) ? name_or_spec : "custom";
   return std::make_unique<Model>(name, input_shape, std::move(layers), describe(fusions));
 }

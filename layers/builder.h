@@ -27,7 +27,14 @@ namespace nt::layers {
 // it is not a known name. Presets take any input shape: convolutions take the data's channels, Linear its sizes.
 std::string model_spec(const std::string& name_or_spec, int classes = 10);
 
+struct BuildOptions {
+  // The BatchNorms will take their training statistics over several ranks (--sync-bn; PlanInfo::batch_statistics):
+  // no fusion that keeps them on the chip (the stem, layers/fusion.h).
+  bool sync_batchnorm = false;
+};
+
 // sample_shape: (channels, rows, cols) of the data. Throws nt::Error naming --model on a bad spec.
-std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes);
+std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape& sample_shape, int classes,
+                                   const BuildOptions& options = {});
 
 }  // namespace nt::layers

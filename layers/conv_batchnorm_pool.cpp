@@ -1,5 +1,7 @@
 #include "layers/conv_batchnorm_pool.h"
 
+#include "kernels/collective.h"
+
 namespace nt::layers {
 
 bool ConvBatchNormPool::fuses(const Conv2d& conv, const BatchNorm& bn, const Shape& input) {
@@ -48,6 +50,9 @@ kernels::ConvBatchNormPoolShape ConvBatchNormPool::shape_for(int64_t rows, const
 }
 
 void ConvBatchNormPool::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
+  if (info.batch_statistics && info.batch_statistics->world() > 1)
+    throw Error(cat("layer ", sequential_index, " (", describe(), "): a fused stem keeps its BatchNorm statistics on ",
+                    "the chip and cannot synchronize them; build the model with BuildOptions::sync_batchnorm"));
   bn_->plan_state(plan, info, conv_->output_shape(input));
   const size_t floats = kernels::conv_batchnorm_pool_workspace_floats(info.backend, shape_for(info.batch, input));
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);

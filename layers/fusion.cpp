@@ -49,10 +49,11 @@ void note_head(const std::vector<std::unique_ptr<Layer>>& layers, std::vector<Fu
 
 }  // namespace
 
-std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input) {
+std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input,
+                                 const FusionChoices& choices) {
   std::vector<Fusion> made;
   if (layers.empty()) return made;
-  fuse_stem(layers, input, made);
+  if (choices.stem) fuse_stem(layers, input, made);
   link_statistics(layers, made);
   mask_relu_gradients(layers, made);
   note_head(layers, made);

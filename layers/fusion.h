@@ -27,8 +27,13 @@ struct Fusion {
   std::string what;  // the layers it joins, by their sequential index and description
 };
 
+struct FusionChoices {
+  bool stem = true;  // false where the BatchNorms synchronize their statistics over ranks, which the stem cannot
+};
+
 // Makes the fusions of `layers` (a model's, in order; `input` its per-sample input shape) and returns them.
-std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input);
+std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, const Shape& input,
+                                 const FusionChoices& choices = {});
 
 // "stem: 0 conv ... + 1 bn ...; relu mask: ..." for a model summary, one line per fusion.
 std::vector<std::string> describe(const std::vector<Fusion>& fusions);

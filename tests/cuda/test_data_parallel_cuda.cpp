@@ -115,6 +115,40 @@ TEST_CASE(
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 1e-5 * std::abs(a[i]));
 }
 
+// --sync-bn on the cnn: every BatchNorm path of the GPU (the convolution epilogue's statistics given to the
+// BatchNorm after it, the fused max-pool, the plain one; the stem is not fused) exchanges its statistics over NCCL
+// inside the epoch's graph. 16 steps, as on the CPU (tests/cpu/test_data_parallel.cpp says why so few).
+TEST_CASE("train --gpus 2 --sync-bn: the cnn of 2 x 32 trains as one GPU of batch 64, the same bits every time",
+          "[cuda][parallel]") {
+  if (!have_nccl() || !have_gpus(2)) return;
+  const TempDir dir;
+  const std::string base = cat(cli_path(), " train --device cuda --data ", mnist_dir(),
+                               " --model cnn --train-limit 1024 --epochs 1 --lr 0.05 --shift 1");
+  const std::string one = dir.file("one.safetensors"), synced = dir.file("synced.safetensors"),
+                    again = dir.file("again.safetensors"), local = dir.file("local.safetensors");
+  REQUIRE(run_command(base + " --batch 64 --save " + one + " --metrics " + one + ".jsonl").exit_code == 0);
+  const auto r = run_command(base + " --gpus 2 --batch 32 --sync-bn --save " + synced + " --metrics " + synced +
+                             ".jsonl --profile");
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("BatchNorm statistics over all 2 ranks' batches (--sync-bn)") != std::string::npos);
+  CHECK(r.out.find("nccl_all_gather") != std::string::npos);  // the exchange has its profiler row
+  // Every NCCL kernel is told to the profiler (the broadcasts and the totals' sums too), so CUPTI's records of the
+  // stream match its launches one to one.
+  CHECK(r.out.find("without a CUPTI record") == std::string::npos);
+  REQUIRE(run_command(base + " --gpus 2 --batch 32 --sync-bn --save " + again).exit_code == 0);
+  CHECK(compare_weights(synced, again).same_bits);
+  REQUIRE(run_command(base + " --gpus 2 --batch 32 --save " + local).exit_code == 0);
+  const WeightsDifference with_sync = compare_weights(one, synced), without = compare_weights(one, local);
+  INFO("--sync-bn: " << with_sync.max_relative << " in " << with_sync.worst << "; per rank: " << without.max_relative
+                     << " in " << without.worst);
+  CHECK(with_sync.max_relative <= 1e-4);
+  CHECK(without.max_relative > 1e-2);
+  const auto a = losses(one + ".jsonl"), b = losses(synced + ".jsonl");
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 1e-5 * std::abs(a[i]));
+}
+
 TEST_CASE("train --gpus 2: a rank killed mid-epoch stops the other, and the launcher says which", "[cuda][parallel]") {
   if (!have_nccl() || !have_gpus(2)) return;
   const TempDir dir;
