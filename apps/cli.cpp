@@ -1,5 +1,7 @@
 #include "apps/cli.h"
 
+#include <chrono>
+
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -13,6 +15,7 @@ namespace nt::app {
 
 namespace {
 std::vector<std::string> g_command_line;
+const std::chrono::steady_clock::time_point g_process_start = std::chrono::steady_clock::now();
 
 const char* active_command(const std::vector<Command>& commands) {
   for (const auto& command : commands)
@@ -27,6 +30,10 @@ int fail(int exit_code, const std::string& message) {
 }  // namespace
 
 const std::vector<std::string>& command_line() { return g_command_line; }
+
+double seconds_since_process_start() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - g_process_start).count();
+}
 
 int run_cli(int argc, char** argv) {
   g_command_line.assign(argv, argv + argc);

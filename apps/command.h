@@ -67,6 +67,10 @@ void require_finite_checkpoint(const Context& ctx, const Model& model, const cha
 // The process's command line as it was given (argv), for the --gpus launcher to start its ranks with.
 const std::vector<std::string>& command_line();
 
+// Seconds since this process started: since its static initialization, which runs before main (the dynamic loader's
+// few milliseconds before it are not counted; bench/time_to_accuracy times the whole process from outside).
+double seconds_since_process_start();
+
 // A registered subcommand: run() is called when the user chose it.
 struct Command {
   CLI::App* app = nullptr;

@@ -69,7 +69,11 @@ struct TrainCommand {
   int gpus = 0;                        // data-parallel over this many GPUs of this machine (0: one process)
   int bucket_kib = 25 << 10;           // data-parallel: the smallest all-reduce started during the backward pass
   bool sync_bn = false;                // data-parallel: BatchNorm statistics over every rank's batch
+  double target_acc = 0;               // stop after the first epoch whose test accuracy reaches this (0: never)
 };
+
+// Exit code of a run that ended without reaching --target-acc (2: usage, 3: diverged).
+constexpr int kTargetNotReached = 4;
 
 void validate_train(const TrainCommand& t) {
   validate_common(t.common);
@@ -125,6 +129,8 @@ void validate_train(const TrainCommand& t) {
   if (t.profile_graphs && (t.no_graphs || t.common.debug_sync))
     throw UsageError(cat("--profile-graphs: profiles the replayed CUDA graphs, and ",
                          t.no_graphs ? "--no-graphs" : "--debug-sync", " turns them off"));
+  if (t.target_acc != 0 && !(t.target_acc > 0 && t.target_acc <= 1))
+    throw UsageError(cat("--target-acc: a test accuracy in (0, 1], got ", t.target_acc));
   if (t.bucket_kib < 0 || t.bucket_kib > 1 << 20)
     throw UsageError(cat("--bucket-kib: must be in [0, 1048576], got ", t.bucket_kib));
   if (t.gpus < 0 || t.gpus > 64) throw UsageError(cat("--gpus: must be in [1, 64], got ", t.gpus));
@@ -308,11 +314,12 @@ class MetricsFile {
     if (path_.empty()) return;
     // JSON has no NaN or infinity: such a loss is written as null, and the line says why.
     const bool nonfinite = !std::isfinite(m.train_loss) || !std::isfinite(m.test_loss);
-    lines_ += cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6),
-                  ", \"train_acc\": ", number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6),
-                  ", \"test_acc\": ", number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3),
-                  ", \"eval_ms\": ", number(m.eval_ms, 3), ", \"samples_per_s\": ", number(m.samples_per_s, 1),
-                  nonfinite ? ", \"nonfinite\": true" : "", "}\n");
+    lines_ +=
+        cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6),
+            ", \"train_acc\": ", number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6),
+            ", \"test_acc\": ", number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3),
+            ", \"eval_ms\": ", number(m.eval_ms, 3), ", \"capture_ms\": ", number(m.capture_ms + m.eval_capture_ms, 3),
+            ", \"samples_per_s\": ", number(m.samples_per_s, 1), nonfinite ? ", \"nonfinite\": true" : "", "}\n");
     write_file_atomically(path_, lines_, "--metrics");
   }
 
@@ -384,6 +391,37 @@ void check_finite(const EpochMetrics& m, const TrainCommand& t, int64_t steps_pe
                           last_good.write(m.epoch), "; try a lower --lr, or --allow-nonfinite to go on"));
 }
 
+// Where the time of a run goes, for --target-acc: wall-clock seconds of each part, since the process started.
+struct RunClock {
+  double startup = 0;   // to the device's context, the flags parsed and checked
+  double data = 0;      // the data sets read and uploaded, the model built
+  double planning = 0;  // parameters, optimizer, the memory plan, the process group; every graph capture
+  double training = 0;  // the epochs' steps (their graph captures not counted)
+  double evaluation = 0;
+  // Adds the seconds since `since` (from seconds_since_process_start()) to `part`, and returns now.
+  static double add(double& part, double since) {
+    const double now = seconds_since_process_start();
+    part += now - since;
+    return now;
+  }
+  void add_epoch(const EpochMetrics& m) {  // each pass's graph capture counts as planning
+    planning += (m.capture_ms + m.eval_capture_ms) / 1e3;
+    training += (m.epoch_ms - m.capture_ms) / 1e3;
+    evaluation += (m.eval_ms - m.eval_capture_ms) / 1e3;
+  }
+};
+
+// "reached 99.02% (target 99.00%) after epoch 2: 1.84 s from the process's start: start-up 0.21, data 0.05, ..."
+void print_target_reached(const EpochMetrics& m, double target, const RunClock& c) {
+  const double total = seconds_since_process_start();
+  const double other = total - c.startup - c.data - c.planning - c.training - c.evaluation;
+  std::printf(
+      "reached %.2f%% test accuracy (target %.2f%%) after epoch %d: %.3f s from the process's start: start-up %.3f, "
+      "data load %.3f, planning and capture %.3f, training %.3f, evaluation %.3f, other %.3f\n",
+      100 * m.test_acc, 100 * target, m.epoch, total, c.startup, c.data, c.planning, c.training, c.evaluation, other);
+  std::fflush(stdout);
+}
+
 void print_epoch(const EpochMetrics& m) {
   std::printf("epoch %3d | train loss %.4f acc %6.2f%% | test loss %.4f acc %6.2f%% | %9.1f ms | %8.0f samples/s\n",
               m.epoch, m.train_loss, 100 * m.train_acc, m.test_loss, 100 * m.test_acc, m.epoch_ms, m.samples_per_s);
@@ -404,12 +442,15 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   if (trained > 0) metrics.resume_after(trained);
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.
+  RunClock clock;
   Context ctx(rank_context(t.common.context()));
+  double mark = clock.startup = seconds_since_process_start();
   // --init-from's card gives the model unless --model says otherwise.
   const std::optional<ModelCard> init_card = t.init_from.empty() ? std::nullopt : read_model_card(t.init_from);
   const bool sync_batchnorm = t.sync_bn && place.world > 1;
   Workload w = load_workload(t.workload.with_card(init_card ? &*init_card : nullptr), t.batch, t.train_limit,
                              {.sync_batchnorm = sync_batchnorm});
+  mark = RunClock::add(clock.data, mark);
   const auto& split = w.split;
   auto& model = w.model;
   if (!t.order_out.empty()) {
@@ -435,11 +476,13 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   const RunRecord run{t, ModelCard::of(w.model_given_as, split.train), place.world};
   if (!t.init_out.empty() && leader) save_safetensors(t.init_out, *model, ctx.exec(), run.at_epoch(0));
 
+  mark = RunClock::add(clock.planning, mark);  // the parameters, initialized or loaded
   data::DeviceBatcher train_data(ctx, split.train, /*shuffle=*/true, t.seed, t.shift, t.flip);
   if (t.shift > 0 || t.flip)
     spdlog::info("augmentation:{}{}", t.flip ? " random left-right flips" : "",
                  t.shift > 0 ? cat(t.flip ? "," : "", " random shifts of up to ", t.shift, " pixels") : "");
   data::DeviceBatcher test_data(ctx, split.test, /*shuffle=*/false, t.seed);
+  mark = RunClock::add(clock.data, mark);  // both sets on the device
   if (!t.order_out.empty() && leader) {
     std::vector<int32_t> orders;
     for (int epoch = 1; epoch <= t.epochs; ++epoch) {
@@ -487,6 +530,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     spdlog::info("resuming after epoch {} of {} from {}", trained, t.epochs, t.resume_from);
   }
   trainer.broadcast_from_rank0(/*parameters=*/true);  // the ranks start from the same weights, rank 0's
+  RunClock::add(clock.planning, mark);                // the optimizer, the process group, the memory plan
   // Profiled epochs run eagerly unless --profile-graphs asks for the replayed graphs to be timed, by launch stamps or
   // CUPTI (docs/profiler.md).
   ProfileSession profiling(
@@ -495,6 +539,8 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
 
   LastGoodWeights last_good(run, ctx, *model, trained);
   const CheckpointDir checkpoints(t, run);
+  int last_epoch = t.epochs;         // the last one trained: --target-acc may stop before --epochs
+  std::optional<EpochMetrics> best;  // with --target-acc: the epoch of the highest test accuracy
   for (int epoch = trained + 1; epoch <= t.epochs; ++epoch) {
     progress.begin_epoch(epoch);
     profiling.resume();
@@ -510,11 +556,27 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     metrics.append(m);
     check_finite(m, t, trainer.steps_per_epoch(), ctx, *model, last_good);
     if (leader) checkpoints.after_epoch(epoch, ctx, *model, state);
+    clock.add_epoch(m);
+    if (!best || m.test_acc > best->test_acc) best = m;
+    if (t.target_acc > 0 && m.test_acc >= t.target_acc) {  // every rank has the same summed accuracy: all stop here
+      if (leader) print_target_reached(m, t.target_acc, clock);
+      last_epoch = epoch;
+      break;
+    }
   }
   profiling.finish();
   if (!t.save_path.empty() && leader) {
-    save_safetensors(t.save_path, *model, ctx.exec(), run.at_epoch(t.epochs));
+    save_safetensors(t.save_path, *model, ctx.exec(), run.at_epoch(last_epoch));
     spdlog::info("saved the trained weights to {}", t.save_path);
+  }
+  if (t.target_acc > 0 && last_epoch == t.epochs && best && best->test_acc < t.target_acc) {
+    if (leader)
+      std::fprintf(stderr,
+                   "nanotrain: --target-acc: %.2f%% test accuracy not reached in %d epoch%s (the best, %.2f%%, after "
+                   "epoch %d); %.3f s from the process's start\n",
+                   100 * t.target_acc, t.epochs, t.epochs == 1 ? "" : "s", 100 * best->test_acc, best->epoch,
+                   seconds_since_process_start());
+    return kTargetNotReached;
   }
   return 0;
 }
@@ -572,6 +634,12 @@ Command register_train(CLI::App& app) {
                    "Data-parallel: all-reduce the gradients in buckets of at least this many KiB, each on a second "
                    "stream as soon as the backward pass has made it final (0: one per layer); the rest after the "
                    "backward pass (the default holds the named models whole: one all-reduce)")
+      ->capture_default_str();
+  train_cmd
+      ->add_option("--target-acc", train->target_acc,
+                   "Stop after the first epoch whose test accuracy reaches this fraction (e.g. 0.99), and print the "
+                   "time from the process's start, split into start-up, data load, planning and capture, training "
+                   "and evaluation; exit code 4 when --epochs end without it")
       ->capture_default_str();
   train_cmd->add_flag("--sync-bn", train->sync_bn,
                       "Data-parallel: every BatchNorm takes its training statistics over all ranks' batches "

@@ -197,8 +197,11 @@ EpochMetrics Trainer::train_epoch(int epoch) {
   train_.begin_epoch(exec, epoch);
   if (options_.lr_factor) optimizer_.set_lr_factor(exec, static_cast<float>(options_.lr_factor(epoch)));
   if (replay_graphs(ctx_, options_)) {
-    if (stale(train_graph_, exec))
+    if (stale(train_graph_, exec)) {
+      const auto c0 = Clock::now();
       train_graph_ = kernels::Graph::capture(exec, [&] { enqueue_train_epoch(/*eager=*/false); });
+      m.capture_ms = ms_since(c0);
+    }
     train_graph_.launch(exec);
     report_progress(0, progress_marks_.size(), /*wait=*/true);
   } else {
@@ -250,8 +253,10 @@ EvalResult Trainer::evaluate_pass(BatchSource& data, std::vector<float>* logits)
     enqueue_eval(data, logits);
   } else if (replay_graphs(ctx_, options_)) {
     if (stale(eval_graph_, exec) || eval_graph_source_ != &data) {
+      const auto c0 = Clock::now();
       eval_graph_ = kernels::Graph::capture(exec, [&] { enqueue_eval(data); });
       eval_graph_source_ = &data;
+      r.capture_ms = ms_since(c0);
     }
     eval_graph_.launch(exec);
   } else {
@@ -273,6 +278,7 @@ EpochMetrics Trainer::run_epoch(int epoch, BatchSource* test) {
     m.test_loss = e.loss;
     m.test_acc = e.accuracy;
     m.eval_ms = e.ms;
+    m.eval_capture_ms = e.capture_ms;
   }
   return m;
 }

@@ -67,6 +67,7 @@ struct EvalResult {
   double loss = 0;      // mean over examples of the per-example loss
   double accuracy = 0;  // in [0, 1]
   double ms = 0;
+  double capture_ms = 0;  // of ms: capturing and instantiating the pass's CUDA graph, when it was (re)captured
 };
 
 struct EpochMetrics {
@@ -77,6 +78,10 @@ struct EpochMetrics {
   double test_acc = 0;
   double epoch_ms = 0;  // training steps only (evaluation excluded), wall clock to completion
   double eval_ms = 0;
+  // Of epoch_ms and of eval_ms: capturing and instantiating the pass's CUDA graph (the first epoch, or after a
+  // profiler came or went); 0 where the graphs were replayed as they were.
+  double capture_ms = 0;
+  double eval_capture_ms = 0;
   double samples_per_s = 0;
 };
 
