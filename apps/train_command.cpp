@@ -639,7 +639,7 @@ Command register_train(CLI::App& app) {
       ->add_option("--target-acc", train->target_acc,
                    "Stop after the first epoch whose test accuracy reaches this fraction (e.g. 0.99), and print the "
                    "time from the process's start, split into start-up, data load, planning and capture, training "
-                   "and evaluation; exit code 4 when --epochs end without it")
+                   "and evaluation; exit code 4 when --epochs end without it (0: train every epoch)")
       ->capture_default_str();
   train_cmd->add_flag("--sync-bn", train->sync_bn,
                       "Data-parallel: every BatchNorm takes its training statistics over all ranks' batches "
