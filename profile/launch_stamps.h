@@ -11,9 +11,11 @@
 //                beside its predecessor (begin_overlapping_kernel), which waits last
 //   exclusive(k) = release(k + 1) - release(k)       span(k) = release(k + 1) - start(k)
 //
-// for kernels k and k + 1 of one replay of a graph. One atomic and one store per kernel, made after the kernel has let
-// its successor launch (griddepcontrol.launch_dependents), so off the stream's chain of waits; CUPTI instruments
-// every block instead (about 0.6 us per kernel in a graph epoch on an H100).
+// for kernels k and k + 1 of one replay of a graph. One atomic per kernel, and two stores: a kernel that waits first
+// takes its slot and stores its start before its wait, while its predecessor still runs, and after the wait only
+// reads the timer and stores the release; one beside its predecessor takes two slots after letting its successor
+// launch (griddepcontrol.launch_dependents). CUPTI instruments every block instead (about 0.6 us per kernel in a graph
+// epoch on an H100).
 //
 // Which slot a kernel takes does not matter: start times are in stream order (kernel k + 1 starts only after kernel
 // k, having read its start, let it launch), and so are the releases of kernels beside their predecessors, so the host

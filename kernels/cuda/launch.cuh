@@ -58,14 +58,24 @@ __device__ __forceinline__ bool stamps_launch(const StampRing& stamps) {
   return stamps.slots != nullptr &&
          (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
 }
-// Writes a stamp into the next slot of the ring (past capacity the slot is counted and lost). The slots' order does
-// not matter (profile/launch_stamps.h sorts them by time), so this comes after the kernel has let its successor launch:
-// the atomic is off the stream's chain of waits.
-__device__ __forceinline__ void write_launch_stamp(const StampRing& stamps, unsigned long long start_ns,
-                                                   unsigned long long release_ns) {
-  const unsigned int slot = atomicAdd(stamps.count, 1u);
-  if (slot < stamps.capacity) stamps.slots[slot] = profile::LaunchStamp{start_ns, release_ns};
-}
+// Where a kernel that runs beside its predecessor writes its closing stamp: the release field of the slot its opening
+// stamp reserved, or nullptr (not stamping, or past capacity). Set by thread 0 of block 0 only, which alone reads it.
+// Why in shared memory, and why the overlapping pair is written in PTX: a closing stamp that reads the ring's fields
+// after the kernel's main loop makes the compiler hold them through it, which changed the register allocation of 31
+// of the 100 GEMM kernels (one spilled); stores the compiler can see in C++ made the gather kernels copy their
+// by-value arrays to local memory. In this form ptxas allocates as in the default build but for 1 GEMM kernel and 2
+// convolution kernels (docs/profiler.md, "Launch stamps").
+static __shared__ unsigned long long* launch_stamp_closing_release;
+// PTX that sets the predicate `first` in thread 0 of block 0 (stamps_launch's thread test, inside an asm block).
+#define NT_PTX_FIRST_THREAD_OF_LAUNCH                          \
+  ".reg .pred first;\n\t.reg .u32 index, part;\n\t"            \
+  "mov.u32 index, %%tid.x;\n\t"                                \
+  "mov.u32 part, %%tid.y;\n\tor.b32 index, index, part;\n\t"   \
+  "mov.u32 part, %%tid.z;\n\tor.b32 index, index, part;\n\t"   \
+  "mov.u32 part, %%ctaid.x;\n\tor.b32 index, index, part;\n\t" \
+  "mov.u32 part, %%ctaid.y;\n\tor.b32 index, index, part;\n\t" \
+  "mov.u32 part, %%ctaid.z;\n\tor.b32 index, index, part;\n\t" \
+  "setp.eq.u32 first, index, 0;\n\t"
 #else
 #define NT_STAMPS_IN_KERNELS 0
 #endif
@@ -74,13 +84,21 @@ __device__ __forceinline__ void write_launch_stamp(const StampRing& stamps, unsi
 // kernel was launched without the programmatic attribute.
 __device__ __forceinline__ void begin_dependent_kernel([[maybe_unused]] const StampRing& stamps) {
 #if NT_STAMPS_IN_KERNELS
-  const bool stamping = stamps_launch(stamps);
-  unsigned long long start_ns = 0, release_ns = 0;
-  if (stamping) start_ns = global_timer_ns();
+  // Stamping, thread 0 of block 0 takes its slot and writes its start before the wait, while the predecessor still
+  // runs; after the wait only the release's timer read and store remain. Of the forms measured, this one cost the
+  // least with profiling off (docs/profiler.md, "Launch stamps").
+  profile::LaunchStamp* stamp = nullptr;
+  if (stamps_launch(stamps)) {
+    const unsigned long long start_ns = global_timer_ns();
+    const unsigned int slot = atomicAdd(stamps.count, 1u);
+    if (slot < stamps.capacity) {
+      stamp = stamps.slots + slot;
+      stamp->start_ns = start_ns;
+    }
+  }
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (stamping) release_ns = global_timer_ns();
+  if (stamp != nullptr) stamp->release_ns = global_timer_ns();
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (stamping) write_launch_stamp(stamps, start_ns, release_ns);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -101,11 +119,34 @@ __device__ __forceinline__ void begin_dependent_kernel([[maybe_unused]] const St
 // predecessor's end.
 __device__ __forceinline__ void begin_overlapping_kernel([[maybe_unused]] const StampRing& stamps) {
 #if NT_STAMPS_IN_KERNELS
-  const bool stamping = stamps_launch(stamps);
-  unsigned long long start_ns = 0;
-  if (stamping) start_ns = global_timer_ns();
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  if (stamping) write_launch_stamp(stamps, start_ns, 0);
+  // Thread 0 of block 0, given a ring: reads the timer, lets the successor launch, takes two slots with one atomic,
+  // writes {start, 0} into the first and zeroes the second's start (the host reads it as {0, release}), and leaves
+  // the second's release field for end_overlapping_kernel. Every other thread only lets the successor launch.
+  const auto closing = static_cast<unsigned int>(__cvta_generic_to_shared(&launch_stamp_closing_release));
+  asm volatile(
+      "{\n\t"
+      ".reg .pred stamping, open_fits, close_fits;\n\t"
+      ".reg .u32 slot, next_slot;\n\t"
+      ".reg .u64 start, zero, offset, open_slot, close_release;\n\t" NT_PTX_FIRST_THREAD_OF_LAUNCH
+      "setp.ne.and.u64 stamping, %0, 0, first;\n\t"
+      "@stamping mov.u64 start, %%globaltimer;\n\t"
+      "griddepcontrol.launch_dependents;\n\t"
+      "mov.u64 zero, 0;\n\t"
+      "mov.u64 close_release, 0;\n\t"
+      "@stamping atom.global.add.u32 slot, [%1], 2;\n\t"
+      "setp.lt.and.u32 open_fits, slot, %2, stamping;\n\t"
+      "add.u32 next_slot, slot, 1;\n\t"
+      "setp.lt.and.u32 close_fits, next_slot, %2, stamping;\n\t"
+      "mul.wide.u32 offset, slot, 16;\n\t"
+      "add.u64 open_slot, %0, offset;\n\t"
+      "@open_fits st.global.u64 [open_slot], start;\n\t"
+      "@open_fits st.global.u64 [open_slot+8], zero;\n\t"
+      "@close_fits st.global.u64 [open_slot+16], zero;\n\t"
+      "@close_fits add.u64 close_release, open_slot, 24;\n\t"
+      "@first st.shared.u64 [%3], close_release;\n\t"
+      "}" ::"l"(stamps.slots),
+      "l"(stamps.count), "r"(stamps.capacity), "r"(closing)
+      : "memory");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
@@ -115,7 +156,19 @@ __device__ __forceinline__ void end_overlapping_kernel([[maybe_unused]] const St
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #if NT_STAMPS_IN_KERNELS
-  if (stamps_launch(stamps)) write_launch_stamp(stamps, 0, global_timer_ns());
+  // Thread 0 of block 0 writes the time its wait returned (the predecessor's end) where its opening stamp said. The
+  // shared pointer's address is the only operand: nothing of the ring is held through the kernel.
+  const auto closing = static_cast<unsigned int>(__cvta_generic_to_shared(&launch_stamp_closing_release));
+  asm volatile(
+      "{\n\t"
+      ".reg .pred stamping;\n\t"
+      ".reg .u64 release, close_release;\n\t" NT_PTX_FIRST_THREAD_OF_LAUNCH
+      "@first ld.shared.u64 close_release, [%0];\n\t"
+      "setp.ne.and.u64 stamping, close_release, 0, first;\n\t"
+      "@stamping mov.u64 release, %%globaltimer;\n\t"
+      "@stamping st.global.u64 [close_release], release;\n\t"
+      "}" ::"r"(closing)
+      : "memory");
 #endif
 }
 // The first and last statements of a kernel that is either, as its launch says (overlaps_previous): every thread
