@@ -44,6 +44,7 @@ struct TrainCommand {
   int batch = 64;
   OptimizerConfig optimizer;  // --optimizer, --lr, --momentum, --weight-decay, --beta1, --beta2, --eps
   std::string lr_schedule = "constant";
+  double warmup = std::numeric_limits<double>::quiet_NaN();  // --warmup; NaN: the schedule's (warmup_fraction)
   uint64_t seed = 1;
   std::string metrics_path;
   int64_t train_limit = 0;
@@ -75,8 +76,23 @@ struct TrainCommand {
 // Exit code of a run that ended without reaching --target-acc (2: usage, 3: diverged).
 constexpr int kTargetNotReached = 4;
 
+// The per-step schedules (kernels/lr_schedule.h); "constant" and "cosine" (per epoch) set the factor between epochs.
+bool per_step_schedule(const TrainCommand& t) {
+  return t.lr_schedule == "warmup-cosine" || t.lr_schedule == "one-cycle";
+}
+// --warmup as the run uses it: given, else PyTorch's OneCycleLR pct_start for one-cycle, a tenth of the run for
+// warmup-cosine, 0 (none) for the per-epoch schedules.
+double warmup_fraction(const TrainCommand& t) {
+  if (!std::isnan(t.warmup)) return t.warmup;
+  return t.lr_schedule == "one-cycle" ? 0.3 : t.lr_schedule == "warmup-cosine" ? 0.1 : 0.0;
+}
+
 void validate_train(const TrainCommand& t) {
   validate_common(t.common);
+  if (!std::isnan(t.warmup) && !(t.warmup >= 0 && t.warmup < 1))
+    throw UsageError(cat("--warmup: must be in [0, 1), got ", t.warmup));
+  if (t.warmup > 0 && !per_step_schedule(t))
+    throw UsageError(cat("--warmup: applies to --lr-schedule warmup-cosine or one-cycle, not ", t.lr_schedule));
   if (t.epochs < 1 || t.epochs > 100000) throw UsageError(cat("--epochs: must be in [1, 100000], got ", t.epochs));
   if (t.batch < 1 || t.batch > 1 << 20) throw UsageError(cat("--batch: must be in [1, 1048576], got ", t.batch));
   const OptimizerConfig& o = t.optimizer;
@@ -184,6 +200,8 @@ const std::vector<RunFlag>& run_flags() {
        [](TrainCommand& t, const std::string& v) { t.optimizer.eps = std::stod(v); }},
       {"--lr-schedule", [](const TrainCommand& t) { return t.lr_schedule; },
        [](TrainCommand& t, const std::string& v) { t.lr_schedule = v; }},
+      {"--warmup", [](const TrainCommand& t) { return exact(warmup_fraction(t)); },
+       [](TrainCommand& t, const std::string& v) { t.warmup = std::stod(v); }, "0"},
       {"--seed", [](const TrainCommand& t) { return std::to_string(t.seed); },
        [](TrainCommand& t, const std::string& v) { t.seed = std::stoull(v); }},
       {"--shift", [](const TrainCommand& t) { return std::to_string(t.shift); },
@@ -248,9 +266,9 @@ std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd)
   if (recorded_world != rank_place().world)
     throw UsageError(cat("--resume: '", t.resume_from, "' was trained on ", recorded_world, " rank(s), this run has ",
                          rank_place().world, " (each global batch is split over the ranks: give the same number)"));
-  if (out.lr_schedule == "cosine" && out.epochs != std::stoi(field("run.epochs")))
-    throw UsageError(cat("--epochs: the cosine schedule of '", t.resume_from, "' spans ", field("run.epochs"),
-                         " epochs; a resumed run must keep them"));
+  if (out.lr_schedule != "constant" && out.epochs != std::stoi(field("run.epochs")))
+    throw UsageError(cat("--epochs: the ", out.lr_schedule, " schedule of '", t.resume_from, "' spans ",
+                         field("run.epochs"), " epochs; a resumed run must keep them"));
   if (out.epochs <= trained)
     throw UsageError(cat("--epochs: '", t.resume_from, "' has trained ", trained, " epochs already; ask for more"));
   return {out, trained};
@@ -493,8 +511,9 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   }
   layers::SoftmaxCrossEntropy loss;
   auto optimizer = make_optimizer(ctx.exec(), model->params(), t.optimizer);
-  spdlog::info("{}, {} lr, batch {}, {} epochs, seed {}", optimizer->describe(), t.lr_schedule, t.batch, t.epochs,
-               t.seed);
+  spdlog::info("{}, {} lr{}, batch {}, {} epochs, seed {}", optimizer->describe(), t.lr_schedule,
+               per_step_schedule(t) ? cat(" (per step, warm-up ", warmup_fraction(t), " of the steps)") : "", t.batch,
+               t.epochs, t.seed);
 
   // Every rank joins before the first step; the group carries the gradient block.
   const auto group = join_process_group(ctx, model->params().total());
@@ -522,6 +541,11 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
     };
   }
   Trainer trainer(ctx, *model, loss, *optimizer, train_data, options);
+  if (per_step_schedule(t))
+    optimizer->schedule_per_step({.kind = t.lr_schedule == "one-cycle" ? kernels::LrScheduleKind::one_cycle
+                                                                       : kernels::LrScheduleKind::warmup_cosine,
+                                  .total_steps = int64_t(t.epochs) * trainer.steps_per_epoch(),
+                                  .warmup = warmup_fraction(t)});
   StateTensors state = optimizer->state();  // what a resumable checkpoint holds beside the model
   for (auto& s : model->run_state()) state.push_back(std::move(s));
   if (trained > 0) {
@@ -601,9 +625,14 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--weight-decay", o.weight_decay, "Weight decay (L2 for sgd and adam, decoupled for adamw)")
       ->capture_default_str();
   train_cmd
-      ->add_option("--lr-schedule", train->lr_schedule, "constant, or cosine (annealed per epoch to ~0 at the end)")
-      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->add_option("--lr-schedule", train->lr_schedule,
+                   "constant; cosine (annealed per epoch to ~0 at the end); per step: warmup-cosine (--warmup of the "
+                   "steps rising linearly, then cosine to 0) or one-cycle (PyTorch's OneCycleLR, the rate only)")
+      ->check(CLI::IsMember({"constant", "cosine", "warmup-cosine", "one-cycle"}))
       ->capture_default_str();
+  train_cmd->add_option("--warmup", train->warmup,
+                        "Fraction of the run's steps over which a per-step schedule rises, in [0, 1) (default: 0.3 "
+                        "for one-cycle, as PyTorch's pct_start; 0.1 for warmup-cosine)");
   train_cmd->add_option("--beta1", o.beta1, "Adam's first-moment decay")->capture_default_str();
   train_cmd->add_option("--beta2", o.beta2, "Adam's second-moment decay")->capture_default_str();
   train_cmd->add_option("--eps", o.eps, "Adam's denominator epsilon")->capture_default_str();

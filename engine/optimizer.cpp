@@ -9,6 +9,24 @@ void Optimizer::set_lr_factor(const kernels::Exec& exec, float factor) const {
   lr_factor_.copy_from_host(exec, &factor, sizeof factor);
 }
 
+void Optimizer::schedule_per_step(const kernels::LrSchedule& schedule) {
+  if (schedule.total_steps < 1)
+    throw Error(cat("a per-step schedule needs at least 1 step, got ", schedule.total_steps));
+  if (!(schedule.warmup >= 0 && schedule.warmup < 1))
+    throw Error(cat("--warmup: must be in [0, 1), got ", schedule.warmup));
+  schedule_ = schedule;
+}
+
+void Optimizer::begin_step(const kernels::Exec& exec) const {
+  if (schedule_)
+    kernels::lr_schedule_step(
+        exec, {.schedule = *schedule_, .step = schedule_step_.data<int64_t>(), .factor = lr_factor_.f32()});
+}
+
+void Optimizer::add_schedule_state(std::vector<std::pair<std::string, Tensor>>& out) const {
+  if (schedule_) out.emplace_back("optimizer.lr_schedule_step", schedule_step_);
+}
+
 Sgd::Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper& hyper)
     : params_(params), hyper_(hyper) {
   if (!(std::isfinite(hyper.lr) && hyper.lr > 0)) throw Error(cat("--lr: must be a positive number, got ", hyper.lr));
@@ -19,12 +37,14 @@ Sgd::Sgd(const kernels::Exec& exec, ParamStore& params, const kernels::SgdHyper&
   ArenaPlan plan;
   if (hyper.momentum != 0) plan.request(&velocity_, Shape{static_cast<int64_t>(params.total())}, params.dtype());
   plan.request(&lr_factor_, Shape{1}, DType::f32);
+  plan.request(&schedule_step_, Shape{1}, DType::i64);
   state_arena_ = plan.commit(exec);
   set_lr_factor(exec, 1.f);
   hyper_.lr_scale = lr_factor_.f32();
 }
 
 void Sgd::step(const kernels::Exec& exec) {
+  begin_step(exec);
   kernels::sgd_update(exec, {.n = params_.total(),
                              .params = params_.values().f32(),
                              .grads = params_.grads().f32(),
@@ -51,12 +71,14 @@ Adam::Adam(const kernels::Exec& exec, ParamStore& params, const kernels::AdamHyp
   plan.request(&v_, block, DType::f32);
   plan.request(&steps_, Shape{2}, DType::i64);
   plan.request(&lr_factor_, Shape{1}, DType::f32);
+  plan.request(&schedule_step_, Shape{1}, DType::i64);
   state_arena_ = plan.commit(exec);
   set_lr_factor(exec, 1.f);
   hyper_.lr_scale = lr_factor_.f32();
 }
 
 void Adam::step(const kernels::Exec& exec) {
+  begin_step(exec);
   kernels::adam_update(exec, {.n = params_.total(),
                               .params = params_.values().f32(),
                               .grads = params_.grads().f32(),
@@ -89,6 +111,7 @@ void add_views(std::vector<std::pair<std::string, Tensor>>& out, const ParamStor
 std::vector<std::pair<std::string, Tensor>> Sgd::state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (velocity_.defined()) add_views(out, params_, velocity_, "momentum_buffer");
+  add_schedule_state(out);
   return out;
 }
 
@@ -97,6 +120,7 @@ std::vector<std::pair<std::string, Tensor>> Adam::state() const {
   add_views(out, params_, m_, "exp_avg");
   add_views(out, params_, v_, "exp_avg_sq");
   out.emplace_back("optimizer.step", steps_);
+  add_schedule_state(out);
   return out;
 }
 

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/params.h"
+#include "kernels/lr_schedule.h"
 #include "kernels/optim.h"
 
 namespace nt {
@@ -22,10 +24,19 @@ class Optimizer {
   // model's order) "optimizer.state.i.momentum_buffer" (SGD with momentum), "optimizer.state.i.exp_avg" and
   // "exp_avg_sq" (Adam); Adam's step counter, one for all parameters, is "optimizer.step" (i64 {t, done}). Views of
   // the live state: resumable checkpoints read and write through them.
+  // With a per-step schedule (kernels/lr_schedule.h), "optimizer.lr_schedule_step" (i64, the steps taken) too.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
+  // From the next step on, each step first sets the lr factor for itself from the schedule and a device-resident
+  // count of the steps taken (0 now, or as a resumed checkpoint's state sets it), replacing set_lr_factor's value.
+  // Call it before state(): the count is state.
+  void schedule_per_step(const kernels::LrSchedule& schedule);
 
  protected:
-  Tensor lr_factor_;  // (1) f32, 1 until set; requested by each optimizer with its state
+  void begin_step(const kernels::Exec& exec) const;  // each step() calls it first: the per-step schedule
+  void add_schedule_state(std::vector<std::pair<std::string, Tensor>>& out) const;
+  Tensor lr_factor_;      // (1) f32, 1 until set; requested by each optimizer with its state
+  Tensor schedule_step_;  // (1) i64, 0 at first; requested likewise
+  std::optional<kernels::LrSchedule> schedule_;
 };
 
 // Adam and AdamW (decoupled weight decay), PyTorch's semantics (kernels/optim.h). The step count t of

@@ -210,11 +210,14 @@ void check_resume_is_exact(const std::string& device) {
     const char* name;
     std::string flags;
   };
-  const Recipe recipes[] = {{"sgd-momentum", " --model mlp --lr 0.05 --momentum 0.9"},
-                            // A small convolution, BatchNorm (running statistics) and dropout (its draw counter).
-                            {"adam-cosine-shift",
-                             " --model conv:4:3,bn,relu,maxpool:2,flatten,dropout:0.2,linear:10"
-                             " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"}};
+  const Recipe recipes[] = {
+      {"sgd-momentum", " --model mlp --lr 0.05 --momentum 0.9"},
+      // A small convolution, BatchNorm (running statistics) and dropout (its draw counter).
+      {"adam-cosine-shift",
+       " --model conv:4:3,bn,relu,maxpool:2,flatten,dropout:0.2,linear:10"
+       " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"},
+      // A per-step schedule: its step count is optimizer state, restored with the rest.
+      {"sgd-one-cycle", " --model mlp --lr 0.1 --momentum 0.9 --lr-schedule one-cycle --warmup 0.4"}};
   for (const auto& r : recipes) {
     INFO(r.name);
     const std::string whole = dir.file(cat(r.name, "-whole.safetensors")),
