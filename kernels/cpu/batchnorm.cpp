@@ -101,12 +101,6 @@ struct Sync {
 // Forward: this rank's (mean, M2, count) [3][C], then every rank's [W][3][C]; backward: the sums (S1, S2) [2][C].
 size_t sync_floats(const BatchNormShape& s, int ranks) { return ranks > 1 ? size_t(3 * s.c * (ranks + 1)) : 0; }
 
-Sync sync_of(ProcessGroup* group, float* ws) {
-  if (!group || group->world() == 1) return {};
-  NT_CHECK(ws != nullptr, "a synchronized batchnorm needs batchnorm_workspace_floats(shape, ranks) of workspace");
-  return {group, ws};
-}
-
 // Channels c0 + j, j < cn: the two-pass mean and M2 = Σ(x - mean)².
 template <class T>
 void channel_moments(const BatchNormShape& s, const T* x, int64_t c0, int64_t cn, double* mean, double* m2) {
@@ -349,7 +343,8 @@ Sync sync_for(const char* op, const BatchNormArgs<T>& a, int64_t offset) {
   if constexpr (!std::is_same_v<T, float>) {
     throw Error(cat(op, ": a synchronized batchnorm is f32"));
   } else {
-    return sync_of(a.group, a.workspace ? a.workspace + offset : nullptr);
+    NT_CHECK(a.workspace != nullptr, op, ": synchronized, it needs batchnorm_workspace_floats(shape, ranks)");
+    return {a.group, a.workspace + offset};
   }
 }
 
