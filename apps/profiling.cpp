@@ -57,7 +57,7 @@ ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefi
   if (!enabled) return;
   profile::TimingScene scene;
   scene.on_cuda = ctx.on_cuda();
-  scene.sample_every = sample_every;
+  scene.sample_every = std::max(sample_every, 1);
   scene.graphs = graphs;
   scene.stamps_possible = ctx.on_cuda() && profile::launch_stamps_available() && ctx.exec().programmatic_launch &&
                           ctx.device_info().has_programmatic_launch();
@@ -81,6 +81,13 @@ ProfileSession::ProfileSession(Context& ctx, bool enabled, std::string out_prefi
   if (hold) o.hold = kernels::profile_hold_fn(ctx.exec());  // used by the events timer only
   o.device = ctx.describe();
   o.graphs = graphs;
+  if (sample_every == 0)  // the default: every step, but a sample of the steps of graphs timed by launch stamps
+    sample_every = o.timing == profile::Timing::stamps ? profile::kLaunchStampsSampleEvery : 1;
+  if (sample_every > 1 && graphs && o.timing != profile::Timing::stamps)
+    throw UsageError(
+        cat("--profile-every: the steps of replayed graphs (--profile-graphs) are sampled by launch "
+            "stamps only (a profiling build on sm_90 code); ",
+            ctx.on_cuda() ? "CUPTI times every kernel of a replay" : "the CPU has no graphs"));
   o.sample_every = sample_every;
   o.ceilings = ceilings_for(ctx);
   profiler_ = std::make_unique<profile::KernelProfiler>(std::move(o));

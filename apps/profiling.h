@@ -39,7 +39,9 @@ class ProfileSession {
   // timer: --profile-timer. An explicit cupti that cannot load throws nt::Error here.
   // graphs: time the kernels of replayed CUDA graphs (launch stamps or CUPTI; --profile-graphs), else run eagerly.
   // An explicit stamps timer where stamps cannot time (no graphs, no programmatic launch) throws UsageError.
-  // sample_every: time one step in N (--profile-every; profile/kernel_profiler.h, Sampling).
+  // sample_every: time one step in N (--profile-every; profile/kernel_profiler.h, Sampling); 0: every step, but
+  // kLaunchStampsSampleEvery for replayed graphs timed by launch stamps. Sampled graphs need launch stamps
+  // (UsageError).
   ProfileSession(Context& ctx, bool enabled, std::string out_prefix, bool hold = true,
                  profile::TimerChoice timer = profile::TimerChoice::automatic, bool graphs = false,
                  int sample_every = 1);

@@ -30,6 +30,7 @@
 #include "engine/trainer.h"
 #include "layers/builder.h"
 #include "layers/softmax_xent.h"
+#include "profile/launch_stamps.h"
 
 namespace nt::app {
 
@@ -65,7 +66,7 @@ struct TrainCommand {
   std::string profile_out;             // also write PREFIX.csv, .json, .trace.json (implies profile)
   std::string profile_timer = "auto";  // GPU kernel timer: auto, cupti, events
   bool profile_graphs = false;         // profile the replayed graphs instead of eager launches
-  int profile_every = 1;               // time one step in N (implies profile)
+  std::optional<int> profile_every;    // time one step in N (implies profile); none: the timer's default
   std::string progress = "auto";       // the progress line: auto (a terminal, long epochs), always, never
   int gpus = 0;                        // data-parallel over this many GPUs of this machine (0: one process)
   int bucket_kib = 25 << 10;           // data-parallel: the smallest all-reduce started during the backward pass
@@ -138,10 +139,9 @@ void validate_train(const TrainCommand& t) {
                  {"--profile-out", t.profile_out.empty() ? "" : t.profile_out + ".csv",
                   t.profile_out + ".csv, .json and .trace.json"}});
   if (!t.checkpoint_dir.empty()) check_output_folder("--checkpoint-dir", t.checkpoint_dir);
-  parse_profile_timer(t.profile_timer);
   parse_progress_mode(t.progress);
-  if (t.profile_every < 1 || t.profile_every > 1'000'000)
-    throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", t.profile_every));
+  if (t.profile_every && (*t.profile_every < 1 || *t.profile_every > 1'000'000))
+    throw UsageError(cat("--profile-every: must be in [1, 1000000], got ", *t.profile_every));
   if (t.profile_graphs && (t.no_graphs || t.common.debug_sync))
     throw UsageError(cat("--profile-graphs: profiles the replayed CUDA graphs, and ",
                          t.no_graphs ? "--no-graphs" : "--debug-sync", " turns them off"));
@@ -152,10 +152,15 @@ void validate_train(const TrainCommand& t) {
   if (t.gpus < 0 || t.gpus > 64) throw UsageError(cat("--gpus: must be in [1, 64], got ", t.gpus));
   if (t.gpus > 0 && rank_place().launcher == RankPlace::Launcher::mpi)
     throw UsageError("--gpus: mpirun has started the ranks already; leave --gpus out (or mpirun)");
+  const profile::TimerChoice timer = parse_profile_timer(t.profile_timer);
+  if (t.profile_every > 1 && t.profile_graphs &&
+      (t.common.device == "cpu" || !profile::launch_stamps_available() || timer == profile::TimerChoice::cupti ||
+       timer == profile::TimerChoice::events))
+    throw UsageError(
+        "--profile-every: the steps of replayed graphs (--profile-graphs) are sampled by launch stamps only (a "
+        "profiling build on sm_90 code)");
   if (t.gpus > 0 && t.common.device == "cpu")
     throw UsageError("--gpus: starts one rank per GPU, and --device cpu was given (mpirun starts CPU ranks)");
-  if (t.profile_every > 1 && t.profile_graphs)
-    throw UsageError("--profile-every: samples eager steps; --profile-graphs times whole replayed epochs (not both)");
 }
 
 // ---- the run's flags, as a resumable checkpoint records them ----------------------------------------
@@ -558,8 +563,8 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   // Profiled epochs run eagerly unless --profile-graphs asks for the replayed graphs to be timed, by launch stamps or
   // CUPTI (docs/profiler.md).
   ProfileSession profiling(
-      ctx, leader && (t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every > 1), t.profile_out,
-      /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs, t.profile_every);
+      ctx, leader && (t.profile || !t.profile_out.empty() || t.profile_graphs || t.profile_every), t.profile_out,
+      /*hold=*/true, parse_profile_timer(t.profile_timer), t.profile_graphs, t.profile_every.value_or(0));
 
   LastGoodWeights last_good(run, ctx, *model, trained);
   const CheckpointDir checkpoints(t, run);
@@ -710,11 +715,11 @@ Command register_train(CLI::App& app) {
   train_cmd->add_option("--profile-out", train->profile_out, "Also write PREFIX.csv, PREFIX.json and PREFIX.trace.json")
       ->check(non_empty_path());
   train_cmd->add_option("--profile-timer", train->profile_timer, kProfileTimerHelp)->capture_default_str();
-  train_cmd
-      ->add_option("--profile-every", train->profile_every,
-                   "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
-                   "cost; with --profile-timer auto the GPU timer is then CUDA events (implies --profile)")
-      ->capture_default_str();
+  train_cmd->add_option("--profile-every", train->profile_every,
+                        "Time one training step (and evaluation batch) in N: a sampled profile at a fraction of the "
+                        "cost; eager, with --profile-timer auto the GPU timer is then CUDA events; with "
+                        "--profile-graphs, launch stamps only (implies --profile) [default: 1; 8 for --profile-graphs "
+                        "with launch stamps]");
   train_cmd->add_flag(
       "--profile-graphs", train->profile_graphs,
       "Profile the replayed CUDA graphs (CUPTI; launch stamps in a profiling build) instead of eager launches "

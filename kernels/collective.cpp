@@ -111,7 +111,7 @@ cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec
 class CollectiveScope {
  public:
   CollectiveScope(const Exec& exec, const char* name, double bytes)
-      : observer_(exec.observer && !exec.observer->stamps_launches() ? exec.observer : nullptr),
+      : observer_(exec.observer && !exec.observer->times_with_launch_stamps() ? exec.observer : nullptr),
         name_(name),
         stream_(exec.stream),
         bytes_(bytes) {

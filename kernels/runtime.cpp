@@ -331,11 +331,13 @@ Graph Graph::capture(const Exec& exec, const std::function<void()>& record) {
   Graph g;
 #if NT_WITH_CUDA
   cudaStream_t s = stream_of(exec);
+  const bool stamped = exec.observer && exec.observer->times_with_launch_stamps();
+  if (stamped) prepare_launch_stamps();  // before the capture, which forbids what loading them may do (allocate)
   NT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   if (exec.observer) exec.observer->capture_begin();
   try {
     record();
-    if (exec.observer && exec.observer->stamps_launches()) close_launch_stamps(exec), g.stamped_ = true;
+    if (stamped) close_launch_stamps(exec), g.stamped_ = true;
   } catch (...) {
     if (exec.observer) exec.observer->capture_end();
     cudaGraph_t broken = nullptr;

@@ -89,8 +89,10 @@ class SideStream {
 // ---- graphs --------------------------------------------------------------------------------------
 // The closing launch of a graph captured under the launch-stamps timer (profile/launch_stamps.h): a kernel that only
 // waits for its predecessor, so that the graph's last kernel has an end. Graph::capture adds it when the observer
-// asks (LaunchObserver::stamps_launches).
+// asks (LaunchObserver::times_with_launch_stamps).
 void close_launch_stamps(const Exec& exec);
+// Loads the kernels' stamping twins (kernels/cuda/stamping_twins.h) ahead of a capture under that timer.
+void prepare_launch_stamps();
 
 // A captured sequence of stream work, replayed with one launch. Capture runs in the global mode, so
 // any synchronizing or allocating call inside `record` fails the capture: a training step that

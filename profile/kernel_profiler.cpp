@@ -196,8 +196,8 @@ KernelProfiler::KernelProfiler(ProfilerOptions options)
     gpu_ = std::make_unique<Gpu>();
   }
   NT_CHECK(options_.sample_every >= 1, "profiler: sample_every must be at least 1, got ", options_.sample_every);
-  NT_CHECK(options_.sample_every == 1 || !options_.graphs,
-           "profiler: sampling times steps, and a replayed graph is a whole epoch: not both");
+  NT_CHECK(options_.sample_every == 1 || !options_.graphs || timing_ == Timing::stamps,
+           "profiler: CUPTI times every kernel of a replayed graph; only launch stamps sample its steps");
   NT_CHECK(timing_ != Timing::stamps || options_.graphs,
            "profiler: launch stamps time the kernels of replayed graphs only (ProfilerOptions::graphs)");
   NT_CHECK(timing_ != Timing::stamps || options_.launch_stamp_capacity > 0,
@@ -311,7 +311,8 @@ Launch KernelProfiler::describe(const char* kernel) {
 KernelProfiler::Take KernelProfiler::take_for_step(int64_t step) const {
   const int n = options_.sample_every;
   if (n == 1 || step % n == n - 1) return Take::counted;
-  return step % n == n - 2 && timing_ == Timing::cupti ? Take::lead_in : Take::skipped;
+  const bool leads_in = timing_ == Timing::cupti || timing_ == Timing::stamps;
+  return step % n == n - 2 && leads_in ? Take::lead_in : Take::skipped;
 }
 
 KernelProfiler::Take KernelProfiler::take_now() const {
@@ -322,6 +323,17 @@ KernelProfiler::Take KernelProfiler::take_now() const {
   if (gpu_ && gpu_->cupti && gpu_->cupti->recording()) return Take::lead_in;
 #endif
   return Take::skipped;
+}
+
+// Every launch of the capture stamps when every step is timed. Sampled, a window of stamping launches opens with a
+// sampled step's lead-in, runs through the sampled step, and closes with the launch after it, whatever that is (the
+// next step's first, or the graph's closing launch).
+KernelProfiler::StampRole KernelProfiler::stamp_role_in_capture() {
+  if (options_.sample_every == 1) return StampRole::counted;
+  const Take take = in_step_ ? step_take_ : Take::skipped;
+  if (take == Take::counted) return StampRole::counted;
+  if (take == Take::lead_in) return StampRole::lead_in;
+  return window_open_ ? StampRole::closes : StampRole::plain;
 }
 
 void KernelProfiler::set_recording(bool on) {
@@ -336,6 +348,7 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
   NT_CHECK(started_ && !stopped_, "profiler: a launch observed outside start() ... stop()");
   if (!deferred_error_.empty()) throw InternalError(deferred_error_);
   [[maybe_unused]] const uint32_t stamps = std::exchange(next_launch_stamps_, 0u);  // GPU only
+  stamp_this_launch_ = false;
   const Take take = capturing_ >= 0 ? Take::counted : take_now();
   if (take == Take::skipped) {
     skipping_launch_ = true;
@@ -352,6 +365,14 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
     Sequence& seq = sequences_[static_cast<size_t>(capturing_)];
     seq.launches.push_back(describe(kernel));
     seq.stamps.push_back(stamps);
+    if (timing_ == Timing::stamps) {
+      const StampRole role = stamp_role_in_capture();
+      if (role != StampRole::plain && !window_open_) ++seq.window_count;
+      seq.roles.push_back(role);
+      seq.windows.push_back(seq.window_count - 1);
+      stamp_this_launch_ = role != StampRole::plain;
+      window_open_ = role == StampRole::counted || role == StampRole::lead_in;
+    }
     return;
   }
   if (open_.size() >= static_cast<size_t>(options_.pool_pairs)) flush();  // dry: one synchronization for all
@@ -385,6 +406,7 @@ void KernelProfiler::begin(const char* kernel, void* stream) {
 
 void KernelProfiler::end(const char* kernel, void* stream, const OpCost& cost) {
   (void)kernel;
+  stamp_this_launch_ = false;
   if (skipping_launch_) {
     skipping_launch_ = false;
     return;
@@ -423,6 +445,7 @@ void KernelProfiler::capture_begin() {
   NT_CHECK(capturing_ < 0, "profiler: a graph capture inside another");
   capturing_ = static_cast<int>(sequences_.size());
   sequences_.emplace_back();
+  window_open_ = false;
 }
 
 int KernelProfiler::capture_end() {
@@ -453,8 +476,13 @@ void KernelProfiler::replayed(int sequence, void* stream) {
   // The replay's scopes are new openings: ids [first_id, last_id] of the capture map to a fresh block.
   const uint64_t base = seq.last_id ? reserve_scope_ids(seq.last_id - seq.first_id + 1) : 0;
   const auto renamed = [&](uint64_t id) { return id ? base + (id - seq.first_id) : 0; };
-  const int64_t replay = replays_++;
+  const bool stamps = timing_ == Timing::stamps;
+  // Stamps: each window of the replay is its own chain of stamps; the plain launches leave none, and are not rows.
+  const int64_t replay = replays_;
+  replays_ += stamps ? seq.window_count : 1;
+  if (stamps) data_.steps += seq.steps, data_.sampled_steps += seq.sampled_steps;
   for (size_t i = 0; i < seq.launches.size(); ++i) {
+    if (stamps && seq.roles[i] == StampRole::plain) continue;
     Launch l = seq.launches[i];
     l.step_id = renamed(l.step_id), l.phase_id = renamed(l.phase_id), l.layer_id = renamed(l.layer_id);
     l.stream = static_cast<int>(stream_index);
@@ -462,8 +490,10 @@ void KernelProfiler::replayed(int sequence, void* stream) {
     o.ended = true;
     o.stamps = seq.stamps[i];
     o.stream = stream_index;
-    o.replay = replay;
-    o.closes = l.kernel == closing_name_;
+    o.replay = stamps ? replay + seq.windows[i] : replay;
+    o.stamped = stamps;
+    o.counted = !stamps || seq.roles[i] == StampRole::counted;
+    o.closes = l.kernel == closing_name_ || (stamps && seq.roles[i] == StampRole::closes);
     open_.push_back(o);
   }
   // After the launch, not before: the replay's kernels are queued and must be among the pending launches when
@@ -493,8 +523,14 @@ PhaseStamps KernelProfiler::phase_stamps(const char* const* names, size_t count)
 
 void KernelProfiler::step_opened() noexcept {
   in_step_ = true;
-  step_take_ = take_for_step(data_.steps++);
-  data_.sampled_steps += step_take_ == Take::counted;
+  if (capturing_ >= 0 && timing_ == Timing::stamps) {  // counted at each replay of the capture
+    Sequence& seq = sequences_[static_cast<size_t>(capturing_)];
+    step_take_ = take_for_step(seq.steps++);
+    seq.sampled_steps += step_take_ == Take::counted;
+  } else {
+    step_take_ = take_for_step(data_.steps++);
+    data_.sampled_steps += step_take_ == Take::counted;
+  }
   if (options_.sample_every > 1) {
     try {  // recording already follows this step unless a launch came between two steps
       set_recording(step_take_ != Take::skipped);
@@ -637,17 +673,22 @@ void KernelProfiler::flush_stamps() {
   std::vector<StampedLaunch> launches;
   std::vector<size_t> which;  // launches[i] is open_[which[i]]
   launches.reserve(open_.size()), which.reserve(open_.size());
+  int64_t rows = 0;  // counted launches with a stamping kernel
   for (size_t k = 0; k < open_.size(); ++k) {
     const Open& o = open_[k];
     if (!o.ended) continue;  // never launched
+    if (!o.stamped) {        // launched eagerly: its plain kernel left no stamps
+      data_.launches_without_record += o.counted;
+      continue;
+    }
     launches.push_back({o.replay, o.closes});
     which.push_back(k);
+    rows += o.counted && !o.closes;
   }
   const StampedTimes times = times_from_launch_stamps(launches, slots);
   std::vector<size_t> added(open_.size(), kNotAdded);
   // A full ring lost slots: what is left cannot be matched with certainty.
   if (!times.aligned || taken > slots.size()) {
-    const auto rows = std::count_if(launches.begin(), launches.end(), [](const StampedLaunch& l) { return !l.closes; });
     data_.launches_without_record += rows;
     std::fprintf(stderr,
                  "profiler: %lld launches without a time: %zu start and %zu release slots for %zu launches, %zu of "
@@ -657,7 +698,6 @@ void KernelProfiler::flush_stamps() {
     read_stamps(added);
     return;
   }
-  data_.launches_without_record += times.untimed;
   if (!g.have_stamps_origin && !slots.empty()) {
     g.stamps_origin_ns = slots.front().start_ns;
     g.have_stamps_origin = true;
@@ -667,8 +707,12 @@ void KernelProfiler::flush_stamps() {
   };
   for (size_t i = 0; i < launches.size(); ++i) {
     const StampedTime& t = times.launches[i];
-    if (!t.timed) continue;
     Open& o = open_[which[i]];
+    if (!o.counted || o.closes) continue;  // a lead-in's time only clips the sampled step's first
+    if (!t.timed) {
+      ++data_.launches_without_record;
+      continue;
+    }
     o.launch.start_us = us_since_origin(t.start_ns);
     o.launch.span_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
     o.launch.exclusive_us = 1e-3 * static_cast<double>(t.end_ns - t.exclusive_start_ns);

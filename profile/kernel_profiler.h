@@ -26,14 +26,15 @@
 // by the host, absorb the records at no measurable cost (docs/profiler.md, "CUDA graphs").
 //
 // GPU, Timing::stamps (a profiling build, NT_LAUNCH_STAMPS; replayed graphs only, sm_90 code under programmatic
-// launch; the constructor throws nt::Error in a build without it). Every kernel writes when it started and when its
-// wait for its predecessor returned into a ring the profiler owns and the launch path passes to every kernel while
-// the profiler runs (launch_stamp_ring(), profile/launch_stamps.h);
-// a kernel's exclusive time runs from its own release to its successor's, so a kernel is timed only when its
-// successor is in the same replay: a graph captured under this timer ends with a closing launch, and launches made
-// eagerly are counted without a time. flush() reads the ring once. Without
-// it (and always with the events timer, which cannot bracket replayed kernels) the engine runs eagerly while it
-// is observed (times_graph_replays()); a replay the profiler is told of then counts as launches without a time.
+// launch; the constructor throws nt::Error in a build without it). Every launch of a captured graph that the
+// profiler times runs its kernel's stamping twin, which writes when it started and when its wait for its predecessor
+// returned into a ring the profiler owns (launch_stamp_ring(), profile/launch_stamps.h); the others run the plain
+// kernel. A kernel's exclusive time runs from its own release to its successor's, so a kernel is timed only when its
+// successor stamps in the same window: a graph captured under this timer ends with a closing launch, and launches
+// made eagerly are counted without a time. Sampled, the windows are the sampled steps (below). flush() reads the ring
+// once. Without it (and always with the events timer, which cannot bracket replayed kernels) the engine runs eagerly
+// while it is observed (times_graph_replays()); a replay the profiler is told of then counts as launches without a
+// time.
 //
 // GPU, Timing::cuda_events. A pool of CUDA event pairs is created once, at start(). begin() records a pair's
 // start event on the launch's stream, end() its stop event; nothing waits. An event is timestamped when the
@@ -52,8 +53,11 @@
 // every launch costs the host time, which an eager epoch of short kernels feels in full (docs/profiler.md), and a
 // timer that is off between samples costs nothing. With CUPTI the step before a sampled one is recorded too but not
 // counted: its last kernel's end is where the sampled step's first kernel, launched early under programmatic dependent
-// launch, starts running for itself (see match_in_stream_order). The report names the sampling; counts and totals are
-// those of the sampled steps.
+// launch, starts running for itself (see match_in_stream_order). With launch stamps (replayed graphs; the steps are
+// those of the capture, and each replay runs them again) the step before a sampled one stamps too, uncounted, for the
+// same reason, and so does the launch after it, whose release ends the sampled step's last kernel; every other launch
+// of the graph runs its plain kernel. The report names the sampling; counts and totals are those of the sampled
+// steps.
 //
 // Window. start() ... stop() (with pause()/resume() in between) measure the host wall clock of the profiled
 // region; the report sets the sum of kernel times against it, so launch gaps show.
@@ -99,6 +103,11 @@ struct TimingScene {
 Timing timing_for(TimerChoice choice, const TimingScene& scene);
 inline bool cupti_fallback_for(TimerChoice choice) { return choice != TimerChoice::cupti; }
 
+// The sampling of `train --profile-graphs` under launch stamps unless the user chooses: a sampled step and its lead-in
+// stamp, so 2 steps in 8 run the stamping twins, which cost a graph epoch about 5% when every step runs them
+// (docs/profiler.md, "Launch stamps").
+inline constexpr int kLaunchStampsSampleEvery = 8;
+
 struct ProfilerOptions {
   Timing timing = Timing::host;
   HoldFn hold;                         // events: keeps the stream behind the host within a step; empty = none
@@ -143,7 +152,8 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   bool times_graph_replays() const override {
     return (timing_ == Timing::cupti || timing_ == Timing::stamps) && options_.graphs;
   }
-  LaunchStampRing launch_stamp_ring() const override { return stamp_ring_; }
+  bool times_with_launch_stamps() const override { return timing_ == Timing::stamps && started_ && !stopped_; }
+  LaunchStampRing launch_stamp_ring() const override { return stamp_this_launch_ ? stamp_ring_ : LaunchStampRing{}; }
   void capture_begin() override;
   int capture_end() override;
   void replayed(int sequence, void* stream) override;
@@ -156,17 +166,25 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
     int pair = -1;           // GPU: its event pair
     Clock::time_point t0{};  // CPU: when it began
     bool ended = false;
-    bool counted = true;  // false: recorded only for the clip of the next one (sampling, lead-in)
-    uint32_t stamps = 0;  // its phase stamps' tag (0: none)
-    uint32_t stream = 0;  // CUPTI: the stream's id in the kernel records
-    int64_t replay = -1;  // the graph replay it belongs to (-1: launched eagerly)
-    bool closes = false;  // stamps: the closing launch of a captured graph, not a row
+    bool counted = true;   // false: recorded only for the clip of the next one (sampling, lead-in)
+    uint32_t stamps = 0;   // its phase stamps' tag (0: none)
+    uint32_t stream = 0;   // CUPTI: the stream's id in the kernel records
+    int64_t replay = -1;   // the graph replay it belongs to (-1: launched eagerly); stamps: its window of stamps
+    bool closes = false;   // stamps: its release ends its window's last kernel; not a row
+    bool stamped = false;  // stamps: its kernel's stamping twin ran
   };
+  // What a launch of a graph captured under the launch-stamps timer does (see Sampling above).
+  enum class StampRole : uint8_t { plain, counted, lead_in, closes };
   struct Gpu;        // CUDA state (events, the hold flag, the CUPTI tracer), kept out of this header
   struct Sequence {  // the launches of a captured graph
     std::vector<Launch> launches;
     std::vector<uint32_t> stamps;        // [i]: the phase stamps' tag of launches[i] (0: none)
     uint64_t first_id = 0, last_id = 0;  // the range of their (nonzero) scope ids
+    // Timing::stamps: [i] what launches[i] does, and the window of consecutive stamping launches it is in.
+    std::vector<StampRole> roles;
+    std::vector<int> windows;
+    int window_count = 0;
+    int64_t steps = 0, sampled_steps = 0;  // the steps opened in the capture, and those sampled
   };
 
   Launch describe(const char* kernel);
@@ -184,8 +202,9 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   bool holds() const;                             // events with a hold function
   enum class Take { counted, lead_in, skipped };  // what becomes of a launch (sampling)
   Take take_for_step(int64_t step) const;
-  Take take_now() const;        // for a launch issued now
-  void set_recording(bool on);  // cupti: records for the launches to come, or none
+  Take take_now() const;              // for a launch issued now
+  StampRole stamp_role_in_capture();  // Timing::stamps: for a launch captured now
+  void set_recording(bool on);        // cupti: records for the launches to come, or none
   void flush_events();
   void flush_cupti();
   void flush_stamps();
@@ -214,9 +233,11 @@ class KernelProfiler final : public LaunchObserver, public StepListener {
   };
   std::vector<StampNames> stamp_names_{{}};
   uint32_t next_launch_stamps_ = 0;
-  int64_t replays_ = 0;         // graph replays seen
-  int closing_name_ = -1;       // the interned name of kLaunchStampsClose
-  LaunchStampRing stamp_ring_;  // Timing::stamps, between start() and stop(): what every launch passes its kernel
+  int64_t replays_ = 0;             // graph replays seen
+  int closing_name_ = -1;           // the interned name of kLaunchStampsClose
+  LaunchStampRing stamp_ring_;      // Timing::stamps, between start() and stop()
+  bool stamp_this_launch_ = false;  // the launch begun last runs its stamping twin with stamp_ring_
+  bool window_open_ = false;        // capturing: the last launch stamped, and the window goes on
 };
 
 }  // namespace nt::profile

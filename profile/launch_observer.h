@@ -48,11 +48,12 @@ class LaunchObserver {
     (void)sequence;
     (void)stream;
   }
-  // The ring kernels stamp their launches into for this observer (profile/launch_stamps.h); empty when it does not
-  // time with them. The launch path passes it to every kernel, and a graph captured under an observer that stamps
-  // ends with the closing launch (kLaunchStampsClose).
+  // Launch stamps (profile/launch_stamps.h). times_with_launch_stamps(): this observer times the kernels of the
+  // graphs captured under it with them; such a graph ends with the closing launch (kLaunchStampsClose).
+  // launch_stamp_ring(): asked by the launch path after begin(), the ring the launch just begun stamps into, which
+  // makes the launch run its kernel's stamping twin (kernels/cuda/stamping_twins.h); empty: the plain kernel.
+  virtual bool times_with_launch_stamps() const { return false; }
   virtual LaunchStampRing launch_stamp_ring() const { return {}; }
-  bool stamps_launches() const { return launch_stamp_ring().slots != nullptr; }
 
   // Phase stamps for the next launch (profile/phase_stamps.h): the kernel marks the phases named here, by index.
   // The names must outlive the profiler (string literals). An observer that keeps no stamps returns an empty set.

@@ -75,6 +75,8 @@ __global__ void launch_stamps_close_kernel(StampRing stamps) { begin_dependent_k
 
 namespace nt::kernels {
 
+void prepare_launch_stamps() { cuda::load_stamping_twins(); }
+
 void close_launch_stamps(const Exec& exec) {
   cuda::launch(exec, profile::kLaunchStampsClose, profile::OpCost{}, cuda::launch_stamps_close_kernel, dim3(1), dim3(1),
                0);

@@ -28,6 +28,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/global_timer.cuh"
+#include "kernels/cuda/stamping_twins.h"
 #include "kernels/exec.h"
 #include "profile/launch_stamps.h"
 #include "profile/nvtx.h"
@@ -39,19 +40,22 @@ namespace nt::kernels::cuda {
 
 inline cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec.stream); }
 
-// Launch stamps (profile/launch_stamps.h): every kernel's last parameter is a StampRing, which launch() appends. In a
-// profiling build (NT_LAUNCH_STAMPS) it is the profiler's ring, empty unless the observer times replayed graphs with
-// the stamps; then thread 0 of block 0 writes when the kernel started and when its wait returned. In the default build
-// it is an empty struct, and the kernels have no stamping code: with profiling off, a parameter of 8 bytes or more
-// cost every kernel about 0.1 us per launch on an H200 even unread, as a module variable did (docs/profiler.md,
-// "Launch stamps"); an empty one costs nothing measurable, and keeps one signature for both builds.
-#if NT_LAUNCH_STAMPS
-using StampRing = profile::LaunchStampRing;
+// Launch stamps (profile/launch_stamps.h): every kernel's last parameter is a StampRing, which launch() appends. The
+// engine's kernels are compiled without stamping code, their StampRing an empty struct: with profiling off, any
+// stamping code cost the mlp's graph epoch about 0.2 us per kernel on an H100 even when it wrote nothing, and a
+// parameter of 8 bytes or more about 0.1 us on an H200 (docs/profiler.md, "Launch stamps"). A profiling build
+// (NT_LAUNCH_STAMPS) also compiles every kernel a second time with the stamping code (NT_STAMPING_KERNELS, the
+// stamping twins: kernels/cuda/stamping_twins.h), and the launch path runs a launch's twin, with the profiler's
+// ring, only when the profiler asks to time that launch (LaunchObserver::launch_stamp_ring); every other launch runs
+// the same kernel as the default build. The struct has one name in both compilations, so a twin has its kernel's
+// mangled name.
+#if NT_STAMPING_KERNELS
+struct StampRing : profile::LaunchStampRing {};
 #else
 struct StampRing {};
 #endif
 
-#if NT_LAUNCH_STAMPS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if NT_STAMPING_KERNELS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NT_STAMPS_IN_KERNELS 1
 // Whether this thread stamps its launch: thread 0 of block 0 of a launch given a ring. Parameters and registers only.
 __device__ __forceinline__ bool stamps_launch(const StampRing& stamps) {
@@ -80,24 +84,34 @@ static __shared__ unsigned long long* launch_stamp_closing_release;
 #define NT_STAMPS_IN_KERNELS 0
 #endif
 
-// The first statement of every kernel of the engine (see above). A no-op before sm_90, and when the
-// kernel was launched without the programmatic attribute.
-__device__ __forceinline__ void begin_dependent_kernel([[maybe_unused]] const StampRing& stamps) {
 #if NT_STAMPS_IN_KERNELS
-  // Stamping, thread 0 of block 0 takes its slot and writes its start before the wait, while the predecessor still
-  // runs; after the wait only the release's timer read and store remain. Of the forms measured, this one cost the
-  // least with profiling off (docs/profiler.md, "Launch stamps").
+// The dependent stamp, out of line: a stamping twin must run as its plain kernel does, and the stamping code inlined
+// changed ptxas's register allocation of some kernels (nchw_pool_backward 39 -> 42 registers, one block fewer per SM:
+// 1.3 us slower). Called first, with nothing live, it leaves the kernel's own code as it is. Thread 0 of block 0,
+// given a ring, takes its slot and writes its start before the wait, while the predecessor still runs, and after the
+// wait its release. Static: nvcc names a file's anonymous namespace after its first definition with external
+// linkage, and the twin's kernels must keep their plain kernels' names (stamping_twins.h).
+static __device__ __noinline__ void stamped_dependent_wait(profile::LaunchStamp* slots, unsigned int* count,
+                                                           unsigned int capacity) {
   profile::LaunchStamp* stamp = nullptr;
-  if (stamps_launch(stamps)) {
+  if (slots != nullptr && (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {
     const unsigned long long start_ns = global_timer_ns();
-    const unsigned int slot = atomicAdd(stamps.count, 1u);
-    if (slot < stamps.capacity) {
-      stamp = stamps.slots + slot;
+    const unsigned int slot = atomicAdd(count, 1u);
+    if (slot < capacity) {
+      stamp = slots + slot;
       stamp->start_ns = start_ns;
     }
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (stamp != nullptr) stamp->release_ns = global_timer_ns();
+}
+#endif
+
+// The first statement of every kernel of the engine (see above). A no-op before sm_90, and when the
+// kernel was launched without the programmatic attribute.
+__device__ __forceinline__ void begin_dependent_kernel([[maybe_unused]] const StampRing& stamps) {
+#if NT_STAMPS_IN_KERNELS
+  stamped_dependent_wait(stamps.slots, stamps.count, stamps.capacity);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -219,6 +233,21 @@ bool cluster_kernels_run(void (*kernel)(Params...)) {
   return cluster_kernels_run(reinterpret_cast<const void*>(kernel));
 }
 
+#if NT_LAUNCH_STAMPS
+// Launches the stamping twin of `kernel` (kernels/cuda/stamping_twins.h) with its arguments and the profiler's ring as
+// the last one, which has the layout of the twin's StampRing.
+template <class... KernelParams, size_t... I, class... Args>
+cudaError_t launch_stamping_twin(const cudaLaunchConfig_t& config, void (*kernel)(KernelParams...),
+                                 const profile::LaunchStampRing& ring, std::index_sequence<I...>, Args&&... args) {
+  using Params = std::tuple<KernelParams...>;
+  [[maybe_unused]] std::tuple<std::tuple_element_t<I, Params>...> values(std::forward<Args>(args)...);
+  void* pointers[] = {const_cast<void*>(static_cast<const void*>(&std::get<I>(values)))...,
+                      const_cast<profile::LaunchStampRing*>(&ring)};
+  return cudaLaunchKernelExC(&config, stamping_twin(reinterpret_cast<const void*>(kernel), config.dynamicSmemBytes),
+                             pointers);
+}
+#endif
+
 // Every kernel's last parameter is its StampRing, which this supplies: args are the ones before it. cooperative: the
 // blocks must all be resident at once (a persistent kernel's grid barriers, kernels/cuda/grid_barrier.cuh); the launch
 // fails, and says so, where they cannot be. A cooperative launch is not programmatic: it starts when its predecessor
@@ -242,9 +271,7 @@ void launch_with(const Exec& exec, const char* name, const profile::OpCost& cost
     attributes[count++].val.cooperative = 1;
   }
 #if NT_LAUNCH_STAMPS
-  const StampRing stamps = exec.observer ? exec.observer->launch_stamp_ring() : StampRing{};
-#else
-  const StampRing stamps{};
+  const profile::LaunchStampRing ring = exec.observer ? exec.observer->launch_stamp_ring() : profile::LaunchStampRing{};
 #endif
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
@@ -256,7 +283,14 @@ void launch_with(const Exec& exec, const char* name, const profile::OpCost& cost
   static_assert(
       std::is_same_v<std::tuple_element_t<sizeof...(KernelParams) - 1, std::tuple<KernelParams...>>, StampRing>,
       "a kernel's last parameter is its StampRing (see above)");
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)..., stamps);
+  cudaError_t err;
+#if NT_LAUNCH_STAMPS
+  if (ring.slots != nullptr)
+    err = launch_stamping_twin(config, kernel, ring, std::make_index_sequence<sizeof...(KernelParams) - 1>{},
+                               std::forward<Args>(args)...);
+  else
+#endif
+    err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)..., StampRing{});
   if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) throw_launch_error(name, err, grid, block, smem, false);
   if (exec.observer) {

@@ -1,8 +1,10 @@
-// The launch-stamps timer on the GPU (profile/launch_stamps.h), in a build whose kernels stamp (NT_LAUNCH_STAMPS): the
-// ring reaches the kernels only while the profiler runs, kernels of known length replayed from a graph read their
-// lengths, a kernel beside its predecessor extends the stream only by what it adds, CUPTI's records of the same replay
-// agree, eager launches are counted without a time, and a real mlp epoch replayed under the timer has every kernel
-// timed under its phase and layer. In the default build the timer refuses with a message that names the build option.
+// The launch-stamps timer on the GPU (profile/launch_stamps.h), in a profiling build (NT_LAUNCH_STAMPS, the kernels'
+// stamping twins): the ring reaches the kernels only while the profiler runs, kernels of known length replayed from a
+// graph read their lengths, a kernel beside its predecessor extends the stream only by what it adds, CUPTI's records
+// of the same replay agree, eager launches are counted without a time, a sampled graph times its sampled steps alone,
+// the twins compute the plain kernels' bits, and a real mlp epoch replayed under the timer, every step or sampled,
+// has every timed kernel under its phase and layer. In the default build the timer refuses with a message that names
+// the build option.
 //
 // Tolerances. %globaltimer ticks every 32 ns on an H100. A kernel's end is seen when its successor's wait returns,
 // which comes a fraction of a microsecond after the end; the spins run on one thread of one block, whose exit and the
@@ -19,6 +21,7 @@
 #include "kernels/runtime.h"
 #include "profile/kernel_profiler.h"
 #include "profile/launch_stamps.h"
+#include "profile/scope.h"
 #include "rig.h"
 #include "tests/cuda/timeline_kernels.h"
 
@@ -79,21 +82,37 @@ TEST_CASE("launch stamps: a build without them refuses the timer and names the o
   }
 }
 
-TEST_CASE("launch stamps: kernels are given the ring only while the profiler runs", "[cuda][profile][stamps]") {
+TEST_CASE("launch stamps: a launch is given the ring only when the profiler stamps it", "[cuda][profile][stamps]") {
   if (!stamps_run()) return;
-  profile::KernelProfiler profiler(graph_timer(profile::Timing::stamps));
-  CHECK(profiler.launch_stamp_ring().slots == nullptr);  // before start(): launches pass an empty ring
+  const profile::ProfilerOptions options = graph_timer(profile::Timing::stamps);
+  profile::KernelProfiler profiler(options);
+  CHECK_FALSE(profiler.times_with_launch_stamps());  // before start(): launches run the plain kernels
+  CHECK(profiler.launch_stamp_ring().slots == nullptr);
   profiler.start();
+  CHECK(profiler.times_with_launch_stamps());
+  profiler.begin("eager", nullptr);  // an eager launch: nothing would see its end
+  CHECK(profiler.launch_stamp_ring().slots == nullptr);
+  profiler.end("eager", nullptr, {});
+  profiler.capture_begin();
+  profiler.begin("captured", nullptr);  // every step is timed: a captured launch runs its twin with the ring
   const profile::LaunchStampRing ring = profiler.launch_stamp_ring();
   CHECK(ring.slots != nullptr);
   CHECK(ring.count != nullptr);
-  CHECK(ring.capacity == graph_timer(profile::Timing::stamps).launch_stamp_capacity);
+  CHECK(ring.capacity == options.launch_stamp_capacity);
+  profiler.end("captured", nullptr, {});
+  CHECK(profiler.launch_stamp_ring().slots == nullptr);  // only between its begin() and end()
+  profiler.capture_end();
   profiler.stop();
-  CHECK(profiler.launch_stamp_ring().slots == nullptr);  // a graph replayed after stop() writes nowhere
+  CHECK_FALSE(profiler.times_with_launch_stamps());  // a graph replayed after stop() writes nowhere
 
   profile::KernelProfiler cupti(graph_timer(profile::Timing::cupti));
   cupti.start();
-  CHECK(cupti.launch_stamp_ring().slots == nullptr);  // another timer: the kernels never stamp
+  CHECK_FALSE(cupti.times_with_launch_stamps());  // another timer: the kernels never stamp
+  cupti.capture_begin();
+  cupti.begin("captured", nullptr);
+  CHECK(cupti.launch_stamp_ring().slots == nullptr);
+  cupti.end("captured", nullptr, {});
+  cupti.capture_end();
   cupti.stop();
 }
 
@@ -166,6 +185,71 @@ TEST_CASE("launch stamps: eager launches are counted without a time, phases stil
   }
 }
 
+TEST_CASE("launch stamps: a sampled graph times its sampled steps, each with its lead-in and the launch after it",
+          "[cuda][profile][stamps]") {
+  if (!stamps_run()) return;
+  // 8 steps of two spins, a launch before them and one after; 1 step in 4 sampled: steps 3 and 7 of each replay are
+  // timed, steps 2 and 6 stamp uncounted (their lead-ins), and so do the first launch after each (step 4's first,
+  // the one after the steps); the rest run the plain kernels and leave no stamp.
+  constexpr int kSteps = 8, kEvery = 4, kReplays = 2;
+  test::StreamExec s;
+  test::launch_spin(s.exec, "warm", 1);
+  kernels::synchronize(s.exec);
+  profile::ProfilerOptions options = graph_timer(profile::Timing::stamps);
+  options.sample_every = kEvery;
+  profile::KernelProfiler profiler(options);
+  s.exec.observer = &profiler;
+  profiler.start();
+  const kernels::Graph graph = kernels::Graph::capture(s.exec, [&] {
+    test::launch_spin(s.exec, "before", 2);
+    for (int step = 0; step < kSteps; ++step) {
+      profile::StepScope scope("step");
+      test::launch_spin(s.exec, "a", 3);
+      test::launch_spin(s.exec, "b", 6);
+    }
+    test::launch_spin(s.exec, "after", 2);
+  });
+  for (int r = 0; r < kReplays; ++r) graph.launch(s.exec);
+  profiler.stop();
+  s.exec.observer = nullptr;
+
+  const auto& d = profiler.data();
+  CHECK(d.sample_every == kEvery);
+  CHECK(d.steps == kSteps * kReplays);
+  CHECK(d.sampled_steps == kSteps / kEvery * kReplays);
+  CHECK(d.launches_without_record == 0);
+  REQUIRE(d.launches().size() == 2 * kSteps / kEvery * kReplays);  // a and b of the sampled steps, nothing else
+  for (size_t i = 0; i < d.launches().size(); ++i) {
+    const profile::Launch& l = d.launches()[i];
+    const int micros = i % 2 == 0 ? 3 : 6;
+    INFO("launch " << i << ", " << d.name(l.kernel) << ": exclusive " << l.exclusive_us << " us");
+    CHECK(d.name(l.kernel) == (i % 2 == 0 ? "a" : "b"));
+    CHECK(l.exclusive_us >= micros - 0.05);
+    CHECK(l.exclusive_us < micros + 2.0);
+  }
+}
+
+TEST_CASE("launch stamps: the stamping twins compute what the plain kernels do", "[cuda][profile][stamps]") {
+  if (!stamps_run()) return;
+  // Two rigs from the same seed, one epoch each: one unprofiled, one with every step of its graph on the twins.
+  test::RigOptions o;
+  o.device = "cuda";
+  o.use_graphs = true;
+  o.sgd = {0.05f, 0.9f, 1e-4f};
+  const data::Dataset train = data::subset(test::mnist().train, 0, 64 * 5 + 17);
+  test::Rig plain(train, o), stamped(train, o);
+  plain.trainer.run_epoch(1, nullptr);
+  profile::KernelProfiler profiler(graph_timer(profile::Timing::stamps));
+  stamped.ctx.set_observer(&profiler);
+  profiler.start();
+  stamped.trainer.run_epoch(1, nullptr);
+  profiler.stop();
+  stamped.ctx.set_observer(nullptr);
+  CHECK(profiler.data().launch_count() > 0);
+  CHECK(profiler.data().launches_without_record == 0);
+  CHECK(stamped.weights() == plain.weights());  // the same bits
+}
+
 TEST_CASE("launch stamps: an mlp epoch replayed from its graph has every kernel timed", "[cuda][profile][stamps]") {
   if (!stamps_run()) return;
   test::RigOptions o;
@@ -177,7 +261,11 @@ TEST_CASE("launch stamps: an mlp epoch replayed from its graph has every kernel 
   rig.trainer.run_epoch(1, &eval_data);  // unprofiled: loads the kernels
   kernels::synchronize(rig.ctx.exec());
 
-  profile::KernelProfiler profiler(graph_timer(profile::Timing::stamps));
+  const int every = GENERATE(1, 2);  // every step, or steps 1, 3 and 5 (and the evaluation's odd batches)
+  INFO("sampled: 1 step in " << every);
+  profile::ProfilerOptions options = graph_timer(profile::Timing::stamps);
+  options.sample_every = every;
+  profile::KernelProfiler profiler(options);
   rig.ctx.set_observer(&profiler);
   profiler.start();
   rig.trainer.run_epoch(2, &eval_data);  // captured again under the profiler, replayed
@@ -194,7 +282,7 @@ TEST_CASE("launch stamps: an mlp epoch replayed from its graph has every kernel 
     CHECK(r.max_us < 10'000);
     if (r.kernel == "gemm_bias_relu" && r.phase == "forward" && r.layer == "0 linear 784->320 +relu") forward = r.calls;
   }
-  CHECK(forward == kSteps);
+  CHECK(forward == kSteps / every);
   for (size_t i = 1; i < d.launches().size(); ++i) CHECK(d.launches()[i].span_us >= d.launches()[i].exclusive_us);
   CHECK(d.kernel_us() <= d.wall_us);
 }
