@@ -57,11 +57,6 @@ struct StampRing {};
 
 #if NT_STAMPING_KERNELS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define NT_STAMPS_IN_KERNELS 1
-// Whether this thread stamps its launch: thread 0 of block 0 of a launch given a ring. Parameters and registers only.
-__device__ __forceinline__ bool stamps_launch(const StampRing& stamps) {
-  return stamps.slots != nullptr &&
-         (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
-}
 // Where a kernel that runs beside its predecessor writes its closing stamp: the release field of the slot its opening
 // stamp reserved, or nullptr (not stamping, or past capacity). Set by thread 0 of block 0 only, which alone reads it.
 // Why in shared memory, and why the overlapping pair is written in PTX: a closing stamp that reads the ring's fields
