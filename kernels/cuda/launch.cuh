@@ -65,7 +65,7 @@ struct StampRing {};
 // by-value arrays to local memory. In this form ptxas allocates as in the default build but for 1 GEMM kernel and 2
 // convolution kernels (docs/profiler.md, "Launch stamps").
 static __shared__ unsigned long long* launch_stamp_closing_release;
-// PTX that sets the predicate `first` in thread 0 of block 0 (stamps_launch's thread test, inside an asm block).
+// PTX that sets the predicate `first` in thread 0 of block 0 (the stamping thread's test, inside an asm block).
 #define NT_PTX_FIRST_THREAD_OF_LAUNCH                          \
   ".reg .pred first;\n\t.reg .u32 index, part;\n\t"            \
   "mov.u32 index, %%tid.x;\n\t"                                \
