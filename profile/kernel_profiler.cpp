@@ -673,7 +673,6 @@ void KernelProfiler::flush_stamps() {
   std::vector<StampedLaunch> launches;
   std::vector<size_t> which;  // launches[i] is open_[which[i]]
   launches.reserve(open_.size()), which.reserve(open_.size());
-  int64_t rows = 0;  // counted launches with a stamping kernel
   for (size_t k = 0; k < open_.size(); ++k) {
     const Open& o = open_[k];
     if (!o.ended) continue;  // never launched
@@ -681,19 +680,18 @@ void KernelProfiler::flush_stamps() {
       data_.launches_without_record += o.counted;
       continue;
     }
-    launches.push_back({o.replay, o.closes});
+    launches.push_back({o.replay, o.closes, o.counted});
     which.push_back(k);
-    rows += o.counted && !o.closes;
   }
   const StampedTimes times = times_from_launch_stamps(launches, slots);
   std::vector<size_t> added(open_.size(), kNotAdded);
-  // A full ring lost slots: what is left cannot be matched with certainty.
-  if (!times.aligned || taken > slots.size()) {
-    data_.launches_without_record += rows;
+  data_.launches_without_record += times.untimed;
+  if (!times.aligned ||
+      taken > slots.size()) {  // a full ring lost slots: what is left cannot be matched with certainty
     std::fprintf(stderr,
                  "profiler: %lld launches without a time: %zu start and %zu release slots for %zu launches, %zu of "
                  "which wait for a release (%u slots taken, the ring holds %u)\n",
-                 static_cast<long long>(rows), times.start_slots, times.release_slots, launches.size(),
+                 static_cast<long long>(times.untimed), times.start_slots, times.release_slots, launches.size(),
                  times.waiting_for_release, taken, g.launch_stamps.capacity);
     read_stamps(added);
     return;
@@ -708,11 +706,7 @@ void KernelProfiler::flush_stamps() {
   for (size_t i = 0; i < launches.size(); ++i) {
     const StampedTime& t = times.launches[i];
     Open& o = open_[which[i]];
-    if (!o.counted || o.closes) continue;  // a lead-in's time only clips the sampled step's first
-    if (!t.timed) {
-      ++data_.launches_without_record;
-      continue;
-    }
+    if (!t.timed || !o.counted) continue;  // a lead-in's time only clips the sampled step's first
     o.launch.start_us = us_since_origin(t.start_ns);
     o.launch.span_us = 1e-3 * static_cast<double>(t.end_ns - t.start_ns);
     o.launch.exclusive_us = 1e-3 * static_cast<double>(t.end_ns - t.exclusive_start_ns);

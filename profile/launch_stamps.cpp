@@ -22,7 +22,8 @@ StampedTimes times_from_launch_stamps(const std::vector<StampedLaunch>& launches
       std::count_if(starts.begin(), starts.end(), [](const LaunchStamp* s) { return s->release_ns == 0; }));
   if (starts.size() != launches.size() || releases.size() != out.waiting_for_release) {
     out.aligned = false;
-    out.untimed = std::count_if(launches.begin(), launches.end(), [](const StampedLaunch& l) { return !l.closes; });
+    out.untimed =
+        std::count_if(launches.begin(), launches.end(), [](const StampedLaunch& l) { return l.counted && !l.closes; });
     return out;
   }
   std::vector<uint64_t> start(launches.size()), release(launches.size());
@@ -37,7 +38,7 @@ StampedTimes times_from_launch_stamps(const std::vector<StampedLaunch>& launches
     // A release before the kernel's own start, or before the release that precedes it, would be a slot matched to
     // the wrong launch: not a time.
     if (!observed || release[k] < start[k] || release[k + 1] < release[k]) {
-      ++out.untimed;
+      out.untimed += launches[k].counted;
       continue;
     }
     // The first kernel of a replay has no predecessor running beside it (one that runs beside would otherwise count

@@ -25,11 +25,11 @@
 // eagerly after a host gap) it is not known. So a graph captured under this timer ends with a closing kernel
 // (kLaunchStampsClose), whose release is the end of the graph's last kernel; eager launches are not timed.
 //
-// Only in a build configured with NT_LAUNCH_STAMPS (a profiling build). There the ring reaches the kernels as their
-// last parameter, which the launch path appends (kernels/cuda/launch.cuh, StampRing), and which is empty unless a
-// profiler times with it (LaunchObserver::launch_stamp_ring). In the default build that parameter is an empty struct:
-// a parameter of 8 bytes or more, even unread, or a module variable, cost every kernel about 0.1 us per launch with
-// profiling off (docs/profiler.md, "Launch stamps"), and an empty one nothing measurable.
+// Only in a build configured with NT_LAUNCH_STAMPS (a profiling build), and only in the kernels' stamping twins
+// (kernels/cuda/stamping_twins.h), which the launch path runs for the launches a profiler stamps
+// (LaunchObserver::launch_stamp_ring), the ring as their last parameter. Every other kernel carries no stamping code
+// and an empty StampRing: stamping code, even dormant, cost every kernel about 0.2 us (docs/profiler.md, "Launch
+// stamps").
 #pragma once
 
 #include <cstddef>
@@ -64,8 +64,9 @@ constexpr bool launch_stamps_available() { return NT_LAUNCH_STAMPS != 0; }
 // ---- reading them back (host; pure, so the CPU tests drive it) ----------------------------------------
 
 struct StampedLaunch {  // what the profiler knows of each pending launch, in launch order
-  int64_t replay = -1;  // which replay of a graph it belongs to; -1: launched eagerly
+  int64_t replay = -1;  // which replay of a graph (or window of one) it belongs to; -1: launched eagerly
   bool closes = false;  // the closing launch of a replay: its release ends the replay's last kernel; not a row
+  bool counted = true;  // a row; false: timed only to clip the next one's start (a sampled step's lead-in)
 };
 
 struct StampedTime {
@@ -75,7 +76,7 @@ struct StampedTime {
 
 struct StampedTimes {
   std::vector<StampedTime> launches;  // [i] for launches[i] of the call
-  int64_t untimed = 0;                // launches (not closing ones) without a time
+  int64_t untimed = 0;                // counted launches (not closing ones) without a time
   bool aligned = true;                // false: the slots did not line up with the launches; nothing was timed
   size_t start_slots = 0, release_slots = 0, waiting_for_release = 0;  // what was found, for the message
 };

@@ -75,11 +75,6 @@ static __shared__ unsigned long long* launch_stamp_closing_release;
   "mov.u32 part, %%ctaid.y;\n\tor.b32 index, index, part;\n\t" \
   "mov.u32 part, %%ctaid.z;\n\tor.b32 index, index, part;\n\t" \
   "setp.eq.u32 first, index, 0;\n\t"
-#else
-#define NT_STAMPS_IN_KERNELS 0
-#endif
-
-#if NT_STAMPS_IN_KERNELS
 // The dependent stamp, out of line: a stamping twin must run as its plain kernel does, and the stamping code inlined
 // changed ptxas's register allocation of some kernels (nchw_pool_backward 39 -> 42 registers, one block fewer per SM:
 // 1.3 us slower). Called first, with nothing live, it leaves the kernel's own code as it is. Thread 0 of block 0,
@@ -100,6 +95,8 @@ static __device__ __noinline__ void stamped_dependent_wait(profile::LaunchStamp*
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (stamp != nullptr) stamp->release_ns = global_timer_ns();
 }
+#else
+#define NT_STAMPS_IN_KERNELS 0
 #endif
 
 // The first statement of every kernel of the engine (see above). A no-op before sm_90, and when the

@@ -2,7 +2,7 @@
 //
 // Such a build compiles every file of kernels/cuda twice: once as the default build does, into the engine, and once
 // with the stamping code (NT_STAMPING_KERNELS) into a fatbin per file that the binary carries (CMakeLists.txt,
-// "stamping twins"). The launch path runs a kernel's twin only for a launch the profiler times with launch stamps;
+// nt_stamping_twins). The launch path runs a kernel's twin only for a launch the profiler times with launch stamps;
 // the twin has the kernel's mangled name, its parameters and the ring as its last one. So with profiling off, and
 // for every launch the profiler does not stamp, a profiling build runs exactly the default build's kernels.
 #pragma once
@@ -11,8 +11,9 @@
 
 namespace nt::kernels::cuda {
 
-// Loads the twins' images (once per process) and resolves every twin by name. Call it before a capture that may
-// stamp: loading a library inside a stream capture is not allowed. Throws nt::Error when an image does not load.
+// Loads the twins' images (once per process) and resolves every twin by name. Called before a capture that may
+// stamp (Graph::capture), so that no library is loaded inside a stream capture. Throws nt::Error when an image does
+// not load.
 void load_stamping_twins();
 
 // The twin of `kernel` (a kernel of the engine, as its host stub), ready to launch with `smem` bytes of dynamic

@@ -42,6 +42,22 @@ TEST_CASE("launch stamps: a replay's kernels run from their own release to their
   CHECK_FALSE(times.launches[3].timed);  // the closing launch is no row, and not counted as untimed
 }
 
+TEST_CASE("launch stamps: a sampled window's lead-in is timed for its successor, and no row is untimed without it",
+          "[cpu][profile][stamps]") {
+  // A lead-in kernel (uncounted), the sampled kernel, and the launch after it closing the window; then a window cut
+  // short (its counted kernel's successor missing) and one of a lead-in alone.
+  const auto lead_in = [](int64_t replay) { return StampedLaunch{replay, false, false}; };
+  const std::vector<StampedLaunch> launches = {lead_in(0), in_replay(0), closing(0), in_replay(1), lead_in(2)};
+  const std::vector<LaunchStamp> slots = {{1000, 1010}, {1005, 1107}, {1100, 1230}, {2000, 2010}, {3000, 3010}};
+  const auto times = profile::times_from_launch_stamps(launches, slots);
+  REQUIRE(times.aligned);
+  check_time(times.launches[0], 1000, 1000, 1107);  // timed: its end clips the sampled kernel's start
+  check_time(times.launches[1], 1005, 1107, 1230);
+  CHECK_FALSE(times.launches[3].timed);
+  CHECK_FALSE(times.launches[4].timed);
+  CHECK(times.untimed == 1);  // the counted kernel without a successor; the lone lead-in is no row
+}
+
 TEST_CASE("launch stamps: a kernel beside its predecessor ends that one with its closing wait",
           "[cpu][profile][stamps]") {
   // a (waits), b (beside a: starts at once, waits at its end), c (waits for b), closing kernel. b's release slot comes
