@@ -18,7 +18,8 @@
 //   a sum over the batch (weight and bias gradients): one chain in increasing b;
 //   the softmax row: the classes in increasing order (kernels/softmax_xent.h's arithmetic).
 // Each multiply-add is one correctly rounded FMA on both backends, so the CPU twin (kernels/cpu/persistent_mlp.cpp)
-// and the GPU agree bit for bit but for expf/logf in the softmax (a few ulp), and the GPU is bit-reproducible.
+// and the GPU agree bit for bit (e^x by exp_rn, the same bits on both) but for the loss value, which takes logf, and
+// the GPU is bit-reproducible.
 // *loss_sum += Σ_b loss_b (in double, b increasing, each step's batch in turn) and *correct += the argmax hits.
 //
 // On the GPU (kernels/cuda/persistent_mlp.cu) each block owns a slice of every hidden layer's neurons: their weight

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/exec.h"
 
@@ -23,6 +24,50 @@ NT_HOST_DEVICE inline float add_rn(float a, float b) {
 #else
   return a + b;
 #endif
+}
+
+NT_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// 2^e as a float, e in [-126, 127] (a normal number: its exponent field alone).
+NT_HOST_DEVICE inline float pow2(int e) {
+  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+// e^x with the same bits on both backends, where expf is not: glibc's and CUDA's differ by an ulp on some x, and 30
+// steps of momentum SGD on random labels once grew that into a different trajectory (a ReLU or an argmax on the
+// other side). Cody-Waite: x = k·ln2 + r with k = rint(x·log2 e) and ln2 in two parts (the first exact in 11 bits, so
+// k·ln2_hi is exact), |r| <= ln2/2; e^r by Cephes' degree-7 polynomial for expf (within 2 ulp); then 2^k as one
+// exponent field, or two where e^x is subnormal. Every step one correctly rounded operation.
+NT_HOST_DEVICE inline float exp_rn(float x) {
+  if (!(x > -104.f)) return x != x ? x : 0.f;  // NaN stays NaN; below the smallest subnormal's half, 0
+  if (x > 88.72283f) return INFINITY;
+  const float k = rintf(mul_rn(x, 1.44269504088896341f));
+  float r = fma_rn(-k, 0.693359375f, x);
+  r = fma_rn(-k, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fma_rn(p, r, 1.3981999507e-3f);
+  p = fma_rn(p, r, 8.3334519073e-3f);
+  p = fma_rn(p, r, 4.1665795894e-2f);
+  p = fma_rn(p, r, 1.6666665459e-1f);
+  p = fma_rn(p, r, 5.0000001201e-1f);
+  p = fma_rn(p, mul_rn(r, r), add_rn(r, 1.f));  // 1 + r + r²·q(r)
+  const int e = static_cast<int>(k);
+  if (e > 127) return mul_rn(mul_rn(p, pow2(127)), pow2(e - 127));    // the first product is exact
+  if (e < -126) return mul_rn(mul_rn(p, pow2(e + 126)), pow2(-126));  // the subnormal result rounds once
+  return mul_rn(p, pow2(e));
 }
 
 // Σ_k a[k]·w[k·w_stride] over k in [0, K), for the short dot products (the head's input gradient, C ≤ 32 terms):
@@ -92,14 +137,14 @@ NT_HOST_DEVICE inline float softmax_xent_row(float* logits, int C, int label, in
     if (x > m || (x != x && m == m)) m = x, k = c;
   }
   float s = 0.f;
-  for (int c = 0; c < C; ++c) s = add_rn(s, expf(logits[c] - m));
+  for (int c = 0; c < C; ++c) s = add_rn(s, exp_rn(logits[c] - m));
   const bool label_ok = label >= 0 && label < C;
   const float picked = label_ok ? logits[label] : NAN;
   const float loss = add_rn(logf(s), m - picked);
   *hit = label_ok && k == label;
   const float batch = static_cast<float>(B);
   for (int c = 0; c < C; ++c) {
-    const float p = expf(logits[c] - m) / s;
+    const float p = exp_rn(logits[c] - m) / s;
     logits[c] = (p - (c == label ? 1.f : 0.f)) / batch;
   }
   return loss;

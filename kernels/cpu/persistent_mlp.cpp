@@ -1,5 +1,5 @@
 // The persistent mlp step's CPU twin (kernels/persistent_mlp.h): the GPU kernel's arithmetic, step by step, in one
-// thread. Every sum is kernels/persistent_mlp_math.h's, so only expf/logf separate the two backends.
+// thread. Every operation is kernels/persistent_mlp_math.h's, so only logf (the loss value) separates the two backends.
 //
 // Shapes: x = a[-1] (B, w[0]); a[l] (B, w[l+1]) for the hidden layers; logits and their gradient (B, C); d[l], the
 // gradient at layer l's output, (B, w[l+1]). W[l] (w[l+1], w[l]) row-major.

@@ -3,11 +3,13 @@
 // before the step, SGD with weight decay and momentum. The twin sums in fp32 in its own fixed order; after a few
 // steps on random data every weight agrees within 2e-5 of the largest (each sum has at most 784 terms of fp32
 // rounding, sqrt(K)·eps ≈ 3e-6 each, carried over the steps by lr · the gradient), the loss within 1e-5.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/persistent_mlp.h"
+#include "kernels/persistent_mlp_math.h"
 #include "persistent_mlp_case.h"
 #include "test_support.h"
 
@@ -184,3 +186,26 @@ TEST_CASE("persistent_mlp's workspace: aligned parts that do not overlap, within
 }
 
 }  // namespace nt::test
+
+TEST_CASE("exp_rn is e^x within 2 ulp, with expf's limits", "[cpu][persistent]") {
+  // Every 997th float from below the smallest subnormal's range to the largest finite result, against e^x in double.
+  // The bound: Cephes' polynomial for expf, in correctly rounded steps (kernels/persistent_mlp_math.h).
+  using nt::kernels::persistent::exp_rn;
+  double worst_ulp = 0;
+  for (float x = -87.f; x < 88.7f;) {
+    const double want = std::exp(static_cast<double>(x));
+    const auto w = static_cast<float>(want);
+    const double ulp = static_cast<double>(std::nextafter(w, INFINITY)) - static_cast<double>(w);
+    worst_ulp = std::max(worst_ulp, std::abs(static_cast<double>(exp_rn(x)) - want) / ulp);
+    for (int i = 0; i < 997; ++i) x = std::nextafter(x, 100.f);
+  }
+  INFO("worst " << worst_ulp << " ulp");
+  CHECK(worst_ulp < 2);
+  CHECK(exp_rn(0.f) == 1.f);
+  CHECK(std::isnan(exp_rn(NAN)));
+  CHECK(exp_rn(-INFINITY) == 0.f);
+  CHECK(exp_rn(-200.f) == 0.f);
+  CHECK(std::isinf(exp_rn(89.f)));
+  CHECK(exp_rn(-103.f) > 0.f);  // subnormal results stay, as expf's do
+  CHECK(std::abs(exp_rn(-100.f) / static_cast<float>(std::exp(-100.0)) - 1) < 0.01);  // within a subnormal's grain
+}
