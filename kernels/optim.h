@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/dispatch.h"
+#include "kernels/rounded.h"
 
 namespace nt::kernels {
 
@@ -75,19 +76,11 @@ struct AdamStepScalars {
   float bc2_sqrt;   // sqrt(1 - beta2^t)
 };
 
-NT_HOST_DEVICE inline double adam_dmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
 NT_HOST_DEVICE inline double adam_power(double base, uint64_t t) {  // base^t, t >= 1
   double result = 1.0;
   while (t != 0) {
-    if (t & 1u) result = adam_dmul(result, base);
-    base = adam_dmul(base, base);
+    if (t & 1u) result = mul_rn(result, base);
+    base = mul_rn(base, base);
     t >>= 1;
   }
   return result;

@@ -1,6 +1,5 @@
 // The persistent mlp step's arithmetic (kernels/persistent_mlp.h), one definition for the CPU twin and the GPU kernel:
-// the same operations in the same order on both backends, each multiply-add one correctly rounded FMA (std::fma on the
-// host, __fmaf_rn on the device, which nvcc never contracts or reorders).
+// the same operations in the same order on both backends, each one correctly rounded (kernels/rounded.h).
 #pragma once
 
 #include <cmath>
@@ -8,31 +7,13 @@
 #include <cstring>
 
 #include "kernels/exec.h"
+#include "kernels/rounded.h"
 
 namespace nt::kernels::persistent {
 
-NT_HOST_DEVICE inline float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-NT_HOST_DEVICE inline float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-NT_HOST_DEVICE inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+using kernels::add_rn;
+using kernels::fma_rn;
+using kernels::mul_rn;
 
 // 2^e as a float, e in [-126, 127] (a normal number: its exponent field alone).
 NT_HOST_DEVICE inline float pow2(int e) {
