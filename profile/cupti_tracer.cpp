@@ -338,9 +338,10 @@ std::unique_ptr<CuptiTracer> CuptiTracer::open(const CuptiLibrary& lib, const Cu
     close_state();
     return fail(cat("cuptiActivityEnable(CUPTI_ACTIVITY_KIND_", kind_name(kKinds[enabled]), "): ", a.describe(r)));
   }
-  // CUPTI's worker thread, woken on its own heuristics, leaves some runs to a slow mode in which every launch costs
-  // the host far more (an eager mlp epoch +45-60% instead of about +10%); a fixed period keeps it in the fast one
-  // (docs/profiler.md, "Overhead"). Best effort: a library without the call keeps its heuristics.
+  // Every record costs the launching thread host time, and an eager step whose host is at the GPU's pace pays it in
+  // full. A worker thread that flushes every 1 ms leaves the launching thread the least of it: with CUPTI's heuristics
+  // or a 10 ms period every eager mlp epoch was host-bound (docs/profiler.md, "CUPTI's eager overhead is the host's").
+  // Best effort: a library without the call keeps its heuristics.
   if (a.flush_period && options.flush_period_ms > 0) a.flush_period(options.flush_period_ms);
   return std::unique_ptr<CuptiTracer>(new CuptiTracer(lib.api, &s));
 }

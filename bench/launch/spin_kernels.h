@@ -18,4 +18,9 @@ inline constexpr int kSpinCount = sizeof(kSpins) / sizeof(kSpins[0]);
 // Launches kSpins[index] through the engine's launch path (named, observed, checked).
 void launch_spin(const kernels::Exec& exec, int index);
 
+// The empty spin launched by an API directly, with programmatic stream serialization as the launch path asks for it:
+// the floor under the launch path's host cost (bench_eager_host). Checked, but neither named nor observed.
+enum class LaunchApi { runtime, driver };  // cudaLaunchKernelExC; cuLaunchKernelEx
+void launch_empty_directly(void* stream, LaunchApi api);
+
 }  // namespace nt::bench
