@@ -1,5 +1,6 @@
 #include "kernels/persistent_mlp.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.h"
@@ -16,6 +17,10 @@ void check_persistent_mlp(const PersistentMlpArgs& a) {
            kPersistentMaxLayers, "], got ", a.layers);
   NT_CHECK(a.B >= 1 && a.B <= kPersistentMaxBatch, "persistent_mlp: B must be in [1, ", kPersistentMaxBatch, "], got ",
            a.B);
+  NT_CHECK(a.groups >= 1 && a.groups <= std::min(a.B, kPersistentMaxGroups), "persistent_mlp: groups must be in [1, ",
+           std::min(a.B, kPersistentMaxGroups), "], got ", a.groups);
+  NT_CHECK((a.groups - 1) * persistent_mlp_chunk(a.B, a.groups) < a.B, "persistent_mlp: ", a.groups,
+           " groups of a batch of ", a.B, " leave the last one empty");
   NT_CHECK(a.steps >= 0 && a.first >= 0, "persistent_mlp: steps and first must not be negative");
   NT_CHECK(a.width[0] == a.src.D, "persistent_mlp: width[0] (", a.width[0], ") must be the images' D (", a.src.D, ")");
   for (int l = 0; l <= a.layers; ++l) NT_CHECK(a.width[l] >= 1, "persistent_mlp: width[", l, "] must be positive");
@@ -36,7 +41,7 @@ void check_persistent_mlp(const PersistentMlpArgs& a) {
   NT_CHECK(a.loss_sum && a.correct && a.workspace, "persistent_mlp: loss_sum, correct and workspace are required");
 }
 
-PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, int layers, int B) {
+PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, int layers, int B, int groups) {
   const auto at = [base](size_t offset) { return reinterpret_cast<std::uintptr_t>(base) + offset; };
   PersistentMlpWorkspace w;
   w.barrier = reinterpret_cast<unsigned int*>(at(0));
@@ -47,6 +52,18 @@ PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, in
     w.gradient[l] = reinterpret_cast<float*>(at(offset + part));
     offset += 2 * part;
   }
+  const size_t rows = aligned(sizeof(float) * size_t(B));
+  w.row_loss = reinterpret_cast<float*>(at(offset));
+  w.row_hit = reinterpret_cast<float*>(at(offset + rows));
+  offset += 2 * rows;
+  size_t floats = 0;
+  for (int l = 0; l < layers; ++l) {
+    w.layer_offset[l] = floats;
+    floats += size_t(width[l + 1]) * size_t(width[l]) + size_t(width[l + 1]);
+  }
+  w.partial_stride = aligned(sizeof(float) * floats) / sizeof(float);
+  w.partial = reinterpret_cast<float*>(at(offset));
+  offset += sizeof(float) * w.partial_stride * size_t(groups);
   w.bytes = offset;
   return w;
 }

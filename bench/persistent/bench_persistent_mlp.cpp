@@ -4,7 +4,8 @@
 // (bench_timing.h). Evaluation is not part of the op, so the figure is the training steps of an epoch alone; the
 // per-kernel path's epoch (nanotrain train) adds its 157 evaluation batches. Then one more launch per batch under the
 // KernelProfiler (CUPTI where it loads, else CUDA events), whose table splits the kernel into the phases it stamps
-// (profile/phase_stamps.h): what a step is made of, as block 0 sees it.
+// (profile/phase_stamps.h): what a step is made of, as block 0 sees it. The batch runs in the groups the device
+// chooses (persistent_mlp_groups, one cluster each), and for comparison in 4, 8 and 16 groups where they fit.
 //
 //   bench_persistent_mlp [--steps N]       N: steps per launch at batch 64 (default 938; batch 256 runs N / 4)
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include "bench/bench_cli.h"
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
+#include "core/error.h"
 #include "kernels/persistent_mlp.h"
 #include "kernels/profile_delay.h"
 #include "kernels/runtime.h"
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> tables;
   for (const int B : {64, 256}) {
     const int steps = B == 64 ? steps64 : steps64 / 4;
-    if (!nt::kernels::cuda::persistent_mlp_fits(width, kLayers, B)) {
+    const int chosen = nt::kernels::cuda::persistent_mlp_groups(width, kLayers, B);
+    if (chosen == 0) {
       std::printf("%5d | does not fit this device\n", B);
       continue;
     }
@@ -82,10 +85,24 @@ int main(int argc, char** argv) {
     a.lr = 0.01f, a.momentum = 0.9f;
     a.loss_sum = upload(exec, std::vector<double>{0.0});
     a.correct = upload(exec, std::vector<int64_t>{0});
-    a.workspace = upload(exec, std::vector<unsigned char>(nt::kernels::persistent_mlp_workspace_bytes(width, 3, B), 0));
-    const double us = nt::bench::time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, 7,
-                                              [&] { nt::kernels::persistent_mlp(exec, a); });
-    std::printf("batch %d, %d steps: %.2f ms per launch, %.2f us per step\n", B, steps, us / 1000.0, us / steps);
+    a.workspace = upload(
+        exec, std::vector<unsigned char>(
+                  nt::kernels::persistent_mlp_workspace_bytes(width, 3, B, nt::kernels::kPersistentMaxGroups), 0));
+    std::vector<int> group_counts{chosen};
+    for (const int g : {4, 8, 16})
+      if (g != chosen && g <= std::min(B, nt::kernels::kPersistentMaxGroups)) group_counts.push_back(g);
+    for (const int groups : group_counts) {
+      a.groups = groups;
+      try {
+        const double us = nt::bench::time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, 7,
+                                                  [&] { nt::kernels::persistent_mlp(exec, a); });
+        std::printf("batch %d, %d steps, %d groups%s: %.2f ms per launch, %.2f us per step\n", B, steps, groups,
+                    groups == chosen ? " (the device's)" : "", us / 1000.0, us / steps);
+      } catch (const nt::InternalError& e) {
+        std::printf("batch %d, %d groups: %s\n", B, groups, e.what());
+      }
+    }
+    a.groups = chosen;
 
     nt::profile::ProfilerOptions options;
     options.timing = nt::profile::Timing::cupti;

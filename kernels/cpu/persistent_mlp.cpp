@@ -3,6 +3,7 @@
 //
 // Shapes: x = a[-1] (B, w[0]); a[l] (B, w[l+1]) for the hidden layers; logits and their gradient (B, C); d[l], the
 // gradient at layer l's output, (B, w[l+1]). W[l] (w[l+1], w[l]) row-major.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/persistent_mlp.h"
@@ -32,19 +33,33 @@ void gather(const PersistentMlpArgs& a, int64_t first, std::vector<float>& x, st
   }
 }
 
-// W -= the SGD step for dW = dᵀ·in (d: (B, N), in: (B, K)) and b -= for db = Σ_b d, each sum in increasing b.
+// Σ_b term(b) over the batch in kernels/persistent_mlp.h's order: one chain in increasing b within each group, then
+// the groups' sums left to right.
+template <class Term>
+float batch_sum(const PersistentMlpArgs& a, Term term) {
+  const int chunk = persistent_mlp_chunk(a.B, a.groups);
+  float total = 0.f;
+  for (int q = 0; q < a.groups; ++q) {
+    float g = 0.f;
+    for (int b = q * chunk; b < std::min(a.B, (q + 1) * chunk); ++b) g = term(b, g);
+    total = q == 0 ? g : persistent::add_rn(total, g);
+  }
+  return total;
+}
+
+// W -= the SGD step for dW = dᵀ·in (d: (B, N), in: (B, K)) and b -= for db = Σ_b d, each sum over the batch in
+// batch_sum's order.
 void update_layer(const PersistentMlpArgs& a, const SgdStep& sgd, int l, const float* d, const float* in) {
-  const int B = a.B, K = a.width[l], N = a.width[l + 1];
+  const int K = a.width[l], N = a.width[l + 1];
   float dummy = 0.f;
   for (int n = 0; n < N; ++n) {
     for (int k = 0; k < K; ++k) {
-      float g = 0.f;
-      for (int b = 0; b < B; ++b) g = fma_rn(d[size_t(b) * N + n], in[size_t(b) * K + k], g);
+      const float g =
+          batch_sum(a, [&](int b, float chain) { return fma_rn(d[size_t(b) * N + n], in[size_t(b) * K + k], chain); });
       const size_t i = size_t(n) * K + k;
       sgd.apply(a.weight[l][i], g, a.momentum != 0.f ? a.weight_velocity[l][i] : dummy);
     }
-    float g = 0.f;
-    for (int b = 0; b < B; ++b) g = persistent::add_rn(g, d[size_t(b) * N + n]);
+    const float g = batch_sum(a, [&](int b, float chain) { return persistent::add_rn(chain, d[size_t(b) * N + n]); });
     sgd.apply(a.bias[l][n], g, a.momentum != 0.f ? a.bias_velocity[l][n] : dummy);
   }
 }

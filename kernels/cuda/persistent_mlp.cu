@@ -1,36 +1,44 @@
-// The persistent mlp step on the GPU (kernels/persistent_mlp.h): one cooperative launch of one block per SM runs every
-// step, the weights in shared memory from the first step to the last.
+// The persistent mlp step on the GPU (kernels/persistent_mlp.h), design B of docs/persistent-mlp.md: one cooperative
+// launch of `groups` clusters of kClusterBlocks blocks (one block an SM) runs every step. Each cluster holds a whole
+// copy of the weights in its blocks' shared memory and runs one group of the batch's rows through every layer; once a
+// step the groups' gradients are summed in a fixed order and every weight takes its step.
 //
-// Ownership. G blocks; hidden layer l (l < L-1, output width N = w[l+1]) gives block g its neurons
-// [g·own(l), min(N, (g+1)·own(l))), own(l) = ceil(N / G): the rows of W[l] and b[l], and the same columns of W[l+1]
-// when layer l+1 is hidden too (a second copy). Every block holds the whole head W[L-1], b[L-1] (C ≤ 32 rows).
-// Velocities sit beside their weights. Shared memory, in floats:
-//   rows W[l] (own·w[l]), b[l], their velocities      columns of W[l+1] as [i][n] (own(l)·w[l+2]), velocities
-//   head W[L-1], b[L-1], velocities                    dlogits (B·C), row losses and hits (B each)
-//   mine (B·own_max): the gradient at the block's own neurons      own_act (B·own_max): their activations
-//   grad (the larger of any row or column slice's gradient)  head_grad (C·w[L-1] + C)  pixel_lut (256 a plane)
-//   batch_row, batch_label (B each)  batch_pixels (B·D bytes, where they fit)  stage (the rest, up to B·stage_width)
-// Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (global, L2): each block writes
-// its own columns, every block reads whole rows, as many K-wide rows at once as the stage holds, with ld.global.cg
-// (another SM wrote them; this SM's L1 may hold an older line). Each step opens with the batch's rows and labels, and
-// its images where they fit, loaded into shared memory once (load_batch).
-// The wide dot products run in dot16's order as 16-lane register tiles (tiled_dots), the weight gradients as tiles
-// of outputs × four k (add_weight_gradient); docs/persistent-mlp.md has the measurements behind both.
+// Ownership. Block k of a cluster owns hidden layer l's neurons [k·own(l), min(N, (k+1)·own(l))), N = w[l+1],
+// own(l) = ceil(N / kClusterBlocks): their rows of W[l] and b[l], and the same columns of W[l+1] when layer l+1 is
+// hidden too (a second copy, refreshed from the same tensor). Every block holds the whole head W[L-1], b[L-1]
+// (C ≤ 32 rows). Cluster q runs the batch's rows [q·chunk, min(B, (q+1)·chunk)) (persistent_mlp_chunk). Shared memory,
+// in floats (chunk rows where the batch appears):
+//   rows W[l] (own·w[l]), b[l]        columns of W[l+1] as [i][n] (own(l)·w[l+2])        head W[L-1], b[L-1]
+//   dlogits (chunk·C)   mine (chunk·own_max): the gradient at the block's own neurons   own_act (chunk·own_max): theirs
+//   pixel_lut (256 a plane)   batch_row, batch_label (chunk each)   batch_pixels (chunk·D bytes, where they fit)
+//   stage (the rest, up to chunk·stage_width)
+// The velocities stay in the engine's tensors: only the update touches them.
+// Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (L2): each block writes its own
+// columns of its cluster's rows, and after a cluster barrier (release and acquire at cluster scope) every block of
+// the cluster reads whole rows with ld.global.cg (another SM wrote them; this SM's L1 may hold an older line). The wide
+// dot products run in dot16's order as 16-lane register tiles (tiled_dots), the weight gradients as tiles of outputs
+// × four k (add_gradient_partial).
 //
-// A step, L = layers (grid barriers between the phases that read what other blocks wrote):
-//   forward l = 0..L-2     stage a[l] (l = 0: gather and normalize the batch), own outputs of layer l   barrier
-//   head                   stage a[L-1]; logits, softmax (every block, the same bits), d[L-2] at own neurons from the
-//                          head's columns, head gradient; head step; rows of layer L-2 step       barrier (see below)
-//   back l = L-2..1        stage d[l]; d[l-1] at own neurons from the column copy of W[l]; that copy steps; rows of
-//                          layer l-1 step (stage a[l-1])                                           barrier if l > 1
-// Each gradient is computed from the weights before the step, in kernels/persistent_mlp_math.h's order, so the row
-// and column copies of W[l] take the same gradient (Σ_b d[l][b,n]·a[l][b,i], b increasing) and stay equal. With two
-// or more hidden layers no barrier closes the step: what the next step's first phase overwrites (its a at the own
-// neurons) is read after the last barrier only by the block that owns it. With one, every block reads the whole of
-// that a in the head phase, so a barrier closes each step but the last.
+// A step of cluster q, L = layers:
+//   forward l = 0..L-2  stage the group's rows of a[l] (l = 0: gather and normalize); own outputs  cluster barrier
+//   head                every block the same bits: logits, softmax, d at own neurons of layer L-2; rank 0 writes the
+//                       rows' losses, the last rank the head's partial gradient; every block its rows' partial of
+//                       layer L-2                                                        cluster barrier if L > 2
+//   back l = L-2..1     d[l-1] at own neurons from the column copy of W[l]; the rows' partial of layer l-1
+//                                                                                        cluster barrier if l > 1
+//                                                                                        grid barrier
+//   sum and update      every parameter in a block's share: Σ_q partial[q] (q increasing), its SGD step, into the
+//                       engine's tensors; the last block adds the batch's losses             grid barrier
+//   reload              every block its rows, columns and head from the tensors (after every step but the last)
+// Each gradient comes from the weights before the step (the tensors change only in the update), in
+// kernels/persistent_mlp_math.h's order: within a group the chain in increasing b runs in one thread (its partial in
+// the workspace is carried from one staged slice of rows to the next by the same thread), across groups the update's
+// sum.
 //
 // The loss: the last block adds the batch's row losses in double, in increasing b, to *loss_sum, and the hits to
 // *correct.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <iterator>
 
@@ -44,27 +52,30 @@ namespace nt::kernels::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
 using persistent::dot4;
 using persistent::fma_rn;
 using persistent::SgdStep;
 
 constexpr int kThreads = 512;
-constexpr int kMinStageRows = 16;
+constexpr int kClusterBlocks = 8;  // the portable cluster size
+constexpr int kMinStageRows = 8;
 constexpr int kMaxLayers = kPersistentMaxLayers;
 
 // Offsets into the block's shared memory, in floats; -1: none. Computed once on the host (plan()).
 struct Layout {
-  int rows_w[kMaxLayers], rows_b[kMaxLayers], rows_vw[kMaxLayers], rows_vb[kMaxLayers];  // hidden layers
-  int cols_w[kMaxLayers], cols_vw[kMaxLayers];  // of W[l] for l in [1, L-2]: the columns of the own neurons of l-1
-  int head_w, head_b, head_vw, head_vb;
-  int dlogits, row_loss, row_hit, mine, own_act, grad, head_grad, pixel_lut, stage;
-  int batch_row, batch_label;  // the step's rows of the data set and their labels (B ints each)
-  int batch_pixels;            // the step's images as uint8 (B·D bytes) when they fit beside the rest; else -1
+  int rows_w[kMaxLayers], rows_b[kMaxLayers];  // hidden layers
+  int cols_w[kMaxLayers];                      // of W[l] for l in [1, L-2]: the columns of the own neurons of l-1
+  int head_w, head_b;
+  int dlogits, mine, own_act, pixel_lut, stage;
+  int batch_row, batch_label;  // the group's rows of the data set and their labels (chunk ints each)
+  int batch_pixels;            // the group's images as uint8 (chunk·D bytes) when they fit beside the rest; else -1
   int total;
 };
 
 struct Plan {
-  int G = 0;                 // blocks
+  int groups = 0;            // clusters; 0: does not run
+  int chunk = 0;             // rows of a group (the last may have fewer)
   int own[kMaxLayers] = {};  // neurons per block of hidden layer l's output
   int own_max = 0;
   int stage_floats = 0;  // the stage's size: rows of a K-wide input are staged stage_floats / K at a time
@@ -80,31 +91,12 @@ struct Params {
   profile::PhaseStamps phases;  // kPhaseNames, marked by thread 0 of block 0 (empty unless a profiler asks)
 };
 
-// The phases the kernel reports to the profiler (profile/phase_stamps.h), as block 0 sees them: its share of each
-// phase's work, then its wait at the grid barrier that closes the phase (the slowest block's lag and the barrier).
-enum Phase : uint32_t { kLoad, kForward, kHead, kBackward, kBarrier, kStore };
-constexpr const char* kPhaseNames[] = {"load weights",        "forward",      "head and its update",
-                                       "backward and update", "grid barrier", "store weights"};
-
-__device__ __forceinline__ void mark_phase(const Params& q, Phase phase) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.mark(phase);
-}
-
-// A grid barrier that reports its wait: the block's threads meet first, so the mark follows the block's own work.
-__device__ __forceinline__ void phase_barrier(const Params& q, Phase next) {
-  if (q.phases.slots) {
-    __syncthreads();
-    mark_phase(q, kBarrier);
-  }
-  grid_barrier(q.barrier);
-  mark_phase(q, next);
-}
-
-Plan plan(const int* width, int layers, int B, int G) {
+Plan plan(const int* width, int layers, int B, int groups) {
   Plan p;
-  p.G = G;
-  const int L = layers, C = width[L];
-  for (int l = 0; l + 1 < L; ++l) p.own[l] = (width[l + 1] + G - 1) / G, p.own_max = std::max(p.own_max, p.own[l]);
+  p.groups = groups;
+  p.chunk = persistent_mlp_chunk(B, groups);
+  const int L = layers, C = width[L], S = kClusterBlocks;
+  for (int l = 0; l + 1 < L; ++l) p.own[l] = (width[l + 1] + S - 1) / S, p.own_max = std::max(p.own_max, p.own[l]);
   for (int l = 0; l < L; ++l) p.stage_width = std::max(p.stage_width, width[l]);
   for (int l = 1; l + 1 < L; ++l) p.stage_width = std::max(p.stage_width, width[l + 1]);  // d[l] rows
   int at = 0;
@@ -114,50 +106,70 @@ Plan plan(const int* width, int layers, int B, int G) {
     return here;
   };
   Layout& s = p.at;
-  int grad = 0;
-  for (int l = 0; l < kMaxLayers; ++l) s.rows_w[l] = s.rows_b[l] = s.rows_vw[l] = s.rows_vb[l] = -1;
-  for (int l = 0; l < kMaxLayers; ++l) s.cols_w[l] = s.cols_vw[l] = -1;
+  for (int l = 0; l < kMaxLayers; ++l) s.rows_w[l] = s.rows_b[l] = s.cols_w[l] = -1;
   for (int l = 0; l + 1 < L; ++l) {
     s.rows_w[l] = take(p.own[l] * width[l]);
     s.rows_b[l] = take(p.own[l]);
-    s.rows_vw[l] = take(p.own[l] * width[l]);
-    s.rows_vb[l] = take(p.own[l]);
-    grad = std::max(grad, p.own[l] * width[l] + p.own[l]);
   }
-  for (int l = 1; l + 1 < L; ++l) {
-    s.cols_w[l] = take(p.own[l - 1] * width[l + 1]);
-    s.cols_vw[l] = take(p.own[l - 1] * width[l + 1]);
-    grad = std::max(grad, p.own[l - 1] * width[l + 1]);
-  }
+  for (int l = 1; l + 1 < L; ++l) s.cols_w[l] = take(p.own[l - 1] * width[l + 1]);
   s.head_w = take(C * width[L - 1]);
   s.head_b = take(C);
-  s.head_vw = take(C * width[L - 1]);
-  s.head_vb = take(C);
-  s.dlogits = take(B * C);
-  s.row_loss = take(B);
-  s.row_hit = take(B);
-  s.mine = take(B * p.own_max);
-  s.own_act = take(B * p.own_max);
-  s.grad = take(grad);
-  s.head_grad = take(C * width[L - 1] + C);
+  s.dlogits = take(p.chunk * C);
+  s.mine = take(p.chunk * p.own_max);
+  s.own_act = take(p.chunk * p.own_max);
   s.pixel_lut = take(kMaxBatchChannels * 256);
-  s.batch_row = take(B);
-  s.batch_label = take(B);
+  s.batch_row = take(p.chunk);
+  s.batch_label = take(p.chunk);
   s.batch_pixels = -1;
+  s.stage = -1;
   s.total = at;
   return p;
 }
 
-// The step's rows of the data set and their labels into shared memory; and, where the plan keeps them there
-// (batch_pixels), the step's images as uint8: 16-byte loads where rows are whole ones, kBatchLoads in flight a thread,
-// all issued before any is used (a block's one wait on L2 for the batch a step). Followed by __syncthreads.
-// This loop and stage_batch's and stage_rows' are written out each: one helper taking the load and the store as
-// lambdas made the step 2% (batch 64) to 4% (batch 256) slower on an H200, measured in one call against this code.
+// The phases the kernel reports to the profiler (profile/phase_stamps.h), as block 0 sees them: its share of each
+// phase's work, then its waits at the barriers (the slowest block's lag and the barrier itself).
+enum Phase : uint32_t { kLoad, kForward, kHead, kBackward, kClusterBarrier, kGridBarrier, kUpdate, kReload };
+constexpr const char* kPhaseNames[] = {"load weights",    "forward",      "head",           "backward",
+                                       "cluster barrier", "grid barrier", "sum and update", "reload weights"};
+
+// The device code below runs on sm_90 only (clusters): passes for older GPUs compile the kernel as a stub.
+#if NT_CLUSTERS
+
+__device__ __forceinline__ void mark_phase(const Params& q, Phase phase) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.mark(phase);
+}
+
+// A barrier that reports its wait: the block's threads meet first, so the mark follows the block's own work.
+__device__ __forceinline__ void phase_grid_barrier(const Params& q, Phase next) {
+  if (q.phases.slots) {
+    __syncthreads();
+    mark_phase(q, kGridBarrier);
+  }
+  grid_barrier(q.barrier);
+  mark_phase(q, next);
+}
+__device__ __forceinline__ void phase_cluster_barrier(const Params& q, Phase next) {
+  if (q.phases.slots) {
+    __syncthreads();
+    mark_phase(q, kClusterBarrier);
+  }
+#if NT_CLUSTERS
+  cg::this_cluster().sync();
+#endif
+  mark_phase(q, next);
+}
+
+// The group's rows of the data set and their labels into shared memory (B rows from position `first` of the order);
+// and, where the plan keeps them there (batch_pixels), their images as uint8: 16-byte loads where rows are whole ones,
+// kBatchLoads in flight a thread, all issued before any is used (a block's one wait on L2 for the batch a step).
+// Followed by __syncthreads. This loop and stage_batch's and stage_rows' are written out each: one helper taking the
+// load and the store as lambdas made the step 2% (batch 64) to 4% (batch 256) slower on an H200, measured in one call
+// against this code.
 constexpr int kBatchLoads = 8;
-__device__ void load_batch(const Params& q, float* smem, int64_t first) {
+__device__ void load_batch(const Params& q, float* smem, int64_t first, int B) {
   const BatchSource& src = q.a.src;
   const Layout& s = q.p.at;
-  const int B = q.a.B, D = src.D;
+  const int D = src.D;
   int* rows = reinterpret_cast<int*>(smem + s.batch_row);
   int* labels = reinterpret_cast<int*>(smem + s.batch_label);
   for (int b = threadIdx.x; b < B; b += kThreads) {
@@ -190,7 +202,7 @@ __device__ void load_batch(const Params& q, float* smem, int64_t first) {
   __syncthreads();
 }
 
-// Rows [r0, r0 + rows) of the step's batch into stage (rows × D), normalized (kernels/batch.h) through pixel_lut:
+// Rows [r0, r0 + rows) of the group's batch into stage (rows × D), normalized (kernels/batch.h) through pixel_lut:
 // each plane's 256 values computed once by normalize_pixel, the same bits without two divisions a pixel. From the
 // uint8 images in shared memory where the plan keeps them, else from L2, four pixels a load where rows are whole
 // words and kStageLoads loads in flight a thread.
@@ -322,24 +334,30 @@ __device__ void tiled_dots(const float* in, int ld_in, const float* w, int ld_w,
   }
 }
 
-// How many K-wide rows the stage holds (at least one: the plan sizes it for the widest), at most the batch.
-__device__ __forceinline__ int stage_rows_for(const Params& q, int K) { return min(q.a.B, q.p.stage_floats / K); }
+// How many K-wide rows the stage holds (at least one: the plan sizes it for the widest), at most the group's rows.
+__device__ __forceinline__ int stage_rows_for(const Params& q, int K, int rows) {
+  return min(rows, q.p.stage_floats / K);
+}
 
-// Layer l's input rows [r0, r0 + rows): the batch for l = 0, else a[l-1] from the workspace.
-__device__ void stage_input(const Params& q, const float* smem, int l, int r0, int rows, float* stage) {
+// Layer l's input rows [r0, r0 + rows) of the group (its first row b0): the batch for l = 0, else a[l-1] from the
+// workspace.
+__device__ void stage_input(const Params& q, const float* smem, int l, int b0, int r0, int rows, float* stage) {
   if (l == 0)
     stage_batch(q, smem, r0, rows, stage);
   else
-    stage_rows(q.ws.activation[l], q.a.width[l], r0, rows, stage);
+    stage_rows(q.ws.activation[l], q.a.width[l], b0 + r0, rows, stage);
 }
 
-// A layer's weight gradient over the staged rows [r0, r0 + rows) of its input, added to grad (outputs × K):
-// grad[j, k] += Σ_r d[r0 + r, j]·in[r, k], each a chain in increasing r (kernels/persistent_mlp_math.h), with d's row
-// b at d + b·d_stride (the gradient at the layer's outputs) and in the staged input (rows × K). A thread a tile of
-// kGradCols outputs × four consecutive k, so that one 16-byte load of in serves kGradCols · 4 FMAs.
+// A layer's gradient over rows [r0, r0 + rows) of the group, into its partial in the workspace (weights: outputs × K
+// row-major, biases: outputs): weights[j, k] = Σ_r d[r0 + r, j]·in[r, k], biases[j] = Σ_r d[r0 + r, j], each one chain
+// in increasing r (kernels/persistent_mlp_math.h) started at r0 = 0 and carried on from part for later slices: the same
+// thread owns an element in every slice, so it reads back its own store. d's row r at d + r·d_stride (the gradient at
+// the layer's outputs), the staged input rows × K. A thread a tile of kGradCols outputs × four consecutive k, so that
+// one 16-byte load of the input serves kGradCols · 4 FMAs.
 constexpr int kGradCols = 2;
-__device__ void add_weight_gradient(const float* d, int d_stride, int r0, int rows, const float* in, int K, int outputs,
-                                    float* grad) {
+__device__ void add_gradient_partial(const float* d, int d_stride, int r0, int rows, const float* in, int K,
+                                     int outputs, float* weights, float* biases) {
+  const bool first = r0 == 0;
   const int k_groups = (K + 3) / 4, col_tiles = (outputs + kGradCols - 1) / kGradCols;
   const bool whole_float4s = K % 4 == 0;
   for (int t = threadIdx.x; t < col_tiles * k_groups; t += kThreads) {
@@ -348,7 +366,8 @@ __device__ void add_weight_gradient(const float* d, int d_stride, int r0, int ro
 #pragma unroll
     for (int j = 0; j < kGradCols; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) g[j][e] = j0 + j < outputs && k0 + e < K ? grad[(j0 + j) * K + k0 + e] : 0.f;
+      for (int e = 0; e < 4; ++e)
+        g[j][e] = !first && j0 + j < outputs && k0 + e < K ? weights[int64_t(j0 + j) * K + k0 + e] : 0.f;
     for (int r = 0; r < rows; ++r) {
       float x[4];
       if (whole_float4s) {
@@ -369,104 +388,123 @@ __device__ void add_weight_gradient(const float* d, int d_stride, int r0, int ro
     for (int j = 0; j < kGradCols; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (j0 + j < outputs && k0 + e < K) grad[(j0 + j) * K + k0 + e] = g[j][e];
+        if (j0 + j < outputs && k0 + e < K) weights[int64_t(j0 + j) * K + k0 + e] = g[j][e];
   }
-}
-
-// The bias gradient over the same rows, added to grad_bias (outputs): Σ_r d[r0 + r, j], r increasing.
-__device__ void add_bias_gradient(const float* d, int d_stride, int r0, int rows, int outputs, float* grad_bias) {
   for (int j = threadIdx.x; j < outputs; j += kThreads) {
-    float g = grad_bias[j];
+    float g = first ? 0.f : biases[j];
     for (int r = 0; r < rows; ++r) g = persistent::add_rn(g, d[(r0 + r) * d_stride + j]);
-    grad_bias[j] = g;
+    biases[j] = g;
   }
 }
 
-// Both of a layer's gradients: weights (outputs × K), then biases (outputs), in grad.
-__device__ void add_layer_gradient(const float* d, int d_stride, int r0, int rows, const float* in, int K, int outputs,
-                                   float* grad) {
-  add_weight_gradient(d, d_stride, r0, rows, in, K, outputs, grad);
-  add_bias_gradient(d, d_stride, r0, rows, outputs, grad + outputs * K);
-}
-
-// The SGD step of the rows of hidden layer l this block owns, from mine (B × own: d at its own neurons) and layer l's
-// input (staged again): grad = Σ_b mine[b,j]·in[b,k], b increasing, then each weight's step.
-__device__ void step_rows(const Params& q, float* smem, const SgdStep& sgd, int l, int count) {
-  const PersistentMlpArgs& a = q.a;
-  const Layout& s = q.p.at;
-  const int B = a.B, K = a.width[l], own = q.p.own[l];
-  float* grad = smem + s.grad;
-  float* stage = smem + s.stage;
-  const float* mine = smem + s.mine;
-  for (int i = threadIdx.x; i < count * K + count; i += kThreads) grad[i] = 0.f;
-  const int R = stage_rows_for(q, K);
-  for (int r0 = 0; r0 < B; r0 += R) {
-    const int rows = min(R, B - r0);
+// The partial of hidden layer l's rows this block owns (count of them from n0) over the group's rows (b0, bc), from
+// mine (d at its own neurons) and layer l's input, staged again, into the group's partial `part`. Every thread of the
+// block calls it.
+__device__ void rows_partial(const Params& q, float* smem, float* part, int l, int n0, int count, int b0, int bc) {
+  const int K = q.a.width[l], N = q.a.width[l + 1];
+  float* stage = smem + q.p.at.stage;
+  float* weights = part + q.ws.layer_offset[l] + int64_t(n0) * K;  // rows n0.. of W[l]'s partial
+  float* biases = part + q.ws.layer_offset[l] + int64_t(N) * K + n0;
+  const int R = stage_rows_for(q, K, bc);
+  for (int r0 = 0; r0 < bc; r0 += R) {
+    const int rows = min(R, bc - r0);
     __syncthreads();
-    stage_input(q, smem, l, r0, rows, stage);
+    stage_input(q, smem, l, b0, r0, rows, stage);
     __syncthreads();
-    add_layer_gradient(mine, own, r0, rows, stage, K, count, grad);
+    add_gradient_partial(smem + q.p.at.mine, q.p.own[l], r0, rows, stage, K, count, weights, biases);
   }
-  __syncthreads();
-  float* w = smem + s.rows_w[l];
-  float* b = smem + s.rows_b[l];
-  float* vw = smem + s.rows_vw[l];
-  float* vb = smem + s.rows_vb[l];
-  for (int i = threadIdx.x; i < count * K; i += kThreads) sgd.apply(w[i], grad[i], vw[i]);
-  for (int j = threadIdx.x; j < count; j += kThreads) sgd.apply(b[j], grad[count * K + j], vb[j]);
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Params q, StampRing stamps) {
-  begin_dependent_kernel(stamps);
-  mark_phase(q, kLoad);
-  extern __shared__ __align__(16) float smem[];
+// The block's weights from the tensors: its rows of each hidden layer, their columns of the next hidden layer, the
+// whole head. Through L2 (ld.global.cg): other SMs updated them.
+__device__ void load_weights(const Params& q, float* smem, const int* n0, const int* count) {
   const PersistentMlpArgs& a = q.a;
   const Layout& s = q.p.at;
-  const int L = a.layers, B = a.B, C = a.width[L], g = blockIdx.x;
-  const SgdStep sgd{a.lr_scale ? __fmul_rn(a.lr, *a.lr_scale) : a.lr, a.momentum, a.weight_decay};
-  const bool momentum = a.momentum != 0.f;
-
-  // The block's range of each hidden layer's outputs.
-  int n0[kMaxLayers], count[kMaxLayers];
-  for (int l = 0; l + 1 < L; ++l) {
-    n0[l] = min(a.width[l + 1], g * q.p.own[l]);
-    count[l] = min(a.width[l + 1], n0[l] + q.p.own[l]) - n0[l];
-  }
-
-  // Load: rows and columns of the hidden layers, the whole head; velocities (zero without momentum: never read).
-  // Written out, as is the store at the end: __device__ helpers for a slice's load and store ran every step 0.7%
-  // (batch 64) to 1.4% (batch 256) slower on an H200 (the same call, against this code), though they run once.
+  const int L = a.layers, C = a.width[L], KH = a.width[L - 1];
   for (int l = 0; l + 1 < L; ++l) {
     const int K = a.width[l];
-    for (int i = threadIdx.x; i < count[l] * K; i += kThreads) {
-      const int64_t at = int64_t(n0[l]) * K + i;
-      smem[s.rows_w[l] + i] = a.weight[l][at];
-      smem[s.rows_vw[l] + i] = momentum ? a.weight_velocity[l][at] : 0.f;
+    const float4* rows = reinterpret_cast<const float4*>(a.weight[l] + int64_t(n0[l]) * K);
+    if (K % 4 == 0 && (int64_t(n0[l]) * K) % 4 == 0) {
+      for (int i = threadIdx.x; i < count[l] * K / 4; i += kThreads)
+        reinterpret_cast<float4*>(smem + s.rows_w[l])[i] = __ldcg(rows + i);
+    } else {
+      for (int i = threadIdx.x; i < count[l] * K; i += kThreads)
+        smem[s.rows_w[l] + i] = __ldcg(a.weight[l] + int64_t(n0[l]) * K + i);
     }
-    for (int j = threadIdx.x; j < count[l]; j += kThreads) {
-      smem[s.rows_b[l] + j] = a.bias[l][n0[l] + j];
-      smem[s.rows_vb[l] + j] = momentum ? a.bias_velocity[l][n0[l] + j] : 0.f;
-    }
+    for (int j = threadIdx.x; j < count[l]; j += kThreads) smem[s.rows_b[l] + j] = __ldcg(a.bias[l] + n0[l] + j);
   }
   for (int l = 1; l + 1 < L; ++l) {  // columns i of W[l] (N × K): [j][n] = W[l][n, n0[l-1] + j]
     const int K = a.width[l], N = a.width[l + 1];
     for (int i = threadIdx.x; i < count[l - 1] * N; i += kThreads) {
       const int j = i / N, n = i % N;
-      const int64_t at = int64_t(n) * K + n0[l - 1] + j;
-      smem[s.cols_w[l] + i] = a.weight[l][at];
-      smem[s.cols_vw[l] + i] = momentum ? a.weight_velocity[l][at] : 0.f;
+      smem[s.cols_w[l] + i] = __ldcg(a.weight[l] + int64_t(n) * K + n0[l - 1] + j);
     }
   }
-  const int KH = a.width[L - 1];
-  for (int i = threadIdx.x; i < C * KH; i += kThreads) {
-    smem[s.head_w + i] = a.weight[L - 1][i];
-    smem[s.head_vw + i] = momentum ? a.weight_velocity[L - 1][i] : 0.f;
+  for (int i = threadIdx.x; i < C * KH; i += kThreads) smem[s.head_w + i] = __ldcg(a.weight[L - 1] + i);
+  for (int c = threadIdx.x; c < C; c += kThreads) smem[s.head_b + c] = __ldcg(a.bias[L - 1] + c);
+}
+
+// Every parameter in this block's share (the parameters of all layers in the partials' order, cut into gridDim.x
+// equal ranges): its gradient, Σ_q partial[q] in increasing q (kernels/persistent_mlp_math.h), then its SGD step,
+// into the tensors. The groups' partials of an element are loaded before they are added, kPersistentMaxGroups at most.
+__device__ void sum_and_update(const Params& q, const SgdStep& sgd) {
+  const PersistentMlpArgs& a = q.a;
+  const int Q = q.p.groups;
+  const bool momentum = a.momentum != 0.f;
+  const int64_t total =
+      int64_t(q.ws.layer_offset[a.layers - 1]) + int64_t(a.width[a.layers]) * a.width[a.layers - 1] + a.width[a.layers];
+  const int64_t share = (total + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = min(total, int64_t(blockIdx.x) * share), hi = min(total, lo + share);
+  for (int l = 0; l < a.layers; ++l) {
+    const int64_t first = int64_t(q.ws.layer_offset[l]);
+    const int64_t weights = int64_t(a.width[l + 1]) * a.width[l], count = weights + a.width[l + 1];
+    const int64_t from = max(lo, first), to = min(hi, first + count);
+    for (int64_t i = from + threadIdx.x; i < to; i += kThreads) {
+      float parts[kPersistentMaxGroups];
+#pragma unroll
+      for (int g = 0; g < kPersistentMaxGroups; ++g)
+        if (g < Q) parts[g] = __ldcg(q.ws.partial + int64_t(g) * q.ws.partial_stride + i);
+      float grad = parts[0];
+#pragma unroll
+      for (int g = 1; g < kPersistentMaxGroups; ++g)
+        if (g < Q) grad = persistent::add_rn(grad, parts[g]);
+      const int64_t e = i - first;
+      float* p = e < weights ? a.weight[l] + e : a.bias[l] + (e - weights);
+      float* v = momentum ? (e < weights ? a.weight_velocity[l] + e : a.bias_velocity[l] + (e - weights)) : nullptr;
+      float param = *p, velocity = momentum ? *v : 0.f;
+      sgd.apply(param, grad, velocity);
+      *p = param;
+      if (momentum) *v = velocity;
+    }
   }
-  for (int j = threadIdx.x; j < C; j += kThreads) {
-    smem[s.head_b + j] = a.bias[L - 1][j];
-    smem[s.head_vb + j] = momentum ? a.bias_velocity[L - 1][j] : 0.f;
+}
+
+#endif  // NT_CLUSTERS
+
+__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads, 1)
+    persistent_mlp_kernel(const Params q, StampRing stamps) {
+  begin_dependent_kernel(stamps);
+#if NT_CLUSTERS
+  mark_phase(q, kLoad);
+  extern __shared__ __align__(16) float smem[];
+  const PersistentMlpArgs& a = q.a;
+  const Layout& s = q.p.at;
+  const int L = a.layers, B = a.B, C = a.width[L], KH = a.width[L - 1];
+  const int group = blockIdx.x / kClusterBlocks, rank = blockIdx.x % kClusterBlocks;
+  const int b0 = group * q.p.chunk, bc = min(q.p.chunk, B - b0);  // the group's rows of the batch
+  const bool last_rank = rank == kClusterBlocks - 1;
+  const SgdStep sgd{a.lr_scale ? __fmul_rn(a.lr, *a.lr_scale) : a.lr, a.momentum, a.weight_decay};
+  float* part = q.ws.partial + int64_t(group) * q.ws.partial_stride;  // the group's gradient partial
+
+  // The block's range of each hidden layer's outputs.
+  int n0[kMaxLayers], count[kMaxLayers];
+  for (int l = 0; l + 1 < L; ++l) {
+    n0[l] = min(a.width[l + 1], rank * q.p.own[l]);
+    count[l] = min(a.width[l + 1], n0[l] + q.p.own[l]) - n0[l];
   }
+
+  load_weights(q, smem, n0, count);
   for (int i = threadIdx.x; i < kMaxBatchChannels * 256; i += kThreads)
     smem[s.pixel_lut + i] =
         normalize_pixel(static_cast<uint8_t>(i % 256), a.src.mean.value[i / 256], a.src.std.value[i / 256]);
@@ -479,47 +517,44 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
 
   mark_phase(q, kForward);
   for (int step = 0; step < a.steps; ++step) {
-    load_batch(q, smem, a.first + int64_t(step) * B);
+    load_batch(q, smem, a.first + int64_t(step) * B + b0, bc);
 
-    // ---- forward through the hidden layers: own outputs, to the workspace
+    // ---- forward through the hidden layers: own outputs of the group's rows, to the workspace
     for (int l = 0; l + 1 < L; ++l) {
-      const int K = a.width[l], N = a.width[l + 1], own = count[l];
+      const int K = a.width[l], N = a.width[l + 1];
       const float* w = smem + s.rows_w[l];
       const float* bias = smem + s.rows_b[l];
-      const int R = stage_rows_for(q, K);
-      for (int r0 = 0; r0 < B; r0 += R) {
-        const int rows = min(R, B - r0);
-        stage_input(q, smem, l, r0, rows, stage);
+      const int R = stage_rows_for(q, K, bc);
+      for (int r0 = 0; r0 < bc; r0 += R) {
+        const int rows = min(R, bc - r0);
+        stage_input(q, smem, l, b0, r0, rows, stage);
         __syncthreads();
-        float* out = q.ws.activation[l + 1] + int64_t(r0) * N + n0[l];
-        tiled_dots(stage, K, w, K, K, rows, own, [&](int r, int j, float dot) {
+        float* out = q.ws.activation[l + 1] + int64_t(b0 + r0) * N + n0[l];
+        tiled_dots(stage, K, w, K, K, rows, count[l], [&](int r, int j, float dot) {
           out[int64_t(r) * N + j] = persistent::linear_out(dot, bias[j], true);
         });
         __syncthreads();
       }
-      phase_barrier(q, l + 2 < L ? kForward : kHead);
+      phase_cluster_barrier(q, l + 2 < L ? kForward : kHead);
     }
 
-    // ---- the head, in every block: logits, softmax, d at the own neurons of layer L-2, the head's gradient
-    float* head_grad = smem + s.head_grad;
-    for (int i = threadIdx.x; i < C * KH + C; i += kThreads) head_grad[i] = 0.f;
+    // ---- the head, in every block of the cluster: logits, softmax, d at the own neurons of layer L-2
     const float* hw = smem + s.head_w;
     const int own_h = count[L - 2], own_h_stride = q.p.own[L - 2];
-    const int RH = stage_rows_for(q, KH);
-    for (int r0 = 0; r0 < B; r0 += RH) {
-      const int rows = min(RH, B - r0);
-      stage_rows(q.ws.activation[L - 1], KH, r0, rows, stage);
+    const int RH = stage_rows_for(q, KH, bc);
+    for (int r0 = 0; r0 < bc; r0 += RH) {
+      const int rows = min(RH, bc - r0);
+      stage_rows(q.ws.activation[L - 1], KH, b0 + r0, rows, stage);
       __syncthreads();
       tiled_dots(stage, KH, hw, KH, KH, rows, C, [&](int r, int c, float dot) {
         dlogits[(r0 + r) * C + c] = persistent::linear_out(dot, smem[s.head_b + c], false);
       });
       __syncthreads();
       for (int r = threadIdx.x; r < rows; r += kThreads) {
-        const int b = r0 + r;
-        const int label = reinterpret_cast<const int*>(smem + s.batch_label)[b];
+        const int label = reinterpret_cast<const int*>(smem + s.batch_label)[r0 + r];
         bool hit = false;
-        smem[s.row_loss + b] = persistent::softmax_xent_row(dlogits + b * C, C, label, B, &hit);
-        smem[s.row_hit + b] = hit ? 1.f : 0.f;
+        const float loss = persistent::softmax_xent_row(dlogits + (r0 + r) * C, C, label, B, &hit);
+        if (rank == 0) q.ws.row_loss[b0 + r0 + r] = loss, q.ws.row_hit[b0 + r0 + r] = hit ? 1.f : 0.f;
       }
       __syncthreads();
       for (int i = threadIdx.x; i < rows * own_h; i += kThreads) {
@@ -527,119 +562,97 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_mlp_kernel(const Param
         const float sum = dot4(dlogits + (r0 + r) * C, hw + n, C, KH);
         const float d = stage[r * KH + n] > 0.f ? sum : 0.f;
         mine[(r0 + r) * own_h_stride + j] = d;
-        if (L > 2) q.ws.gradient[L - 2][int64_t(r0 + r) * KH + n] = d;
+        if (L > 2) q.ws.gradient[L - 2][int64_t(b0 + r0 + r) * KH + n] = d;
       }
-      add_layer_gradient(dlogits, C, r0, rows, stage, KH, C, head_grad);
+      // The head's partial, by the last rank (which owns the fewest neurons).
+      if (last_rank)
+        add_gradient_partial(dlogits, C, r0, rows, stage, KH, C, part + q.ws.layer_offset[L - 1],
+                             part + q.ws.layer_offset[L - 1] + int64_t(C) * KH);
       __syncthreads();
     }
-    // One thread adds the batch's losses in increasing b (64 dependent double adds, about a microsecond): the last
-    // block, which owns the fewest neurons, so that the wait falls where the block has time to spare.
-    if (g == gridDim.x - 1 && threadIdx.x == 0) {
-      double loss = 0.0;
-      long long hits = 0;
-      for (int b = 0; b < B; ++b) {
-        loss += double(smem[s.row_loss + b]);
-        hits += smem[s.row_hit + b] != 0.f ? 1 : 0;
-      }
-      *a.loss_sum += loss;
-      *a.correct += hits;
-    }
-    for (int i = threadIdx.x; i < C * KH; i += kThreads)
-      sgd.apply(smem[s.head_w + i], head_grad[i], smem[s.head_vw + i]);
-    for (int c = threadIdx.x; c < C; c += kThreads)
-      sgd.apply(smem[s.head_b + c], head_grad[C * KH + c], smem[s.head_vb + c]);
-    __syncthreads();
-    step_rows(q, smem, sgd, L - 2, count[L - 2]);
-    // The backward needs d[L-2] from every block; with one hidden layer, the next step's forward overwrites a[0],
-    // which every block has just read.
-    if (L > 2 || step + 1 < a.steps) phase_barrier(q, L > 2 ? kBackward : kForward);
+    rows_partial(q, smem, part, L - 2, n0[L - 2], count[L - 2], b0, bc);
+    if (L > 2) phase_cluster_barrier(q, kBackward);
 
-    // ---- backward through the hidden layers: l's gradient (from every block) to l-1's own neurons
+    // ---- backward through the hidden layers: l's gradient (from every block of the cluster) to l-1's own neurons
     for (int l = L - 2; l >= 1; --l) {
       const int N = a.width[l + 1], K = a.width[l], own = count[l - 1], own_stride = q.p.own[l - 1];
-      float* cw = smem + s.cols_w[l];
-      float* cvw = smem + s.cols_vw[l];
-      float* grad = smem + s.grad;
-      for (int i = threadIdx.x; i < B * own; i += kThreads) {
-        const int b = i / own, j = i % own;
-        own_act[b * own_stride + j] = __ldcg(q.ws.activation[l] + int64_t(b) * K + n0[l - 1] + j);
+      const float* cw = smem + s.cols_w[l];
+      for (int i = threadIdx.x; i < bc * own; i += kThreads) {
+        const int r = i / own, j = i % own;
+        own_act[r * own_stride + j] = __ldcg(q.ws.activation[l] + int64_t(b0 + r) * K + n0[l - 1] + j);
       }
-      for (int i = threadIdx.x; i < own * N; i += kThreads) grad[i] = 0.f;
-      const int R = stage_rows_for(q, N);
-      for (int r0 = 0; r0 < B; r0 += R) {
-        const int rows = min(R, B - r0);
+      const int R = stage_rows_for(q, N, bc);
+      for (int r0 = 0; r0 < bc; r0 += R) {
+        const int rows = min(R, bc - r0);
         __syncthreads();
-        stage_rows(q.ws.gradient[l], N, r0, rows, stage);
+        stage_rows(q.ws.gradient[l], N, b0 + r0, rows, stage);
         __syncthreads();
         tiled_dots(stage, N, cw, N, N, rows, own, [&](int r, int j, float sum) {
           const float d = own_act[(r0 + r) * own_stride + j] > 0.f ? sum : 0.f;
           mine[(r0 + r) * own_stride + j] = d;
-          if (l - 1 >= 1) q.ws.gradient[l - 1][int64_t(r0 + r) * K + n0[l - 1] + j] = d;
+          if (l - 1 >= 1) q.ws.gradient[l - 1][int64_t(b0 + r0 + r) * K + n0[l - 1] + j] = d;
         });
-        add_weight_gradient(own_act, own_stride, r0, rows, stage, N, own, grad);  // the column copy's gradient
       }
-      __syncthreads();
-      for (int i = threadIdx.x; i < own * N; i += kThreads) sgd.apply(cw[i], grad[i], cvw[i]);
-      __syncthreads();
-      step_rows(q, smem, sgd, l - 1, count[l - 1]);
-      if (l - 1 >= 1) phase_barrier(q, kBackward);
+      rows_partial(q, smem, part, l - 1, n0[l - 1], count[l - 1], b0, bc);
+      if (l - 1 >= 1) phase_cluster_barrier(q, kBackward);
     }
-    if (L > 2 && step + 1 < a.steps) mark_phase(q, kForward);  // no barrier closes such a step
-  }
-  mark_phase(q, kStore);
 
-  // Store: each block its rows of the hidden layers, block 0 the head (all copies are equal).
-  for (int l = 0; l + 1 < L; ++l) {
-    const int K = a.width[l];
-    for (int i = threadIdx.x; i < count[l] * K; i += kThreads) {
-      const int64_t at = int64_t(n0[l]) * K + i;
-      a.weight[l][at] = smem[s.rows_w[l] + i];
-      if (momentum) a.weight_velocity[l][at] = smem[s.rows_vw[l] + i];
+    // ---- the groups' partials summed, every parameter's step
+    phase_grid_barrier(q, kUpdate);
+    sum_and_update(q, sgd);
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
+      double loss = 0.0;
+      long long hits = 0;
+      for (int b = 0; b < B; ++b) {
+        loss += double(__ldcg(q.ws.row_loss + b));
+        hits += __ldcg(q.ws.row_hit + b) != 0.f ? 1 : 0;
+      }
+      *a.loss_sum += loss;
+      *a.correct += hits;
     }
-    for (int j = threadIdx.x; j < count[l]; j += kThreads) {
-      a.bias[l][n0[l] + j] = smem[s.rows_b[l] + j];
-      if (momentum) a.bias_velocity[l][n0[l] + j] = smem[s.rows_vb[l] + j];
-    }
+    if (step + 1 == a.steps) break;
+    phase_grid_barrier(q, kReload);
+    load_weights(q, smem, n0, count);
+    __syncthreads();
+    mark_phase(q, kForward);
   }
-  if (g == 0) {
-    for (int i = threadIdx.x; i < C * KH; i += kThreads) {
-      a.weight[L - 1][i] = smem[s.head_w + i];
-      if (momentum) a.weight_velocity[L - 1][i] = smem[s.head_vw + i];
-    }
-    for (int c = threadIdx.x; c < C; c += kThreads) {
-      a.bias[L - 1][c] = smem[s.head_b + c];
-      if (momentum) a.bias_velocity[L - 1][c] = smem[s.head_vb + c];
-    }
-  }
-  if (g == 0 && threadIdx.x == 0) q.phases.end();
+  if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.end();
+#else
+  __trap();  // clusters need sm_90: persistent_mlp_groups never plans this image
+#endif
 }
 
-// The plan for the current device, the stage as large as fits (at least one of the widest rows); G = 0
-// where it does not fit or cannot run.
-Plan device_plan(const int* width, int layers, int B) {
-  if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch) return {};
-  const int G = multiprocessor_count();
-  Plan p = plan(width, layers, B, G);
+// The plan for the current device and `groups` clusters, the stage as large as fits (at least kMinStageRows of the
+// widest rows where the group has them); groups = 0 where it does not fit or cannot run.
+Plan device_plan(const int* width, int layers, int B, int groups) {
+  if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch || groups < 1 ||
+      groups > std::min(B, kPersistentMaxGroups) || (groups - 1) * persistent_mlp_chunk(B, groups) >= B)
+    return {};
+  if (!cluster_kernels_run(persistent_mlp_kernel)) return {};
+  Plan p = plan(width, layers, B, groups);
   const size_t limit = max_shared_bytes_per_block() / sizeof(float);
   if (size_t(p.at.total) + (size_t(p.stage_width) + 3) / 4 * 4 > limit) return {};
-  // The step's images stay in shared memory as uint8 (one gather from L2 a step, for the forward and the weight
-  // gradient alike) when that leaves room for at least kMinStageRows staged rows; else each use gathers its rows.
-  const size_t pixel_floats = (size_t(B) * width[0] + 15) / 16 * 4;
-  if (size_t(p.at.total) + pixel_floats + size_t(std::min(B, kMinStageRows)) * p.stage_width <= limit) {
+  // The group's images stay in shared memory as uint8 (one gather from L2 a step, for the forward and the weight
+  // gradient alike) when that leaves room for kMinStageRows staged rows; else each use gathers its rows.
+  const int min_rows = std::min(p.chunk, kMinStageRows);
+  const size_t pixel_floats = (size_t(p.chunk) * width[0] + 15) / 16 * 4;
+  if (size_t(p.at.total) + pixel_floats + size_t(min_rows) * p.stage_width <= limit) {
     p.at.batch_pixels = p.at.total;
     p.at.total += static_cast<int>(pixel_floats);
   }
-  // The stage takes the rest, up to the whole batch of the widest row: a narrower input then stages more rows at once
-  // (the mlp at batch 64: the images in two halves, every hidden layer's rows at once).
-  p.stage_floats = static_cast<int>(std::min<size_t>(size_t(B) * p.stage_width, (limit - p.at.total) / 4 * 4));
+  // The stage takes the rest, up to the group's rows of the widest row.
+  p.stage_floats = static_cast<int>(std::min<size_t>(size_t(p.chunk) * p.stage_width, (limit - p.at.total) / 4 * 4));
   p.at.stage = p.at.total;
   p.at.total += p.stage_floats;
-  int resident = 0;
   const size_t bytes = size_t(p.at.total) * sizeof(float);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(groups * kClusterBlocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = bytes;
+  int clusters = 0;
   if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
           cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent_mlp_kernel, kThreads, bytes) != cudaSuccess ||
-      resident < 1) {
+      cudaOccupancyMaxActiveClusters(&clusters, persistent_mlp_kernel, &config) != cudaSuccess || clusters < groups) {
     cudaGetLastError();
     return {};
   }
@@ -648,17 +661,24 @@ Plan device_plan(const int* width, int layers, int B) {
 
 }  // namespace
 
-bool persistent_mlp_fits(const int* width, int layers, int B) { return device_plan(width, layers, B).G > 0; }
+int persistent_mlp_groups(const int* width, int layers, int B) {
+  if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch) return 0;
+  for (int want = std::min(B, kPersistentMaxGroups); want >= 1; --want) {
+    const int groups = (B + persistent_mlp_chunk(B, want) - 1) / persistent_mlp_chunk(B, want);  // none empty
+    if (device_plan(width, layers, B, groups).groups > 0) return groups;
+  }
+  return 0;
+}
 
 void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   check_persistent_mlp(a);
-  const Plan p = device_plan(a.width, a.layers, a.B);
-  NT_CHECK(p.G > 0, "persistent_mlp: this model (", a.layers, " layers) at batch ", a.B,
-           " does not fit the device's blocks (persistent_mlp_fits)");
+  const Plan p = device_plan(a.width, a.layers, a.B, a.groups);
+  NT_CHECK(p.groups > 0, "persistent_mlp: this model (", a.layers, " layers) at batch ", a.B, " in ", a.groups,
+           " groups does not fit the device (persistent_mlp_groups)");
   Params q{};
   q.a = a;
   q.p = p;
-  q.ws = persistent_mlp_workspace(a.workspace, a.width, a.layers, a.B);
+  q.ws = persistent_mlp_workspace(a.workspace, a.width, a.layers, a.B, a.groups);
   q.barrier = GridBarrier{q.ws.barrier, q.ws.barrier + 1};
   if (a.steps == 0) return;
   q.phases = profile::phase_stamps_for(exec.observer, kPhaseNames, std::size(kPhaseNames));
@@ -667,8 +687,8 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   for (int l = 0; l < a.layers; ++l) weights += int64_t(a.width[l]) * a.width[l + 1];
   cost.flops = 6.0 * double(weights) * a.B * a.steps;  // forward, input gradient and weight gradient
   cost.bytes = double(a.steps) * a.B * a.width[0];     // the batches' pixels; the weights stay on chip
-  launch_with(exec, "persistent_mlp", cost, persistent_mlp_kernel, dim3(p.G), dim3(kThreads),
-              size_t(p.at.total) * sizeof(float), /*cooperative=*/true, q);
+  launch_with(exec, "persistent_mlp", cost, persistent_mlp_kernel, dim3(unsigned(p.groups * kClusterBlocks)),
+              dim3(kThreads), size_t(p.at.total) * sizeof(float), /*cooperative=*/true, q);
 }
 
 }  // namespace nt::kernels::cuda

@@ -117,9 +117,13 @@ TEST_CASE("persistent_mlp's CPU twin trains as a double-precision reference does
        .plane_width = 5,
        .first = 4},
       {.width = {784, 40, 20, 10}, .B = 16, .steps = 2, .lr = 0.05f, .momentum = 0.9f},
+      // The batch in groups (the GPU's clusters): chunks of 3, 3 and 1 rows; and 8 groups of 2.
+      {.width = {29, 33, 10}, .B = 7, .groups = 3, .steps = 3, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
+      {.width = {784, 40, 20, 10}, .B = 16, .groups = 8, .steps = 2, .lr = 0.05f, .momentum = 0.9f},
   };
   for (const PersistentMlpCase& c : cases) {
-    INFO("layers " << c.layers() << ", D " << c.width[0] << ", B " << c.B << ", momentum " << c.momentum);
+    INFO("layers " << c.layers() << ", D " << c.width[0] << ", B " << c.B << ", groups " << c.groups << ", momentum "
+                   << c.momentum);
     const PersistentMlpData d = make_persistent_mlp_data(c);
     const PersistentMlpResult twin = run_persistent_mlp_cpu(c, d);
     const PersistentMlpResult want = reference(c, d);
@@ -138,7 +142,7 @@ TEST_CASE("persistent_mlp refuses what it does not serve, naming it", "[persiste
   for (int l = 0; l < 2; ++l) a.weight[l] = d.weight[l].data(), a.bias[l] = d.bias[l].data();
   double loss = 0;
   int64_t correct = 0;
-  std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, 2, 5));
+  std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, 2, 5, 5));
   a.loss_sum = &loss, a.correct = &correct, a.workspace = workspace.data();
   auto refused = [&](kernels::PersistentMlpArgs bad, const char* phrase) {
     INFO(phrase);
@@ -160,6 +164,10 @@ TEST_CASE("persistent_mlp refuses what it does not serve, naming it", "[persiste
   refused(bad, "width[0]");
   bad = a, bad.momentum = 0.9f;
   refused(bad, "velocities");
+  bad = a, bad.groups = 6;
+  refused(bad, "groups must be");
+  bad = a, bad.B = 4, bad.groups = 3;  // chunks of 2: the third group would be empty
+  refused(bad, "empty");
   kernels::persistent_mlp(kernels::Exec{}, a);  // and the arguments as given run
   CHECK(std::isfinite(loss));
 }
@@ -167,9 +175,10 @@ TEST_CASE("persistent_mlp refuses what it does not serve, naming it", "[persiste
 TEST_CASE("persistent_mlp's workspace: aligned parts that do not overlap, within its bytes", "[persistent]") {
   const int width[] = {784, 320, 7, 160, 10};  // three hidden layers, one of an odd width
   for (int B : {1, 5, 64, 256}) {
-    INFO("B " << B);
-    const kernels::PersistentMlpWorkspace w = kernels::persistent_mlp_workspace(nullptr, width, 4, B);
-    CHECK(w.bytes == kernels::persistent_mlp_workspace_bytes(width, 4, B));
+    const int groups = std::min(B, 8);
+    INFO("B " << B << ", groups " << groups);
+    const kernels::PersistentMlpWorkspace w = kernels::persistent_mlp_workspace(nullptr, width, 4, B, groups);
+    CHECK(w.bytes == kernels::persistent_mlp_workspace_bytes(width, 4, B, groups));
     CHECK(reinterpret_cast<std::uintptr_t>(w.barrier) == 0);
     std::uintptr_t end = 2 * sizeof(unsigned int);  // the barrier's words
     for (int l = 0; l < 3; ++l) {
@@ -181,6 +190,24 @@ TEST_CASE("persistent_mlp's workspace: aligned parts that do not overlap, within
         end = at + size;
       }
     }
+    for (const float* part : {w.row_loss, w.row_hit}) {
+      const auto at = reinterpret_cast<std::uintptr_t>(part);
+      CHECK(at % 256 == 0);
+      CHECK(at >= end);
+      end = at + sizeof(float) * size_t(B);
+    }
+    // The groups' partials: every layer's weights then biases, in order, within one group's stride.
+    size_t params = 0;
+    for (int l = 0; l < 4; ++l) {
+      CHECK(w.layer_offset[l] == params);
+      params += size_t(width[l + 1]) * width[l] + width[l + 1];
+    }
+    CHECK(w.partial_stride >= params);
+    CHECK(w.partial_stride % 64 == 0);
+    const auto partial = reinterpret_cast<std::uintptr_t>(w.partial);
+    CHECK(partial % 256 == 0);
+    CHECK(partial >= end);
+    end = partial + sizeof(float) * w.partial_stride * size_t(groups);
     CHECK(end <= w.bytes);
   }
 }

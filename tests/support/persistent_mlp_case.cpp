@@ -40,7 +40,7 @@ kernels::PersistentMlpArgs persistent_mlp_args(const PersistentMlpCase& c, const
   a.src.images = d.images.data(), a.src.labels = d.labels.data(), a.src.perm = d.perm.data();
   a.src.D = c.width.front(), a.src.mean = d.mean, a.src.std = d.std_dev;
   a.src.height = c.height, a.src.width = c.plane_width;
-  a.first = c.first, a.steps = c.steps, a.B = c.B, a.layers = c.layers();
+  a.first = c.first, a.steps = c.steps, a.B = c.B, a.groups = c.groups, a.layers = c.layers();
   for (int l = 0; l <= c.layers(); ++l) a.width[l] = c.width[l];
   a.lr = c.lr, a.momentum = c.momentum, a.weight_decay = c.weight_decay;
   return a;
@@ -54,7 +54,7 @@ PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const Per
     a.weight[l] = r.weight[l].data(), a.bias[l] = r.bias[l].data();
     a.weight_velocity[l] = r.weight_velocity[l].data(), a.bias_velocity[l] = r.bias_velocity[l].data();
   }
-  std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, a.layers, a.B));
+  std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, a.layers, a.B, a.groups));
   a.workspace = workspace.data();
   a.loss_sum = &r.loss_sum, a.correct = &r.correct;
   kernels::persistent_mlp(kernels::Exec{}, a);

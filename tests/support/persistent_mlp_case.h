@@ -11,7 +11,9 @@ namespace nt::test {
 
 struct PersistentMlpCase {
   std::vector<int> width;  // width[0] = D, ..., width.back() = classes
-  int B = 1, steps = 1;
+  int B = 1;
+  int groups = 1;  // the batch's groups (kernels/persistent_mlp.h): a GPU run takes the device's, and its twin the same
+  int steps = 1;
   float lr = 0.05f, momentum = 0.f, weight_decay = 0.f;
   int height = 0, plane_width = 0;  // planes of the images (0: one plane); mean and std per plane
   int64_t first = 0;
