@@ -10,7 +10,8 @@
 // in floats (chunk rows where the batch appears):
 //   rows W[l] (own·w[l]), b[l]        columns of W[l+1] as [i][n] (own(l)·w[l+2])        head W[L-1], b[L-1]
 //   dlogits (chunk·C)   mine (chunk·own_max): the gradient at the block's own neurons   own_act (chunk·own_max): theirs
-//   pixel_lut (256 a plane)   batch_row, batch_label (chunk each)   batch_pixels (chunk·D bytes, where they fit)
+//   pixel_lut (256 a plane)   batch_row, batch_label (kWindowSteps·chunk each: the group's rows of 16 steps)
+//   batch_pixels (2 × chunk·D bytes where they fit: this step's images, and the next's arriving)
 //   stage (the rest, up to chunk·stage_width)
 // The velocities stay in the engine's tensors: only the update touches them.
 // Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (L2): each block writes its own
@@ -60,6 +61,7 @@ using persistent::SgdStep;
 constexpr int kThreads = 512;
 constexpr int kClusterBlocks = 8;  // the portable cluster size
 constexpr int kMinStageRows = 8;
+constexpr int kWindowSteps = 16;  // steps whose rows and labels are loaded at once
 constexpr int kMaxLayers = kPersistentMaxLayers;
 
 // Offsets into the block's shared memory, in floats; -1: none. Computed once on the host (plan()).
@@ -68,8 +70,8 @@ struct Layout {
   int cols_w[kMaxLayers];                      // of W[l] for l in [1, L-2]: the columns of the own neurons of l-1
   int head_w, head_b;
   int dlogits, mine, own_act, pixel_lut, stage;
-  int batch_row, batch_label;  // the group's rows of the data set and their labels (chunk ints each)
-  int batch_pixels;            // the group's images as uint8 (chunk·D bytes) when they fit beside the rest; else -1
+  int batch_row, batch_label;  // the group's rows of the data set and their labels, kWindowSteps steps of chunk ints
+  int batch_pixels;            // two buffers of the group's images as uint8 (pixel_floats each) where they fit; or -1
   int total;
 };
 
@@ -80,6 +82,7 @@ struct Plan {
   int own_max = 0;
   int stage_floats = 0;  // the stage's size: rows of a K-wide input are staged stage_floats / K at a time
   int stage_width = 0;   // the widest staged row
+  int pixel_floats = 0;  // one buffer of the group's images (chunk·D bytes, rounded up to 16)
   Layout at{};
 };
 
@@ -118,8 +121,8 @@ Plan plan(const int* width, int layers, int B, int groups) {
   s.mine = take(p.chunk * p.own_max);
   s.own_act = take(p.chunk * p.own_max);
   s.pixel_lut = take(kMaxBatchChannels * 256);
-  s.batch_row = take(p.chunk);
-  s.batch_label = take(p.chunk);
+  s.batch_row = take(kWindowSteps * p.chunk);
+  s.batch_label = take(kWindowSteps * p.chunk);
   s.batch_pixels = -1;
   s.stage = -1;
   s.total = at;
@@ -128,9 +131,21 @@ Plan plan(const int* width, int layers, int B, int groups) {
 
 // The phases the kernel reports to the profiler (profile/phase_stamps.h), as block 0 sees them: its share of each
 // phase's work, then its waits at the barriers (the slowest block's lag and the barrier itself).
-enum Phase : uint32_t { kLoad, kForward, kHead, kBackward, kClusterBarrier, kGridBarrier, kUpdate, kReload };
-constexpr const char* kPhaseNames[] = {"load weights",    "forward",      "head",           "backward",
-                                       "cluster barrier", "grid barrier", "sum and update", "reload weights"};
+enum Phase : uint32_t {
+  kLoad,
+  kBatch,
+  kForward,
+  kHead,
+  kPartial,
+  kBackward,
+  kClusterBarrier,
+  kGridBarrier,
+  kUpdate,
+  kReload
+};
+constexpr const char* kPhaseNames[] = {"load weights",      "batch",         "forward",         "head",
+                                       "gradient partials", "backward",      "cluster barrier", "grid barrier",
+                                       "sum and update",    "reload weights"};
 
 // The device code below runs on sm_90 only (clusters): passes for older GPUs compile the kernel as a stub.
 #if NT_CLUSTERS
@@ -159,46 +174,71 @@ __device__ __forceinline__ void phase_cluster_barrier(const Params& q, Phase nex
   mark_phase(q, next);
 }
 
-// The group's rows of the data set and their labels into shared memory (B rows from position `first` of the order);
-// and, where the plan keeps them there (batch_pixels), their images as uint8: 16-byte loads where rows are whole ones,
-// kBatchLoads in flight a thread, all issued before any is used (a block's one wait on L2 for the batch a step).
-// Followed by __syncthreads. This loop and stage_batch's and stage_rows' are written out each: one helper taking the
-// load and the store as lambdas made the step 2% (batch 64) to 4% (batch 256) slower on an H200, measured in one call
-// against this code.
-constexpr int kBatchLoads = 8;
-__device__ void load_batch(const Params& q, float* smem, int64_t first, int B) {
+// The group's rows of the data set and their labels for steps [s0, s0 + kWindowSteps) (those before a.steps): the
+// order's positions first + s·B + b0 + r, r < bc, into the window (kWindowSteps × chunk). kWindowLoads rows in flight a
+// thread. Followed by __syncthreads.
+constexpr int kWindowLoads = 4;
+__device__ void load_window(const Params& q, float* smem, int s0, int b0, int bc) {
   const BatchSource& src = q.a.src;
   const Layout& s = q.p.at;
-  const int D = src.D;
   int* rows = reinterpret_cast<int*>(smem + s.batch_row);
   int* labels = reinterpret_cast<int*>(smem + s.batch_label);
-  for (int b = threadIdx.x; b < B; b += kThreads) {
-    const int64_t row = src.perm[first + b];
-    rows[b] = static_cast<int>(row);
-    labels[b] = src.labels[row];
+  const int total = min(kWindowSteps, q.a.steps - s0) * bc;
+  for (int base = threadIdx.x; base < total; base += kThreads * kWindowLoads) {
+    int64_t row[kWindowLoads];
+#pragma unroll
+    for (int u = 0; u < kWindowLoads; ++u) {
+      const int i = base + u * kThreads;
+      if (i < total) row[u] = src.perm[q.a.first + int64_t(s0 + i / bc) * q.a.B + b0 + i % bc];
+    }
+#pragma unroll
+    for (int u = 0; u < kWindowLoads; ++u) {
+      const int i = base + u * kThreads;
+      if (i >= total) break;
+      const int at = i / bc * q.p.chunk + i % bc;
+      rows[at] = static_cast<int>(row[u]);
+      labels[at] = src.labels[row[u]];
+    }
   }
   __syncthreads();
-  if (s.batch_pixels < 0) return;
-  uint8_t* pixels = reinterpret_cast<uint8_t*>(smem + s.batch_pixels);
-  if (D % 16 == 0) {
-    const int vectors = D / 16, total = B * vectors;
-    for (int base = threadIdx.x; base < total; base += kThreads * kBatchLoads) {
-      uint4 v[kBatchLoads];
-#pragma unroll
-      for (int u = 0; u < kBatchLoads; ++u) {
-        const int i = base + u * kThreads;
-        if (i < total)
-          v[u] = __ldg(reinterpret_cast<const uint4*>(src.images + int64_t(rows[i / vectors]) * D) + i % vectors);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatchLoads; ++u) {
-        const int i = base + u * kThreads;
-        if (i < total) reinterpret_cast<uint4*>(pixels)[i] = v[u];
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < B * D; i += kThreads) pixels[i] = src.images[int64_t(rows[i / D]) * D + i % D];
+}
+
+// Step `step`'s row r of the group (its index in the data set), from the window.
+__device__ __forceinline__ int batch_row(const Params& q, const float* smem, int step, int r) {
+  return reinterpret_cast<const int*>(smem + q.p.at.batch_row)[step % kWindowSteps * q.p.chunk + r];
+}
+
+// Where the plan keeps the images in shared memory (batch_pixels), step `step`'s into buffer step % 2 by cp.async
+// (16-byte copies where rows are whole ones, else 4-byte or, for rows of odd length, plain loads), so that they land
+// while the block works on: issued a step ahead, waited for by wait_pixels(). The window holds the step's rows.
+__device__ void fetch_pixels(const Params& q, const float* smem, int step, int bc) {
+  const BatchSource& src = q.a.src;
+  const int D = src.D;
+  uint8_t* pixels =
+      reinterpret_cast<uint8_t*>(const_cast<float*>(smem) + q.p.at.batch_pixels + step % 2 * q.p.pixel_floats);
+  const int vector = D % 16 == 0 ? 16 : D % 4 == 0 ? 4 : 1;
+  if (vector == 1) {
+    for (int i = threadIdx.x; i < bc * D; i += kThreads)
+      pixels[i] = src.images[int64_t(batch_row(q, smem, step, i / D)) * D + i % D];
+    return;
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int per_row = D / vector, total = bc * per_row;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const uint8_t* from = src.images + int64_t(batch_row(q, smem, step, i / per_row)) * D + (i % per_row) * vector;
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(pixels + i * vector));
+    if (vector == 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+    else
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_pixels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
   __syncthreads();
 }
 
@@ -207,16 +247,17 @@ __device__ void load_batch(const Params& q, float* smem, int64_t first, int B) {
 // uint8 images in shared memory where the plan keeps them, else from L2, four pixels a load where rows are whole
 // words and kStageLoads loads in flight a thread.
 constexpr int kStageLoads = 4;
-__device__ void stage_batch(const Params& q, const float* smem, int r0, int rows, float* stage) {
+__device__ void stage_batch(const Params& q, const float* smem, int step, int r0, int rows, float* stage) {
   const BatchSource& src = q.a.src;
   const Layout& s = q.p.at;
   const float* pixel_lut = smem + s.pixel_lut;
-  const int* batch_row = reinterpret_cast<const int*>(smem + s.batch_row);
+  const int* batch_row = reinterpret_cast<const int*>(smem + s.batch_row) + step % kWindowSteps * q.p.chunk;
   const int D = src.D;
   const int P = src.height > 0 && src.width > 0 ? src.height * src.width : D;
   auto plane = [&](int k) { return P == D ? 0 : k / P; };
   if (s.batch_pixels >= 0) {
-    const uint8_t* pixels = reinterpret_cast<const uint8_t*>(smem + s.batch_pixels) + int64_t(r0) * D;
+    const uint8_t* pixels =
+        reinterpret_cast<const uint8_t*>(smem + s.batch_pixels + step % 2 * q.p.pixel_floats) + int64_t(r0) * D;
     for (int i = threadIdx.x; i < rows * D; i += kThreads) stage[i] = pixel_lut[plane(i % D) * 256 + pixels[i]];
     return;
   }
@@ -339,11 +380,12 @@ __device__ __forceinline__ int stage_rows_for(const Params& q, int K, int rows) 
   return min(rows, q.p.stage_floats / K);
 }
 
-// Layer l's input rows [r0, r0 + rows) of the group (its first row b0): the batch for l = 0, else a[l-1] from the
-// workspace.
-__device__ void stage_input(const Params& q, const float* smem, int l, int b0, int r0, int rows, float* stage) {
+// Layer l's input rows [r0, r0 + rows) of the group (its first row b0) at step `step`: the batch for l = 0, else
+// a[l-1] from the workspace.
+__device__ void stage_input(const Params& q, const float* smem, int step, int l, int b0, int r0, int rows,
+                            float* stage) {
   if (l == 0)
-    stage_batch(q, smem, r0, rows, stage);
+    stage_batch(q, smem, step, r0, rows, stage);
   else
     stage_rows(q.ws.activation[l], q.a.width[l], b0 + r0, rows, stage);
 }
@@ -400,7 +442,9 @@ __device__ void add_gradient_partial(const float* d, int d_stride, int r0, int r
 // The partial of hidden layer l's rows this block owns (count of them from n0) over the group's rows (b0, bc), from
 // mine (d at its own neurons) and layer l's input, staged again, into the group's partial `part`. Every thread of the
 // block calls it.
-__device__ void rows_partial(const Params& q, float* smem, float* part, int l, int n0, int count, int b0, int bc) {
+__device__ void rows_partial(const Params& q, float* smem, float* part, int step, int l, int n0, int count, int b0,
+                             int bc) {
+  mark_phase(q, kPartial);
   const int K = q.a.width[l], N = q.a.width[l + 1];
   float* stage = smem + q.p.at.stage;
   float* weights = part + q.ws.layer_offset[l] + int64_t(n0) * K;  // rows n0.. of W[l]'s partial
@@ -409,7 +453,7 @@ __device__ void rows_partial(const Params& q, float* smem, float* part, int l, i
   for (int r0 = 0; r0 < bc; r0 += R) {
     const int rows = min(R, bc - r0);
     __syncthreads();
-    stage_input(q, smem, l, b0, r0, rows, stage);
+    stage_input(q, smem, step, l, b0, r0, rows, stage);
     __syncthreads();
     add_gradient_partial(smem + q.p.at.mine, q.p.own[l], r0, rows, stage, K, count, weights, biases);
   }
@@ -505,6 +549,9 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   }
 
   load_weights(q, smem, n0, count);
+  load_window(q, smem, 0, b0, bc);
+  const bool pixels_on_chip = s.batch_pixels >= 0;
+  if (pixels_on_chip) fetch_pixels(q, smem, 0, bc);
   for (int i = threadIdx.x; i < kMaxBatchChannels * 256; i += kThreads)
     smem[s.pixel_lut + i] =
         normalize_pixel(static_cast<uint8_t>(i % 256), a.src.mean.value[i / 256], a.src.std.value[i / 256]);
@@ -515,9 +562,14 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   float* own_act = smem + s.own_act;
   float* dlogits = smem + s.dlogits;
 
-  mark_phase(q, kForward);
   for (int step = 0; step < a.steps; ++step) {
-    load_batch(q, smem, a.first + int64_t(step) * B + b0, bc);
+    // ---- this step's images (fetched during the last), and the next step's on their way
+    mark_phase(q, kBatch);
+    if (pixels_on_chip) {
+      wait_pixels();
+      if (step + 1 < a.steps && (step + 1) % kWindowSteps != 0) fetch_pixels(q, smem, step + 1, bc);
+    }
+    mark_phase(q, kForward);
 
     // ---- forward through the hidden layers: own outputs of the group's rows, to the workspace
     for (int l = 0; l + 1 < L; ++l) {
@@ -527,7 +579,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
       const int R = stage_rows_for(q, K, bc);
       for (int r0 = 0; r0 < bc; r0 += R) {
         const int rows = min(R, bc - r0);
-        stage_input(q, smem, l, b0, r0, rows, stage);
+        stage_input(q, smem, step, l, b0, r0, rows, stage);
         __syncthreads();
         float* out = q.ws.activation[l + 1] + int64_t(b0 + r0) * N + n0[l];
         tiled_dots(stage, K, w, K, K, rows, count[l], [&](int r, int j, float dot) {
@@ -551,7 +603,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
       });
       __syncthreads();
       for (int r = threadIdx.x; r < rows; r += kThreads) {
-        const int label = reinterpret_cast<const int*>(smem + s.batch_label)[r0 + r];
+        const int label = reinterpret_cast<const int*>(smem + s.batch_label)[step % kWindowSteps * q.p.chunk + r0 + r];
         bool hit = false;
         const float loss = persistent::softmax_xent_row(dlogits + (r0 + r) * C, C, label, B, &hit);
         if (rank == 0) q.ws.row_loss[b0 + r0 + r] = loss, q.ws.row_hit[b0 + r0 + r] = hit ? 1.f : 0.f;
@@ -570,7 +622,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
                              part + q.ws.layer_offset[L - 1] + int64_t(C) * KH);
       __syncthreads();
     }
-    rows_partial(q, smem, part, L - 2, n0[L - 2], count[L - 2], b0, bc);
+    rows_partial(q, smem, part, step, L - 2, n0[L - 2], count[L - 2], b0, bc);
     if (L > 2) phase_cluster_barrier(q, kBackward);
 
     // ---- backward through the hidden layers: l's gradient (from every block of the cluster) to l-1's own neurons
@@ -593,12 +645,16 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
           if (l - 1 >= 1) q.ws.gradient[l - 1][int64_t(b0 + r0 + r) * K + n0[l - 1] + j] = d;
         });
       }
-      rows_partial(q, smem, part, l - 1, n0[l - 1], count[l - 1], b0, bc);
+      rows_partial(q, smem, part, step, l - 1, n0[l - 1], count[l - 1], b0, bc);
       if (l - 1 >= 1) phase_cluster_barrier(q, kBackward);
     }
 
-    // ---- the groups' partials summed, every parameter's step
+    // ---- the groups' partials summed, every parameter's step; the next window of rows where one starts
     phase_grid_barrier(q, kUpdate);
+    if (step + 1 < a.steps && (step + 1) % kWindowSteps == 0) {
+      load_window(q, smem, step + 1, b0, bc);  // this step's rows and labels are no longer read
+      if (pixels_on_chip) fetch_pixels(q, smem, step + 1, bc);
+    }
     sum_and_update(q, sgd);
     if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
       double loss = 0.0;
@@ -614,7 +670,6 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
     phase_grid_barrier(q, kReload);
     load_weights(q, smem, n0, count);
     __syncthreads();
-    mark_phase(q, kForward);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.end();
 #else
@@ -632,13 +687,15 @@ Plan device_plan(const int* width, int layers, int B, int groups) {
   Plan p = plan(width, layers, B, groups);
   const size_t limit = max_shared_bytes_per_block() / sizeof(float);
   if (size_t(p.at.total) + (size_t(p.stage_width) + 3) / 4 * 4 > limit) return {};
-  // The group's images stay in shared memory as uint8 (one gather from L2 a step, for the forward and the weight
-  // gradient alike) when that leaves room for kMinStageRows staged rows; else each use gathers its rows.
+  // The group's images stay in shared memory as uint8, in two buffers (one gather a step, a step ahead, for the
+  // forward and the weight gradient alike), when that leaves room for kMinStageRows staged rows; else each use
+  // gathers its rows.
   const int min_rows = std::min(p.chunk, kMinStageRows);
   const size_t pixel_floats = (size_t(p.chunk) * width[0] + 15) / 16 * 4;
-  if (size_t(p.at.total) + pixel_floats + size_t(min_rows) * p.stage_width <= limit) {
+  if (size_t(p.at.total) + 2 * pixel_floats + size_t(min_rows) * p.stage_width <= limit) {
+    p.pixel_floats = static_cast<int>(pixel_floats);
     p.at.batch_pixels = p.at.total;
-    p.at.total += static_cast<int>(pixel_floats);
+    p.at.total += 2 * p.pixel_floats;
   }
   // The stage takes the rest, up to the group's rows of the widest row.
   p.stage_floats = static_cast<int>(std::min<size_t>(size_t(p.chunk) * p.stage_width, (limit - p.at.total) / 4 * 4));

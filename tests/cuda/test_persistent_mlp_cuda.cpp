@@ -148,16 +148,24 @@ TEST_CASE("persistent_mlp reports its phases to the profiler, and they add up to
   const auto& data = profiler.data();
   CHECK(data.stamps_lost == 0);
   const auto rows = data.rows();
-  REQUIRE(rows.size() == 9);  // the kernel, then its eight phases in their declared order
+  REQUIRE(rows.size() == 11);  // the kernel, then its ten phases in their declared order
   CHECK(rows[0].kernel == "persistent_mlp");
-  // Two hidden layers: per step two forward phases, three cluster barriers (after each forward, after the head), two
-  // grid barriers around the update but the last step's second, and a reload after every step but the last.
+  // Two hidden layers: per step the wait for its images, two forward phases, two gradient partials (after the head and
+  // after the backward), three cluster barriers (after each forward, after the head), two grid barriers around the
+  // update but the last step's second, and a reload after every step but the last.
   const struct {
     const char* name;
     int64_t calls;
-  } want[] = {{"load weights", 1},         {"forward", 2 * c.steps},         {"head", c.steps},
-              {"backward", c.steps},       {"cluster barrier", 3 * c.steps}, {"grid barrier", 2 * c.steps - 1},
-              {"sum and update", c.steps}, {"reload weights", c.steps - 1}};
+  } want[] = {{"load weights", 1},
+              {"batch", c.steps},
+              {"forward", 2 * c.steps},
+              {"head", c.steps},
+              {"gradient partials", 2 * c.steps},
+              {"backward", c.steps},
+              {"cluster barrier", 3 * c.steps},
+              {"grid barrier", 2 * c.steps - 1},
+              {"sum and update", c.steps},
+              {"reload weights", c.steps - 1}};
   double phases_sum = 0;
   for (size_t k = 0; k < std::size(want); ++k) {
     const auto& r = rows[k + 1];
@@ -166,11 +174,12 @@ TEST_CASE("persistent_mlp reports its phases to the profiler, and they add up to
     CHECK(r.calls == want[k].calls);
     phases_sum += r.total_us;
   }
-  // The marks run from the kernel's first instruction after its wait to block 0's last store: inside the kernel's
-  // time (CUPTI's record), short of it by the launch's start-up and the other blocks' last stores, a few us.
+  // The marks run from the kernel's first instruction after its wait to block 0's end of its last update: inside the
+  // kernel's time (CUPTI's record), short of it by the launch's start-up and what the other blocks do after block 0
+  // is done (the rest of their last update, the batch's losses in the last block): up to about 6 us on an H100.
   INFO("phases " << phases_sum << " us, kernel " << rows[0].total_us << " us");
   CHECK(phases_sum <= rows[0].total_us + 0.5);
-  CHECK(phases_sum >= rows[0].total_us - 5.0);
+  CHECK(phases_sum >= rows[0].total_us - 10.0);
 }
 
 TEST_CASE("persistent_mlp fits the named mlp at its batches and refuses what does not fit", "[cuda][persistent]") {
