@@ -58,8 +58,8 @@ PersistentMlpWorkspace persistent_mlp_workspace(void* base, const int* width, in
   offset += 2 * rows;
   size_t floats = 0;
   for (int l = 0; l < layers; ++l) {
-    w.layer_offset[l] = floats;
-    floats += size_t(width[l + 1]) * size_t(width[l]) + size_t(width[l + 1]);
+    w.layer_offset[l] = (floats + 3) / 4 * 4;  // 16-byte aligned: the weights' partials are read and written as float4s
+    floats = w.layer_offset[l] + size_t(width[l + 1]) * size_t(width[l]) + size_t(width[l + 1]);
   }
   w.partial_stride = aligned(sizeof(float) * floats) / sizeof(float);
   w.partial = reinterpret_cast<float*>(at(offset));

@@ -78,7 +78,7 @@ void check_persistent_mlp(const PersistentMlpArgs& a);
 // Where the workspace's parts lie, from `base` (nullptr: offsets only): the grid barrier's two words; for each hidden
 // layer l its output and the gradient there, (B, width[l+1]) floats each; the rows' losses and hits (B floats each);
 // then the groups' gradients, one partial of every parameter a group: layer l's weights (width[l+1], width[l]) then
-// its biases (width[l+1]) from layer_offset[l]. Every part 256-byte aligned.
+// its biases (width[l+1]) from layer_offset[l], a multiple of 4 floats. Every part 256-byte aligned.
 struct PersistentMlpWorkspace {
   unsigned int* barrier = nullptr;               // count, generation (kernels/cuda/grid_barrier.cuh)
   float* activation[kPersistentMaxLayers] = {};  // [l]: layer l's input, for l >= 1 (hidden layer l-1's output)

@@ -402,14 +402,22 @@ __device__ void add_gradient_partial(const float* d, int d_stride, int r0, int r
   const bool first = r0 == 0;
   const int k_groups = (K + 3) / 4, col_tiles = (outputs + kGradCols - 1) / kGradCols;
   const bool whole_float4s = K % 4 == 0;
+  // A row's four k as one 16-byte store (and load, after the first slice): a warp writes 512 contiguous bytes.
+  const bool vector_part = whole_float4s && reinterpret_cast<uintptr_t>(weights) % 16 == 0;
   for (int t = threadIdx.x; t < col_tiles * k_groups; t += kThreads) {
     const int j0 = t / k_groups * kGradCols, k0 = t % k_groups * 4;
     float g[kGradCols][4];
 #pragma unroll
-    for (int j = 0; j < kGradCols; ++j)
+    for (int j = 0; j < kGradCols; ++j) {
+      if (vector_part && !first && j0 + j < outputs) {
+        const float4 v = *reinterpret_cast<const float4*>(weights + int64_t(j0 + j) * K + k0);
+        g[j][0] = v.x, g[j][1] = v.y, g[j][2] = v.z, g[j][3] = v.w;
+        continue;
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         g[j][e] = !first && j0 + j < outputs && k0 + e < K ? weights[int64_t(j0 + j) * K + k0 + e] : 0.f;
+    }
     for (int r = 0; r < rows; ++r) {
       float x[4];
       if (whole_float4s) {
@@ -427,10 +435,17 @@ __device__ void add_gradient_partial(const float* d, int d_stride, int r0, int r
       }
     }
 #pragma unroll
-    for (int j = 0; j < kGradCols; ++j)
+    for (int j = 0; j < kGradCols; ++j) {
+      if (j0 + j >= outputs) break;
+      if (vector_part) {
+        *reinterpret_cast<float4*>(weights + int64_t(j0 + j) * K + k0) =
+            make_float4(g[j][0], g[j][1], g[j][2], g[j][3]);
+        continue;
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (j0 + j < outputs && k0 + e < K) weights[int64_t(j0 + j) * K + k0 + e] = g[j][e];
+        if (k0 + e < K) weights[int64_t(j0 + j) * K + k0 + e] = g[j][e];
+    }
   }
   for (int j = threadIdx.x; j < outputs; j += kThreads) {
     float g = first ? 0.f : biases[j];
@@ -489,38 +504,82 @@ __device__ void load_weights(const Params& q, float* smem, const int* n0, const 
   for (int c = threadIdx.x; c < C; c += kThreads) smem[s.head_b + c] = __ldcg(a.bias[L - 1] + c);
 }
 
+// Σ_q partial[q] at element i (q increasing, kernels/persistent_mlp_math.h) for one float or a float4 of four
+// consecutive elements, kSumLoads groups' loads in flight at once.
+constexpr int kSumLoads = 8;
+__device__ __forceinline__ float add4(float a, float b) { return persistent::add_rn(a, b); }
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(persistent::add_rn(a.x, b.x), persistent::add_rn(a.y, b.y), persistent::add_rn(a.z, b.z),
+                     persistent::add_rn(a.w, b.w));
+}
+template <class T>
+__device__ __forceinline__ T group_sum(const Params& q, int64_t i) {
+  const T* at = reinterpret_cast<const T*>(q.ws.partial + i);
+  const int64_t stride = int64_t(q.ws.partial_stride) * sizeof(float) / sizeof(T);
+  T sum{};
+  for (int g0 = 0; g0 < q.p.groups; g0 += kSumLoads) {
+    T parts[kSumLoads];
+#pragma unroll
+    for (int u = 0; u < kSumLoads; ++u)
+      if (g0 + u < q.p.groups) parts[u] = __ldcg(at + (g0 + u) * stride);
+#pragma unroll
+    for (int u = 0; u < kSumLoads; ++u)
+      if (g0 + u < q.p.groups) sum = g0 + u == 0 ? parts[u] : add4(sum, parts[u]);
+  }
+  return sum;
+}
+
+// The SGD step of n parameters p (velocities v, unused without momentum) from the groups' partials at element i of
+// the partial's layout: parameter e of the tensor is element i0 + e.
+__device__ __forceinline__ void step_scalar(const Params& q, const SgdStep& sgd, int64_t i, float* p, float* v) {
+  const float grad = group_sum<float>(q, i);
+  float param = *p, velocity = v ? *v : 0.f;
+  sgd.apply(param, grad, velocity);
+  *p = param;
+  if (v) *v = velocity;
+}
+
 // Every parameter in this block's share (the parameters of all layers in the partials' order, cut into gridDim.x
-// equal ranges): its gradient, Σ_q partial[q] in increasing q (kernels/persistent_mlp_math.h), then its SGD step,
-// into the tensors. The groups' partials of an element are loaded before they are added, kPersistentMaxGroups at most.
+// ranges of a multiple of 4): its gradient, the groups' partials summed (group_sum), then its SGD step, into the
+// tensors. The weights four at a time (float4 loads and stores: each layer's partials start on a 16-byte boundary,
+// kernels/persistent_mlp.h, and so do the tensors the engine allocates); the biases, and tensors that are not
+// aligned, one at a time.
 __device__ void sum_and_update(const Params& q, const SgdStep& sgd) {
   const PersistentMlpArgs& a = q.a;
-  const int Q = q.p.groups;
   const bool momentum = a.momentum != 0.f;
   const int64_t total =
       int64_t(q.ws.layer_offset[a.layers - 1]) + int64_t(a.width[a.layers]) * a.width[a.layers - 1] + a.width[a.layers];
-  const int64_t share = (total + gridDim.x - 1) / gridDim.x;
+  const int64_t share = ((total + gridDim.x - 1) / gridDim.x + 3) / 4 * 4;
   const int64_t lo = min(total, int64_t(blockIdx.x) * share), hi = min(total, lo + share);
   for (int l = 0; l < a.layers; ++l) {
     const int64_t first = int64_t(q.ws.layer_offset[l]);
-    const int64_t weights = int64_t(a.width[l + 1]) * a.width[l], count = weights + a.width[l + 1];
-    const int64_t from = max(lo, first), to = min(hi, first + count);
-    for (int64_t i = from + threadIdx.x; i < to; i += kThreads) {
-      float parts[kPersistentMaxGroups];
-#pragma unroll
-      for (int g = 0; g < kPersistentMaxGroups; ++g)
-        if (g < Q) parts[g] = __ldcg(q.ws.partial + int64_t(g) * q.ws.partial_stride + i);
-      float grad = parts[0];
-#pragma unroll
-      for (int g = 1; g < kPersistentMaxGroups; ++g)
-        if (g < Q) grad = persistent::add_rn(grad, parts[g]);
-      const int64_t e = i - first;
-      float* p = e < weights ? a.weight[l] + e : a.bias[l] + (e - weights);
-      float* v = momentum ? (e < weights ? a.weight_velocity[l] + e : a.bias_velocity[l] + (e - weights)) : nullptr;
-      float param = *p, velocity = momentum ? *v : 0.f;
-      sgd.apply(param, grad, velocity);
-      *p = param;
-      if (momentum) *v = velocity;
+    const int64_t weights = int64_t(a.width[l + 1]) * a.width[l], biases = a.width[l + 1];
+    // The weights: [first, first + weights) of the layout.
+    float* w = a.weight[l];
+    float* vw = momentum ? a.weight_velocity[l] : nullptr;
+    int64_t from = max(lo, first), to = min(hi, first + weights);
+    const bool aligned = (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(vw)) % 16 == 0;
+    if (aligned) {  // from - first is a multiple of 4 (lo and first are)
+      for (int64_t i = from + 4 * threadIdx.x; i + 3 < to; i += 4 * kThreads) {
+        const float4 grad = group_sum<float4>(q, i);
+        float4* p = reinterpret_cast<float4*>(w + (i - first));
+        float4 param = *p, velocity = momentum ? *reinterpret_cast<float4*>(vw + (i - first)) : float4{};
+        sgd.apply(param.x, grad.x, velocity.x);
+        sgd.apply(param.y, grad.y, velocity.y);
+        sgd.apply(param.z, grad.z, velocity.z);
+        sgd.apply(param.w, grad.w, velocity.w);
+        *p = param;
+        if (momentum) *reinterpret_cast<float4*>(vw + (i - first)) = velocity;
+      }
+      from = max(from, to - (to - from) % 4);  // the last few, one at a time
     }
+    for (int64_t i = from + threadIdx.x; i < to; i += kThreads)
+      step_scalar(q, sgd, i, w + (i - first), momentum ? vw + (i - first) : nullptr);
+    // The biases: [first + weights, first + weights + biases).
+    from = max(lo, first + weights), to = min(hi, first + weights + biases);
+    for (int64_t i = from + threadIdx.x; i < to; i += kThreads)
+      step_scalar(q, sgd, i, a.bias[l] + (i - first - weights),
+                  momentum ? a.bias_velocity[l] + (i - first - weights) : nullptr);
   }
 }
 
