@@ -211,18 +211,16 @@ __device__ __forceinline__ int batch_row(const Params& q, const float* smem, int
 // Where the plan keeps the images in shared memory (batch_pixels), step `step`'s into buffer step % 2 by cp.async
 // (16-byte copies where rows are whole ones, else 4-byte or, for rows of odd length, plain loads), so that they land
 // while the block works on: issued a step ahead, waited for by wait_pixels(). The window holds the step's rows.
-__device__ void fetch_pixels(const Params& q, const float* smem, int step, int bc) {
+__device__ void fetch_pixels(const Params& q, float* smem, int step, int bc) {
   const BatchSource& src = q.a.src;
   const int D = src.D;
-  uint8_t* pixels =
-      reinterpret_cast<uint8_t*>(const_cast<float*>(smem) + q.p.at.batch_pixels + step % 2 * q.p.pixel_floats);
+  uint8_t* pixels = reinterpret_cast<uint8_t*>(smem + q.p.at.batch_pixels + step % 2 * q.p.pixel_floats);
   const int vector = D % 16 == 0 ? 16 : D % 4 == 0 ? 4 : 1;
   if (vector == 1) {
     for (int i = threadIdx.x; i < bc * D; i += kThreads)
       pixels[i] = src.images[int64_t(batch_row(q, smem, step, i / D)) * D + i % D];
     return;
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const int per_row = D / vector, total = bc * per_row;
   for (int i = threadIdx.x; i < total; i += kThreads) {
     const uint8_t* from = src.images + int64_t(batch_row(q, smem, step, i / per_row)) * D + (i % per_row) * vector;
@@ -233,12 +231,9 @@ __device__ void fetch_pixels(const Params& q, const float* smem, int step, int b
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
 }
 __device__ __forceinline__ void wait_pixels() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
   __syncthreads();
 }
 
