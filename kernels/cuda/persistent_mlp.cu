@@ -59,7 +59,10 @@ using persistent::fma_rn;
 using persistent::SgdStep;
 
 constexpr int kThreads = 512;
-constexpr int kClusterBlocks = 8;  // the portable cluster size
+// Blocks a cluster: 16, a non-portable size the kernel opts into (device_plan). Against the portable 8, each block
+// holds and computes half as much, and the H100 runs 7 groups instead of 13, so fewer weight copies cross L2 a step:
+// 47.4 ms an epoch's steps at batch 64 against 52.8 (docs/persistent-mlp.md, "Design B").
+constexpr int kClusterBlocks = 16;
 constexpr int kMinStageRows = 8;
 constexpr int kWindowSteps = 16;  // steps whose rows and labels are loaded at once
 constexpr int kMaxLayers = kPersistentMaxLayers;
@@ -761,7 +764,8 @@ Plan device_plan(const int* width, int layers, int B, int groups) {
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = bytes;
   int clusters = 0;
-  if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
+  if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+      cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&clusters, persistent_mlp_kernel, &config) != cudaSuccess || clusters < groups) {
     cudaGetLastError();

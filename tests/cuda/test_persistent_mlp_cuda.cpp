@@ -189,7 +189,7 @@ TEST_CASE("persistent_mlp fits the named mlp at its batches and refuses what doe
   // engine keeps the per-kernel path.
   const bool clusters = kernels::cuda_device_info(0).has_clusters();
   for (int B : {1, 64, 256}) CHECK(kernels::cuda::persistent_mlp_fits(mlp, 3, B) == clusters);
-  const int wide[] = {784, 4096, 4096, 10};  // 2 × 4096 × 4096 floats over a cluster of 8 blocks: beyond them
+  const int wide[] = {784, 4096, 4096, 10};  // 2 × 4096 × 4096 floats over a cluster of 16 blocks: beyond them
   CHECK_FALSE(kernels::cuda::persistent_mlp_fits(wide, 3, 64));
   CHECK_FALSE(kernels::cuda::persistent_mlp_fits(mlp, 3, 257));
 }
