@@ -97,6 +97,59 @@ NT_HOST_DEVICE inline AdamStepScalars adam_step_scalars(double lr, double beta1,
   return {static_cast<float>(lr / bc1), static_cast<float>(bc2_sqrt)};
 }
 
+// One element's Adam / AdamW step (the formulas above) with one step's scalars. Per element, in this order, every
+// operation one correctly rounded fp32 operation, so every caller gets the same bits on either backend (adam_update's
+// CPU loop and CUDA kernels, and the persistent mlp's update, kernels/persistent_mlp.h):
+//   AdamW (wd != 0): p = p * decay                   decay = fp32(1 - lr*wd in double), as PyTorch's mul_
+//   Adam  (wd != 0): g = fma(wd, p, grad)
+//   d = g - m;  m = w < 0.5 ? fma(w, d, m) : fma(-d, 1 - w, g)         w = 1 - beta1: PyTorch's lerp_
+//   v = fma((1 - beta2) * g, g, v * beta2)                             PyTorch's mul_(beta2).addcmul_
+//   denom = sqrt(v) / bc2_sqrt + eps
+//   p = fma(-step_size, m / denom, p)                                  PyTorch's addcdiv_
+// With wd == 0 the decay term is skipped, as PyTorch does. Padding (p = g = m = v = 0) stays +0: d = 0, m = 0, v = 0,
+// denom = eps, m / denom = 0, p = fma(-s, 0, 0) = +0.
+struct AdamElementStep {
+  float w, one_minus_w;  // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
+  float c2, beta2;       // 1 - beta2, beta2
+  float eps;
+  float wd;                   // Adam: coupled decay added to g (0 = none)
+  float decay;                // AdamW: p *= decay, with this step's lr (1 = none)
+  bool coupled, decoupled;    // which decay applies (neither when wd == 0)
+  bool small_weight;          // w < 0.5: PyTorch's lerp branch
+  float step_size, bc2_sqrt;  // this step's adam_step_scalars
+
+  NT_HOST_DEVICE void apply(float& p, float g, float& m, float& v) const {
+    if (decoupled) p = mul_rn(p, decay);
+    if (coupled) g = fma_rn(wd, p, g);
+    const float d = sub_rn(g, m);
+    m = small_weight ? fma_rn(w, d, m) : fma_rn(-d, one_minus_w, g);
+    v = fma_rn(mul_rn(c2, g), g, mul_rn(v, beta2));
+    const float denom = add_rn(div_rn(sqrt_rn(v), bc2_sqrt), eps);
+    p = fma_rn(-step_size, div_rn(m, denom), p);
+  }
+};
+
+// Step t's scalars for hyperparameters h, lr being this step's (h.lr times the schedule's factor, where there is one).
+NT_HOST_DEVICE inline AdamElementStep adam_element_step(const AdamHyper& h, double lr, uint64_t t) {
+  AdamElementStep s{};
+  s.w = static_cast<float>(1.0 - h.beta1);
+  s.one_minus_w = 1.f - s.w;
+  s.c2 = static_cast<float>(1.0 - h.beta2);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.eps = static_cast<float>(h.eps);
+  s.wd = static_cast<float>(h.weight_decay);
+  // Without a schedule the decay is formed from the hyperparameters in double; with one, from this step's lr and the
+  // fp32 decay (as the engine has always done).
+  s.decay = h.lr_scale ? static_cast<float>(1.0 - lr * double(s.wd)) : static_cast<float>(1.0 - h.lr * h.weight_decay);
+  s.coupled = h.weight_decay != 0 && !h.decoupled;
+  s.decoupled = h.weight_decay != 0 && h.decoupled;
+  s.small_weight = s.w < 0.5f;
+  const AdamStepScalars scalars = adam_step_scalars(lr, h.beta1, h.beta2, t);
+  s.step_size = scalars.step_size;
+  s.bc2_sqrt = scalars.bc2_sqrt;
+  return s;
+}
+
 // adam_update reads every field; it writes params, m, v and the step counter.
 struct AdamArgs {
   size_t n = 0;                  // elements of every block below

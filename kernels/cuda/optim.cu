@@ -15,17 +15,12 @@
 // otherwise one float per thread. Elementwise, so the result does not depend on the launch shape.
 //
 // Adam / AdamW (the formulas of kernels/optim.h): params, grads, m, v: (n) fp32 at the same offsets, p, m,
-// v updated in place. The per-element operations are those of the CPU twin (kernels/cpu/optim.cpp),
-// each spelled as an explicitly rounded intrinsic so nvcc contracts nothing:
-//   AdamW (wd != 0): p = __fmul_rn(p, decay)          Adam (wd != 0): g = __fmaf_rn(wd, p, grad)
-//   d = g - m;  m = w < 0.5 ? __fmaf_rn(w, d, m) : __fmaf_rn(-d, 1 - w, g)
-//   v = __fmaf_rn(__fmul_rn(1 - beta2, g), g, __fmul_rn(v, beta2))
-//   denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps);  p = __fmaf_rn(-step_size, __fdiv_rn(m, denom), p)
-// sqrt and division are IEEE round-to-nearest (as without -use_fast_math), so the two backends are
-// expected to agree bit for bit; the CUDA test still allows a few ulp (see there).
+// v updated in place. Each element is AdamElementStep::apply (kernels/optim.h), the CPU twin's code, every
+// operation an explicitly rounded intrinsic so nvcc contracts nothing; sqrt and division are IEEE round-to-nearest,
+// so the two backends are expected to agree bit for bit (the CUDA test still allows a few ulp, see there).
 // The step t is not an argument: it comes from the device counter `step` = {value, done}
 // (kernels/cuda/grid_counter.cuh). Every block reads value at its start; thread 0 of each block turns
-// t = value + 1 into step_size and bc2_sqrt (adam_step_scalars: beta^t in double, the CPU twin's code);
+// t = value + 1 into the step's scalars (adam_element_step: beta^t in double, the CPU twin's code);
 // the last block to finish stores value = t. So a replayed CUDA graph takes a new t every replay. Every
 // call launches, n == 0 included (one block that only advances the counter), as the CPU twin advances.
 // Launch: grid-stride over float4 when p, g, m, v are all 16-byte aligned (the n % 4 tail by the first
@@ -135,45 +130,12 @@ void launch_sgd(const Exec& exec, const profile::OpCost& cost, float* params, co
 
 // ---- Adam ----------------------------------------------------------------------------------------------
 
-// The scalars of one Adam call that do not depend on t (t-dependent ones are computed in the kernel).
-struct AdamConsts {
-  double lr, beta1, beta2;  // for adam_step_scalars (in double, as the CPU twin)
-  const float* lr_scale;    // nullable: the schedule's factor on lr, read by each block
-  float beta2_f;            // beta2 rounded once, for the v update
-  float w, one_minus_w;     // lerp weight 1 - beta1, and 1 - w (used when w >= 0.5)
-  float c2;                 // 1 - beta2
-  float eps;
-  float wd;                 // Adam: coupled decay added to g
-  float decay;              // AdamW: p *= decay
-  bool coupled, decoupled;  // which decay applies (neither when wd == 0)
-  bool small_weight;        // w < 0.5: PyTorch's lerp branch
-};
-
-struct AdamStep {
-  float step_size, bc2_sqrt;
-  float decay;  // AdamW: 1 - lr * wd with this step's lr
-};
-
-__device__ __forceinline__ void adam_step(float& p, float g, float& m, float& v, const AdamConsts& c,
-                                          const AdamStep& s) {
-  if (c.decoupled) p = __fmul_rn(p, s.decay);
-  if (c.coupled) g = __fmaf_rn(c.wd, p, g);
-  const float d = __fsub_rn(g, m);
-  m = c.small_weight ? __fmaf_rn(c.w, d, m) : __fmaf_rn(-d, c.one_minus_w, g);
-  v = __fmaf_rn(__fmul_rn(c.c2, g), g, __fmul_rn(v, c.beta2_f));
-  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), c.eps);
-  p = __fmaf_rn(-s.step_size, __fdiv_rn(m, denom), p);
-}
-
-// Every block: read the step counter (value = steps so far), thread 0 computes this step's scalars.
-__device__ __forceinline__ AdamStep adam_begin(const uint64_t* step, const AdamConsts& c, uint64_t& value) {
-  __shared__ AdamStep shared_step;
+// Every block: read the step counter (value = steps so far), thread 0 computes this step's scalars
+// (adam_element_step, the CPU twin's code).
+__device__ __forceinline__ AdamElementStep adam_begin(const uint64_t* step, const AdamHyper& h, uint64_t& value) {
+  __shared__ AdamElementStep shared_step;
   value = grid_counter_begin(step);
-  if (threadIdx.x == 0) {
-    const double lr = c.lr_scale ? c.lr * double(*c.lr_scale) : c.lr;
-    const AdamStepScalars s = adam_step_scalars(lr, c.beta1, c.beta2, value + 1);
-    shared_step = {s.step_size, s.bc2_sqrt, c.lr_scale ? static_cast<float>(1.0 - lr * double(c.wd)) : c.decay};
-  }
+  if (threadIdx.x == 0) shared_step = adam_element_step(h, h.lr_scale ? h.lr * double(*h.lr_scale) : h.lr, value + 1);
   __syncthreads();
   return shared_step;
 }
@@ -181,14 +143,14 @@ __device__ __forceinline__ AdamStep adam_begin(const uint64_t* step, const AdamC
 // p, g, m, v: (n) fp32; one element per thread per stride. step: {value, done}, advanced by the last block.
 __global__ void __launch_bounds__(kThreads)
     adam_update_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ m,
-                       float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step, StampRing stamps) {
+                       float* __restrict__ v, int64_t n, AdamHyper h, uint64_t* step, StampRing stamps) {
   begin_dependent_kernel(stamps);
   uint64_t value;
-  const AdamStep s = adam_begin(step, c, value);
+  const AdamElementStep s = adam_begin(step, h, value);
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float p = params[i], mi = m[i], vi = v[i];
-    adam_step(p, grads[i], mi, vi, c, s);
+    s.apply(p, grads[i], mi, vi);
     params[i] = p;
     m[i] = mi;
     v[i] = vi;
@@ -199,10 +161,10 @@ __global__ void __launch_bounds__(kThreads)
 // p, g, m, v: (n) fp32, 16-byte aligned; one float4 per thread per stride, then the n % 4 tail.
 __global__ void __launch_bounds__(kThreads)
     adam_update_vec4_kernel(float* __restrict__ params, const float* __restrict__ grads, float* __restrict__ m,
-                            float* __restrict__ v, int64_t n, AdamConsts c, uint64_t* step, StampRing stamps) {
+                            float* __restrict__ v, int64_t n, AdamHyper h, uint64_t* step, StampRing stamps) {
   begin_dependent_kernel(stamps);
   uint64_t value;
-  const AdamStep s = adam_begin(step, c, value);
+  const AdamElementStep s = adam_begin(step, h, value);
   const int64_t n4 = n / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -213,10 +175,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = tid; i < n4; i += stride) {
     float4 p = p4[i], mi = m4[i], vi = v4[i];
     const float4 g = g4[i];
-    adam_step(p.x, g.x, mi.x, vi.x, c, s);
-    adam_step(p.y, g.y, mi.y, vi.y, c, s);
-    adam_step(p.z, g.z, mi.z, vi.z, c, s);
-    adam_step(p.w, g.w, mi.w, vi.w, c, s);
+    s.apply(p.x, g.x, mi.x, vi.x);
+    s.apply(p.y, g.y, mi.y, vi.y);
+    s.apply(p.z, g.z, mi.z, vi.z);
+    s.apply(p.w, g.w, mi.w, vi.w);
     p4[i] = p;
     m4[i] = mi;
     v4[i] = vi;
@@ -224,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t tail = n4 * 4 + tid;  // the last n % 4 elements
   if (tail < n) {
     float p = params[tail], mi = m[tail], vi = v[tail];
-    adam_step(p, grads[tail], mi, vi, c, s);
+    s.apply(p, grads[tail], mi, vi);
     params[tail] = p;
     m[tail] = mi;
     v[tail] = vi;
@@ -240,30 +202,15 @@ void adam_update(const Exec& exec, const AdamArgs& a) {
   const double N = double(n);
   // p, m, v read+written, g read; ~16 flops per element (FMAs count 2, sqrt and divisions 1).
   const profile::OpCost cost{N * 4 * 7, N * 16};
-  AdamConsts c{};
-  c.lr = h.lr;
-  c.beta1 = h.beta1;
-  c.beta2 = h.beta2;
-  c.beta2_f = static_cast<float>(h.beta2);
-  c.lr_scale = h.lr_scale;
-  c.w = static_cast<float>(1.0 - h.beta1);
-  c.one_minus_w = 1.f - c.w;
-  c.c2 = static_cast<float>(1.0 - h.beta2);
-  c.eps = static_cast<float>(h.eps);
-  c.wd = static_cast<float>(h.weight_decay);
-  c.decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  c.coupled = h.weight_decay != 0 && !h.decoupled;
-  c.decoupled = h.weight_decay != 0 && h.decoupled;
-  c.small_weight = c.w < 0.5f;
   const int64_t count = static_cast<int64_t>(n);
   // Launched even for n == 0 (grid_for gives one block): the call must still advance the step counter.
   const bool vec = aligned16(a.params) && aligned16(a.grads) && aligned16(a.m) && aligned16(a.v);
   if (vec)
     launch(exec, "adam_update", cost, adam_update_vec4_kernel, grid_for(count / 4 + 1), dim3(kThreads), 0, a.params,
-           a.grads, a.m, a.v, count, c, a.step);
+           a.grads, a.m, a.v, count, h, a.step);
   else
     launch(exec, "adam_update", cost, adam_update_kernel, grid_for(count), dim3(kThreads), 0, a.params, a.grads, a.m,
-           a.v, count, c, a.step);
+           a.v, count, h, a.step);
 }
 
 void sgd_update(const Exec& exec, const SgdArgs& a) {
