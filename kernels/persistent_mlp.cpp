@@ -37,6 +37,9 @@ void check_persistent_mlp(const PersistentMlpArgs& a) {
     NT_CHECK(a.weight[l] && a.bias[l], "persistent_mlp: layer ", l, " needs its weight and bias");
     NT_CHECK(a.momentum == 0.f || (a.weight_velocity[l] && a.bias_velocity[l]), "persistent_mlp: layer ", l,
              " needs its velocities with momentum");
+    NT_CHECK(!a.adam_step ||
+                 (a.weight_velocity[l] && a.bias_velocity[l] && a.weight_second_moment[l] && a.bias_second_moment[l]),
+             "persistent_mlp: layer ", l, " needs its first and second moments with Adam");
   }
   NT_CHECK(a.loss_sum && a.correct && a.workspace, "persistent_mlp: loss_sum, correct and workspace are required");
 }

@@ -9,8 +9,9 @@
 //   a[-1] = x (B, w[0])                       a[l] = relu(a[l-1]·W[l]ᵀ + b[l])  (B, w[l+1]),  l < layers - 1
 //   logits = a[L-2]·W[L-1]ᵀ + b[L-1]          loss, correct, dlogits = (softmax - onehot) / B  (kernels/softmax_xent.h)
 //   d[L-1] = dlogits                          d[l-1] = (d[l]·W[l]) ⊙ (a[l-1] > 0)
-//   dW[l] = d[l]ᵀ·a[l-1]    db[l] = Σ_b d[l]  then every W[l], b[l] takes the SGD step of kernels/optim.h (PyTorch's:
-//   weight decay, momentum without dampening), each of the step's gradients from the weights before the step.
+//   dW[l] = d[l]ᵀ·a[l-1]    db[l] = Σ_b d[l]  then every W[l], b[l] takes the step of kernels/optim.h's SGD (PyTorch's:
+//   weight decay, momentum without dampening) or Adam/AdamW (AdamElementStep), each of the step's gradients from the
+//   weights before the step.
 //
 // The batch is cut into `groups` groups of consecutive rows, chunk = ceil(B / groups) rows each (the last may have
 // fewer, none is empty): on the GPU each group is one cluster of blocks with a whole copy of the weights.
@@ -38,6 +39,7 @@
 
 #include "kernels/batch.h"
 #include "kernels/dispatch.h"
+#include "kernels/optim.h"
 
 namespace nt::kernels {
 
@@ -60,10 +62,18 @@ struct PersistentMlpArgs {
   float* bias[kPersistentMaxLayers] = {};
   float* weight_velocity[kPersistentMaxLayers] = {};
   float* bias_velocity[kPersistentMaxLayers] = {};
-  float lr = 0.f, momentum = 0.f, weight_decay = 0.f;
+  float lr = 0.f, momentum = 0.f, weight_decay = 0.f;  // SGD's (kernels/optim.h)
   const float* lr_scale = nullptr;  // nullable, on the executing backend: lr · *lr_scale (the schedule's factor)
-  double* loss_sum = nullptr;       // (1) accumulated
-  int64_t* correct = nullptr;       // (1) accumulated
+  // Adam / AdamW instead of SGD where adam_step is set: adam's hyperparameters (its own lr_scale unused: the one
+  // above applies) and kernels/optim.h's step counter {value, done}, the first step's t = value + 1, value left at the
+  // last step's t (done untouched). The velocities above are then the first moments, second_moment the second (same
+  // shapes); lr, momentum and weight_decay above are unused.
+  uint64_t* adam_step = nullptr;
+  AdamHyper adam;
+  float* weight_second_moment[kPersistentMaxLayers] = {};
+  float* bias_second_moment[kPersistentMaxLayers] = {};
+  double* loss_sum = nullptr;  // (1) accumulated
+  int64_t* correct = nullptr;  // (1) accumulated
   // persistent_mlp_workspace_bytes(...) bytes on the executing backend, 256-byte aligned: the activations and their
   // gradients, which a cluster's blocks exchange through L2, the groups' gradients, the rows' losses, and the grid
   // barrier's two words. Zeroed once when planned: the barrier leaves its words ready for the next launch. The CPU

@@ -7,13 +7,19 @@
 #include <cstring>
 
 #include "kernels/exec.h"
+#include "kernels/optim.h"
+#include "kernels/persistent_mlp.h"
 #include "kernels/rounded.h"
 
 namespace nt::kernels::persistent {
 
+using kernels::adam_element_step;
+using kernels::AdamElementStep;
+using kernels::AdamHyper;
 using kernels::add_rn;
 using kernels::fma_rn;
 using kernels::mul_rn;
+using kernels::PersistentMlpArgs;
 
 // 2^e as a float, e in [-126, 127] (a normal number: its exponent field alone).
 NT_HOST_DEVICE inline float pow2(int e) {
@@ -107,6 +113,33 @@ struct SgdStep {
     }
   }
 };
+
+// One parameter's step of step t (t counts from 1 since the optimizer started; Adam's bias corrections use it): SGD's
+// or Adam's (kernels/optim.h's AdamElementStep, the engine's own), with the parameter's state `first` (SGD: the
+// velocity, untouched without momentum; Adam: the first moment) and `second` (Adam's second moment).
+struct ParamStep {
+  SgdStep sgd;
+  AdamElementStep adam;
+  bool is_adam;
+  NT_HOST_DEVICE void apply(float& p, float g, float& first, float& second) const {
+    if (is_adam)
+      adam.apply(p, g, first, second);
+    else
+      sgd.apply(p, g, first);
+  }
+};
+// The step's scalars from the op's arguments; *lr_scale is read on the executing backend.
+NT_HOST_DEVICE inline ParamStep param_step(const PersistentMlpArgs& a, uint64_t t) {
+  ParamStep s{};
+  s.is_adam = a.adam_step != nullptr;
+  s.sgd = {a.lr_scale ? mul_rn(a.lr, *a.lr_scale) : a.lr, a.momentum, a.weight_decay};
+  if (s.is_adam) {
+    AdamHyper h = a.adam;
+    h.lr_scale = a.lr_scale;
+    s.adam = adam_element_step(h, h.lr_scale ? h.lr * double(*h.lr_scale) : h.lr, t);
+  }
+  return s;
+}
 
 // One row of softmax cross-entropy (kernels/softmax_xent.h): logits[0..C) in, dlogits[0..C) = (softmax - onehot) / B
 // out (may alias logits), the row's loss returned; *hit: the argmax (lowest index on ties, NaN above all) is the label.

@@ -5,7 +5,8 @@
 // per-kernel path's epoch (nanotrain train) adds its 157 evaluation batches. Then one more launch per batch under the
 // KernelProfiler (CUPTI where it loads, else CUDA events), whose table splits the kernel into the phases it stamps
 // (profile/phase_stamps.h): what a step is made of, as block 0 sees it. The batch runs in the groups the device
-// chooses (persistent_mlp_groups, one cluster each), and for comparison in 4, 8 and 16 groups where they fit.
+// chooses (persistent_mlp_groups, one cluster each), and for comparison in 4, 8 and 16 groups where they fit; then
+// once with Adam instead of SGD, in the device's groups.
 //
 //   bench_persistent_mlp [--steps N]       N: steps per launch at batch 64 (default 938; batch 256 runs N / 4)
 #include <cuda_runtime.h>
@@ -103,6 +104,20 @@ int main(int argc, char** argv) {
       }
     }
     a.groups = chosen;
+
+    // Adam (lr 1e-3, PyTorch's betas and eps) from its first step, the moments from zero; then SGD again below.
+    nt::kernels::PersistentMlpArgs adam = a;
+    adam.adam.lr = 1e-3;
+    adam.adam_step = upload(exec, std::vector<uint64_t>{0, 0});
+    for (int l = 0; l < kLayers; ++l) {
+      const size_t n = size_t(width[l]) * width[l + 1];
+      adam.weight_second_moment[l] = upload(exec, std::vector<float>(n, 0.f));
+      adam.bias_second_moment[l] = upload(exec, std::vector<float>(size_t(width[l + 1]), 0.f));
+    }
+    const double adam_us = nt::bench::time_loop_us(static_cast<cudaStream_t>(exec.stream), 1, 7,
+                                                   [&] { nt::kernels::persistent_mlp(exec, adam); });
+    std::printf("batch %d, %d steps, %d groups, Adam: %.2f ms per launch, %.2f us per step\n", B, steps, chosen,
+                adam_us / 1000.0, adam_us / steps);
 
     nt::profile::ProfilerOptions options;
     options.timing = nt::profile::Timing::cupti;

@@ -16,7 +16,7 @@ namespace {
 using persistent::dot16;
 using persistent::dot4;
 using persistent::fma_rn;
-using persistent::SgdStep;
+using persistent::ParamStep;
 
 // The batch of step s, normalized (kernels/batch.h), and its labels.
 void gather(const PersistentMlpArgs& a, int64_t first, std::vector<float>& x, std::vector<int>& y) {
@@ -47,20 +47,21 @@ float batch_sum(const PersistentMlpArgs& a, Term term) {
   return total;
 }
 
-// W -= the SGD step for dW = dᵀ·in (d: (B, N), in: (B, K)) and b -= for db = Σ_b d, each sum over the batch in
-// batch_sum's order.
-void update_layer(const PersistentMlpArgs& a, const SgdStep& sgd, int l, const float* d, const float* in) {
+// W and b take `step` for dW = dᵀ·in (d: (B, N), in: (B, K)) and db = Σ_b d, each sum over the batch in batch_sum's
+// order; their optimizer state (velocities or moments) at the same index of theirs.
+void update_layer(const PersistentMlpArgs& a, const ParamStep& step, int l, const float* d, const float* in) {
   const int K = a.width[l], N = a.width[l + 1];
-  float dummy = 0.f;
+  float unused = 0.f;
+  auto state = [&](float* tensor, size_t i) -> float& { return tensor ? tensor[i] : unused; };
   for (int n = 0; n < N; ++n) {
     for (int k = 0; k < K; ++k) {
       const float g =
           batch_sum(a, [&](int b, float chain) { return fma_rn(d[size_t(b) * N + n], in[size_t(b) * K + k], chain); });
       const size_t i = size_t(n) * K + k;
-      sgd.apply(a.weight[l][i], g, a.momentum != 0.f ? a.weight_velocity[l][i] : dummy);
+      step.apply(a.weight[l][i], g, state(a.weight_velocity[l], i), state(a.weight_second_moment[l], i));
     }
     const float g = batch_sum(a, [&](int b, float chain) { return persistent::add_rn(chain, d[size_t(b) * N + n]); });
-    sgd.apply(a.bias[l][n], g, a.momentum != 0.f ? a.bias_velocity[l][n] : dummy);
+    step.apply(a.bias[l][n], g, state(a.bias_velocity[l], n), state(a.bias_second_moment[l], n));
   }
 }
 
@@ -70,7 +71,7 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   (void)exec;
   check_persistent_mlp(a);
   const int L = a.layers, B = a.B, C = a.width[L];
-  const SgdStep sgd{a.lr_scale ? a.lr * *a.lr_scale : a.lr, a.momentum, a.weight_decay};
+  const uint64_t t0 = a.adam_step ? a.adam_step[0] : 0;  // Adam's steps so far
 
   // act[0] = x, act[l + 1] = layer l's output (the head's: logits, then their gradient in place); grad[l] = d[l].
   std::vector<std::vector<float>> act(size_t(L) + 1);
@@ -80,6 +81,7 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   std::vector<int> y(static_cast<size_t>(B));
 
   for (int s = 0; s < a.steps; ++s) {
+    const ParamStep step = persistent::param_step(a, t0 + uint64_t(s) + 1);
     gather(a, a.first + int64_t(s) * B, act[0], y);
     for (int l = 0; l < L; ++l) {
       const int K = a.width[l], N = a.width[l + 1];
@@ -112,9 +114,10 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
             grad[l - 1][size_t(b) * K + i] = act[l][size_t(b) * K + i] > 0.f ? sum : 0.f;
           }
       }
-      update_layer(a, sgd, l, grad[l].data(), act[l].data());
+      update_layer(a, step, l, grad[l].data(), act[l].data());
     }
   }
+  if (a.adam_step) a.adam_step[0] = t0 + uint64_t(a.steps);
 }
 
 }  // namespace nt::kernels::cpu

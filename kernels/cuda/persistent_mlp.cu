@@ -13,7 +13,7 @@
 //   pixel_lut (256 a plane)   batch_row, batch_label (kWindowSteps·chunk each: the group's rows of 16 steps)
 //   batch_pixels (2 × chunk·D bytes where they fit: this step's images, and the next's arriving)
 //   stage (the rest, up to chunk·stage_width)
-// The velocities stay in the engine's tensors: only the update touches them.
+// The optimizer's state (velocities, or Adam's moments) stays in the engine's tensors: only the update touches it.
 // Activations a[l] and the gradients d[l] at hidden outputs go through the workspace (L2): each block writes its own
 // columns of its cluster's rows, and after a cluster barrier (release and acquire at cluster scope) every block of
 // the cluster reads whole rows with ld.global.cg (another SM wrote them; this SM's L1 may hold an older line). The wide
@@ -28,8 +28,8 @@
 //   back l = L-2..1     d[l-1] at own neurons from the column copy of W[l]; the rows' partial of layer l-1
 //                                                                                        cluster barrier if l > 1
 //                                                                                        grid barrier
-//   sum and update      every parameter in a block's share: Σ_q partial[q] (q increasing), its SGD step, into the
-//                       engine's tensors; the last block adds the batch's losses             grid barrier
+//   sum and update      every parameter in a block's share: Σ_q partial[q] (q increasing), its SGD or Adam step,
+//                       into the engine's tensors; the last block adds the batch's losses   grid barrier
 //   reload              every block its rows, columns and head from the tensors (after every step but the last)
 // Each gradient comes from the weights before the step (the tensors change only in the update), in
 // kernels/persistent_mlp_math.h's order: within a group the chain in increasing b runs in one thread (its partial in
@@ -56,7 +56,7 @@ namespace {
 namespace cg = cooperative_groups;
 using persistent::dot4;
 using persistent::fma_rn;
-using persistent::SgdStep;
+using persistent::ParamStep;
 
 constexpr int kThreads = 512;
 // Blocks a cluster: 16, a non-portable size the kernel opts into (device_plan). Against the portable 8, each block
@@ -527,24 +527,36 @@ __device__ __forceinline__ T group_sum(const Params& q, int64_t i) {
   return sum;
 }
 
-// The SGD step of n parameters p (velocities v, unused without momentum) from the groups' partials at element i of
-// the partial's layout: parameter e of the tensor is element i0 + e.
-__device__ __forceinline__ void step_scalar(const Params& q, const SgdStep& sgd, int64_t i, float* p, float* v) {
+// One parameter's step from the groups' partials at element i of the partials' layout, with its optimizer state at
+// first and second (nullptr where the optimizer keeps none).
+template <bool kAdam>
+__device__ __forceinline__ void apply_step(const ParamStep& step, float& p, float g, float& first, float& second) {
+  if constexpr (kAdam)
+    step.adam.apply(p, g, first, second);
+  else
+    step.sgd.apply(p, g, first);
+}
+
+template <bool kAdam>
+__device__ __forceinline__ void step_scalar(const Params& q, const ParamStep& step, int64_t i, float* p, float* first,
+                                            float* second) {
   const float grad = group_sum<float>(q, i);
-  float param = *p, velocity = v ? *v : 0.f;
-  sgd.apply(param, grad, velocity);
+  float param = *p, a = first ? *first : 0.f, b = second ? *second : 0.f;
+  apply_step<kAdam>(step, param, grad, a, b);
   *p = param;
-  if (v) *v = velocity;
+  if (first) *first = a;
+  if (second) *second = b;
 }
 
 // Every parameter in this block's share (the parameters of all layers in the partials' order, cut into gridDim.x
-// ranges of a multiple of 4): its gradient, the groups' partials summed (group_sum), then its SGD step, into the
-// tensors. The weights four at a time (float4 loads and stores: each layer's partials start on a 16-byte boundary,
-// kernels/persistent_mlp.h, and so do the tensors the engine allocates); the biases, and tensors that are not
-// aligned, one at a time.
-__device__ void sum_and_update(const Params& q, const SgdStep& sgd) {
+// ranges of a multiple of 4): its gradient, the groups' partials summed (group_sum), then its step (SGD's or Adam's),
+// into the tensors with its state. The weights four at a time (float4 loads and stores: each layer's partials start
+// on a 16-byte boundary, kernels/persistent_mlp.h, and so do the tensors the engine allocates); the biases, and
+// tensors that are not aligned, one at a time.
+template <bool kAdam>
+__device__ void sum_and_update(const Params& q, const ParamStep& step) {
   const PersistentMlpArgs& a = q.a;
-  const bool momentum = a.momentum != 0.f;
+  const bool adam = kAdam, first_state = adam || a.momentum != 0.f;
   const int64_t total =
       int64_t(q.ws.layer_offset[a.layers - 1]) + int64_t(a.width[a.layers]) * a.width[a.layers - 1] + a.width[a.layers];
   const int64_t share = ((total + gridDim.x - 1) / gridDim.x + 3) / 4 * 4;
@@ -554,35 +566,47 @@ __device__ void sum_and_update(const Params& q, const SgdStep& sgd) {
     const int64_t weights = int64_t(a.width[l + 1]) * a.width[l], biases = a.width[l + 1];
     // The weights: [first, first + weights) of the layout.
     float* w = a.weight[l];
-    float* vw = momentum ? a.weight_velocity[l] : nullptr;
+    float* w1 = first_state ? a.weight_velocity[l] : nullptr;
+    float* w2 = adam ? a.weight_second_moment[l] : nullptr;
     int64_t from = max(lo, first), to = min(hi, first + weights);
-    const bool aligned = (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(vw)) % 16 == 0;
+    const bool aligned =
+        (reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(w1) | reinterpret_cast<uintptr_t>(w2)) % 16 == 0;
     if (aligned) {  // from - first is a multiple of 4 (lo and first are)
       for (int64_t i = from + 4 * threadIdx.x; i + 3 < to; i += 4 * kThreads) {
         const float4 grad = group_sum<float4>(q, i);
-        float4* p = reinterpret_cast<float4*>(w + (i - first));
-        float4 param = *p, velocity = momentum ? *reinterpret_cast<float4*>(vw + (i - first)) : float4{};
-        sgd.apply(param.x, grad.x, velocity.x);
-        sgd.apply(param.y, grad.y, velocity.y);
-        sgd.apply(param.z, grad.z, velocity.z);
-        sgd.apply(param.w, grad.w, velocity.w);
-        *p = param;
-        if (momentum) *reinterpret_cast<float4*>(vw + (i - first)) = velocity;
+        const int64_t e = i - first;
+        float4 param = *reinterpret_cast<float4*>(w + e);
+        float4 s1 = w1 ? *reinterpret_cast<float4*>(w1 + e) : float4{};
+        float4 s2 = w2 ? *reinterpret_cast<float4*>(w2 + e) : float4{};
+        apply_step<kAdam>(step, param.x, grad.x, s1.x, s2.x);
+        apply_step<kAdam>(step, param.y, grad.y, s1.y, s2.y);
+        apply_step<kAdam>(step, param.z, grad.z, s1.z, s2.z);
+        apply_step<kAdam>(step, param.w, grad.w, s1.w, s2.w);
+        *reinterpret_cast<float4*>(w + e) = param;
+        if (w1) *reinterpret_cast<float4*>(w1 + e) = s1;
+        if (w2) *reinterpret_cast<float4*>(w2 + e) = s2;
       }
       from = max(from, to - (to - from) % 4);  // the last few, one at a time
     }
-    for (int64_t i = from + threadIdx.x; i < to; i += kThreads)
-      step_scalar(q, sgd, i, w + (i - first), momentum ? vw + (i - first) : nullptr);
+    for (int64_t i = from + threadIdx.x; i < to; i += kThreads) {
+      const int64_t e = i - first;
+      step_scalar<kAdam>(q, step, i, w + e, w1 ? w1 + e : nullptr, w2 ? w2 + e : nullptr);
+    }
     // The biases: [first + weights, first + weights + biases).
+    float* b1 = first_state ? a.bias_velocity[l] : nullptr;
+    float* b2 = adam ? a.bias_second_moment[l] : nullptr;
     from = max(lo, first + weights), to = min(hi, first + weights + biases);
-    for (int64_t i = from + threadIdx.x; i < to; i += kThreads)
-      step_scalar(q, sgd, i, a.bias[l] + (i - first - weights),
-                  momentum ? a.bias_velocity[l] + (i - first - weights) : nullptr);
+    for (int64_t i = from + threadIdx.x; i < to; i += kThreads) {
+      const int64_t e = i - first - weights;
+      step_scalar<kAdam>(q, step, i, a.bias[l] + e, b1 ? b1 + e : nullptr, b2 ? b2 + e : nullptr);
+    }
   }
 }
 
 #endif  // NT_CLUSTERS
 
+// kAdam: Adam's step instead of SGD's (a.adam_step is set). Two kernels, so that SGD's registers are not Adam's.
+template <bool kAdam>
 __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads, 1)
     persistent_mlp_kernel(const Params q, StampRing stamps) {
   begin_dependent_kernel(stamps);
@@ -595,7 +619,9 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   const int group = blockIdx.x / kClusterBlocks, rank = blockIdx.x % kClusterBlocks;
   const int b0 = group * q.p.chunk, bc = min(q.p.chunk, B - b0);  // the group's rows of the batch
   const bool last_rank = rank == kClusterBlocks - 1;
-  const SgdStep sgd{a.lr_scale ? __fmul_rn(a.lr, *a.lr_scale) : a.lr, a.momentum, a.weight_decay};
+  // Adam's steps so far, read by every block before the first grid barrier; the last block leaves the count after the
+  // last update.
+  const uint64_t t0 = a.adam_step ? *static_cast<const volatile uint64_t*>(a.adam_step) : 0;
   float* part = q.ws.partial + int64_t(group) * q.ws.partial_stride;  // the group's gradient partial
 
   // The block's range of each hidden layer's outputs.
@@ -712,7 +738,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
       load_window(q, smem, step + 1, b0, bc);  // this step's rows and labels are no longer read
       if (pixels_on_chip) fetch_pixels(q, smem, step + 1, bc);
     }
-    sum_and_update(q, sgd);
+    sum_and_update<kAdam>(q, persistent::param_step(a, t0 + uint64_t(step) + 1));
     if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) {
       double loss = 0.0;
       long long hits = 0;
@@ -728,6 +754,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
     load_weights(q, smem, n0, count);
     __syncthreads();
   }
+  if (a.adam_step && blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) a.adam_step[0] = t0 + uint64_t(a.steps);
   if (blockIdx.x == 0 && threadIdx.x == 0) q.phases.end();
 #else
   __trap();  // clusters need sm_90: persistent_mlp_groups never plans this image
@@ -740,7 +767,7 @@ Plan device_plan(const int* width, int layers, int B, int groups) {
   if (layers < 2 || layers > kMaxLayers || B < 1 || B > kPersistentMaxBatch || groups < 1 ||
       groups > std::min(B, kPersistentMaxGroups) || (groups - 1) * persistent_mlp_chunk(B, groups) >= B)
     return {};
-  if (!cluster_kernels_run(persistent_mlp_kernel)) return {};
+  if (!cluster_kernels_run(persistent_mlp_kernel<false>)) return {};
   Plan p = plan(width, layers, B, groups);
   const size_t limit = max_shared_bytes_per_block() / sizeof(float);
   if (size_t(p.at.total) + (size_t(p.stage_width) + 3) / 4 * 4 > limit) return {};
@@ -763,13 +790,14 @@ Plan device_plan(const int* width, int layers, int B, int groups) {
   config.gridDim = dim3(unsigned(groups * kClusterBlocks));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = bytes;
-  int clusters = 0;
-  if (cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-      cudaFuncSetAttribute(persistent_mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, persistent_mlp_kernel, &config) != cudaSuccess || clusters < groups) {
-    cudaGetLastError();
-    return {};
+  for (auto* kernel : {persistent_mlp_kernel<false>, persistent_mlp_kernel<true>}) {
+    int clusters = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < groups) {
+      cudaGetLastError();
+      return {};
+    }
   }
   return p;
 }
@@ -802,8 +830,9 @@ void persistent_mlp(const Exec& exec, const PersistentMlpArgs& a) {
   for (int l = 0; l < a.layers; ++l) weights += int64_t(a.width[l]) * a.width[l + 1];
   cost.flops = 6.0 * double(weights) * a.B * a.steps;  // forward, input gradient and weight gradient
   cost.bytes = double(a.steps) * a.B * a.width[0];     // the batches' pixels; the weights stay on chip
-  launch_with(exec, "persistent_mlp", cost, persistent_mlp_kernel, dim3(unsigned(p.groups * kClusterBlocks)),
-              dim3(kThreads), size_t(p.at.total) * sizeof(float), /*cooperative=*/true, q);
+  launch_with(exec, "persistent_mlp", cost, a.adam_step ? persistent_mlp_kernel<true> : persistent_mlp_kernel<false>,
+              dim3(unsigned(p.groups * kClusterBlocks)), dim3(kThreads), size_t(p.at.total) * sizeof(float),
+              /*cooperative=*/true, q);
 }
 
 }  // namespace nt::kernels::cuda

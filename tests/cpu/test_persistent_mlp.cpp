@@ -18,16 +18,31 @@ namespace {
 
 PersistentMlpResult reference(const PersistentMlpCase& c, const PersistentMlpData& d) {
   const int L = c.layers(), B = c.B, D = c.width[0], C = c.width[L];
-  std::vector<std::vector<double>> w(L), b(L), vw(L), vb(L);
+  std::vector<std::vector<double>> w(L), b(L), vw(L), vb(L), sw(L), sb(L);  // velocities or m; Adam's v
   for (int l = 0; l < L; ++l) {
     w[l].assign(d.weight[l].begin(), d.weight[l].end());
     b[l].assign(d.bias[l].begin(), d.bias[l].end());
     vw[l].assign(d.weight_velocity[l].begin(), d.weight_velocity[l].end());
     vb[l].assign(d.bias_velocity[l].begin(), d.bias_velocity[l].end());
+    sw[l].assign(d.weight_second_moment[l].begin(), d.weight_second_moment[l].end());
+    sb[l].assign(d.bias_second_moment[l].begin(), d.bias_second_moment[l].end());
   }
   const int P = c.height > 0 ? c.height * c.plane_width : D;
   PersistentMlpResult out;
-  auto sgd = [&](double& p, double g, double& v) {
+  uint64_t t = d.adam_steps;  // Adam's step
+  auto step = [&](double& p, double g, double& v, double& v2) {
+    if (c.adam) {  // PyTorch's Adam and AdamW, betas (0.9, 0.999), eps 1e-8
+      const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+      if (c.decoupled)
+        p *= 1 - double(c.lr) * c.weight_decay;
+      else
+        g += c.weight_decay * p;
+      v = beta1 * v + (1 - beta1) * g;
+      v2 = beta2 * v2 + (1 - beta2) * g * g;
+      const double bc1 = 1 - std::pow(beta1, double(t)), bc2 = 1 - std::pow(beta2, double(t));
+      p -= double(c.lr) / bc1 * v / (std::sqrt(v2) / std::sqrt(bc2) + eps);
+      return;
+    }
     g += c.weight_decay * p;
     if (c.momentum != 0) {
       v = c.momentum * v + g;
@@ -37,6 +52,7 @@ PersistentMlpResult reference(const PersistentMlpCase& c, const PersistentMlpDat
     }
   };
   for (int s = 0; s < c.steps; ++s) {
+    ++t;
     std::vector<std::vector<double>> act(L + 1);
     act[0].resize(size_t(B) * D);
     std::vector<int> y(B);
@@ -84,11 +100,11 @@ PersistentMlpResult reference(const PersistentMlpCase& c, const PersistentMlpDat
         for (int k = 0; k < K; ++k) {
           double g = 0;
           for (int i = 0; i < B; ++i) g += d_out[size_t(i) * N + n] * act[l][size_t(i) * K + k];
-          sgd(w[l][size_t(n) * K + k], g, vw[l][size_t(n) * K + k]);
+          step(w[l][size_t(n) * K + k], g, vw[l][size_t(n) * K + k], sw[l][size_t(n) * K + k]);
         }
         double g = 0;
         for (int i = 0; i < B; ++i) g += d_out[size_t(i) * N + n];
-        sgd(b[l][n], g, vb[l][n]);
+        step(b[l][n], g, vb[l][n], sb[l][n]);
       }
       d_out = std::move(d_in);
     }
@@ -98,7 +114,10 @@ PersistentMlpResult reference(const PersistentMlpCase& c, const PersistentMlpDat
     out.bias.emplace_back(b[l].begin(), b[l].end());
     out.weight_velocity.emplace_back(vw[l].begin(), vw[l].end());
     out.bias_velocity.emplace_back(vb[l].begin(), vb[l].end());
+    out.weight_second_moment.emplace_back(sw[l].begin(), sw[l].end());
+    out.bias_second_moment.emplace_back(sb[l].begin(), sb[l].end());
   }
+  out.adam_steps = c.adam ? t : 0;
   return out;
 }
 
@@ -120,6 +139,17 @@ TEST_CASE("persistent_mlp's CPU twin trains as a double-precision reference does
       // The batch in groups (the GPU's clusters): chunks of 3, 3 and 1 rows; and 8 groups of 2.
       {.width = {29, 33, 10}, .B = 7, .groups = 3, .steps = 3, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-4f},
       {.width = {784, 40, 20, 10}, .B = 16, .groups = 8, .steps = 2, .lr = 0.05f, .momentum = 0.9f},
+      // Adam and AdamW, from a resumed state (5 steps taken; the second moments positive, so each step's scale is
+      // sqrt(v), which fp32 and double agree on to about 1e-7 of it).
+      {.width = {784, 40, 20, 10}, .B = 16, .groups = 4, .steps = 3, .lr = 1e-3f, .weight_decay = 1e-4f, .adam = true},
+      {.width = {29, 33, 10},
+       .B = 7,
+       .groups = 3,
+       .steps = 3,
+       .lr = 2e-3f,
+       .weight_decay = 0.01f,
+       .adam = true,
+       .decoupled = true},
   };
   for (const PersistentMlpCase& c : cases) {
     INFO("layers " << c.layers() << ", D " << c.width[0] << ", B " << c.B << ", groups " << c.groups << ", momentum "
@@ -130,6 +160,7 @@ TEST_CASE("persistent_mlp's CPU twin trains as a double-precision reference does
     CHECK(persistent_mlp_relative_error(twin, want) < 2e-5);
     CHECK(std::abs(twin.loss_sum - want.loss_sum) <= 1e-5 * std::abs(want.loss_sum));
     CHECK(twin.correct == want.correct);
+    CHECK(twin.adam_steps == want.adam_steps);
   }
 }
 
@@ -168,6 +199,9 @@ TEST_CASE("persistent_mlp refuses what it does not serve, naming it", "[persiste
   refused(bad, "groups must be");
   bad = a, bad.B = 4, bad.groups = 3;  // chunks of 2: the third group would be empty
   refused(bad, "empty");
+  uint64_t adam_step[2] = {};
+  bad = a, bad.adam_step = adam_step;  // Adam without its moments
+  refused(bad, "moments");
   kernels::persistent_mlp(kernels::Exec{}, a);  // and the arguments as given run
   CHECK(std::isfinite(loss));
 }

@@ -51,7 +51,11 @@ GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const Persi
   for (int l = 0; l < L; ++l) {
     a.weight[l] = on_device(d.weight[l]), a.bias[l] = on_device(d.bias[l]);
     a.weight_velocity[l] = on_device(d.weight_velocity[l]), a.bias_velocity[l] = on_device(d.bias_velocity[l]);
+    a.weight_second_moment[l] = on_device(d.weight_second_moment[l]);
+    a.bias_second_moment[l] = on_device(d.bias_second_moment[l]);
   }
+  DeviceBuffer<uint64_t> adam_step(gpu, std::vector<uint64_t>{d.adam_steps, 0});
+  if (c.adam) a.adam_step = adam_step.get();
   DeviceBuffer<float> scale(gpu, std::vector<float>{lr_scale});
   if (lr_scale != 1.f) a.lr_scale = scale.get();
   DeviceBuffer<double> loss(gpu, std::vector<double>{0.0});
@@ -69,9 +73,12 @@ GpuRun run_gpu(const kernels::Exec& gpu, const PersistentMlpCase& c, const Persi
     out.result.bias.push_back(tensors[t++]->download());
     out.result.weight_velocity.push_back(tensors[t++]->download());
     out.result.bias_velocity.push_back(tensors[t++]->download());
+    out.result.weight_second_moment.push_back(tensors[t++]->download());
+    out.result.bias_second_moment.push_back(tensors[t++]->download());
   }
   out.result.loss_sum = loss.download()[0];
   out.result.correct = correct.download()[0];
+  out.result.adam_steps = c.adam ? adam_step.download()[0] : 0;
   out.ran = true;
   return out;
 }
@@ -95,13 +102,16 @@ TEST_CASE("persistent_mlp on CUDA matches the CPU twin and repeats its bits", "[
       {.width = {784, 320, 160, 10}, .B = 64, .steps = 30, .lr = 0.05f, .momentum = 0.9f},
       {.width = {784, 320, 160, 10}, .B = 256, .steps = 6, .lr = 0.1f, .weight_decay = 1e-4f},
       {.width = {784, 10, 10}, .B = 200, .steps = 5, .lr = 0.1f, .momentum = 0.9f},
+      // Adam, AdamW
+      {.width = {784, 320, 160, 10}, .B = 64, .steps = 12, .lr = 1e-3f, .weight_decay = 1e-4f, .adam = true},
+      {.width = {29, 33, 10}, .B = 7, .steps = 9, .lr = 2e-3f, .weight_decay = 0.01f, .adam = true, .decoupled = true},
   };
   for (const PersistentMlpCase& listed : cases) {
     const PersistentMlpCase c = on_this_device(listed);
     for (const float lr_scale : {1.f, 0.5f}) {
       INFO("widths " << c.width.size() << " layers from D " << c.width[0] << ", hidden " << c.width[1] << ", B " << c.B
-                     << ", groups " << c.groups << ", steps " << c.steps << ", momentum " << c.momentum << ", lr scale "
-                     << lr_scale);
+                     << ", groups " << c.groups << ", steps " << c.steps << ", momentum " << c.momentum
+                     << (c.adam ? (c.decoupled ? ", AdamW" : ", Adam") : "") << ", lr scale " << lr_scale);
       PersistentMlpCase scaled = c;
       scaled.lr = c.lr * lr_scale;  // the twin takes the product; the GPU multiplies on the device
       const PersistentMlpData d = make_persistent_mlp_data(c);

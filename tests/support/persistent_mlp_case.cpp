@@ -31,7 +31,11 @@ PersistentMlpData make_persistent_mlp_data(const PersistentMlpCase& c) {
     d.bias.push_back(random_floats(size_t(N), -bound, bound));
     d.weight_velocity.push_back(random_floats(size_t(N) * K, -0.01f, 0.01f));  // a run resumed mid-training
     d.bias_velocity.push_back(random_floats(size_t(N), -0.01f, 0.01f));
+    // Adam's second moments of a resumed run: positive, so that sqrt(v) and not eps sets each step's scale.
+    d.weight_second_moment.push_back(random_floats(size_t(N) * K, 1e-5f, 1e-4f));
+    d.bias_second_moment.push_back(random_floats(size_t(N), 1e-5f, 1e-4f));
   }
+  d.adam_steps = 5;
   return d;
 }
 
@@ -43,21 +47,28 @@ kernels::PersistentMlpArgs persistent_mlp_args(const PersistentMlpCase& c, const
   a.first = c.first, a.steps = c.steps, a.B = c.B, a.groups = c.groups, a.layers = c.layers();
   for (int l = 0; l <= c.layers(); ++l) a.width[l] = c.width[l];
   a.lr = c.lr, a.momentum = c.momentum, a.weight_decay = c.weight_decay;
+  a.adam.lr = c.lr, a.adam.weight_decay = c.weight_decay, a.adam.decoupled = c.decoupled;
   return a;
 }
 
 PersistentMlpResult run_persistent_mlp_cpu(const PersistentMlpCase& c, const PersistentMlpData& d) {
   PersistentMlpResult r;
   r.weight = d.weight, r.bias = d.bias, r.weight_velocity = d.weight_velocity, r.bias_velocity = d.bias_velocity;
+  r.weight_second_moment = d.weight_second_moment, r.bias_second_moment = d.bias_second_moment;
   kernels::PersistentMlpArgs a = persistent_mlp_args(c, d);
   for (int l = 0; l < c.layers(); ++l) {
     a.weight[l] = r.weight[l].data(), a.bias[l] = r.bias[l].data();
     a.weight_velocity[l] = r.weight_velocity[l].data(), a.bias_velocity[l] = r.bias_velocity[l].data();
+    a.weight_second_moment[l] = r.weight_second_moment[l].data(),
+    a.bias_second_moment[l] = r.bias_second_moment[l].data();
   }
+  uint64_t counter[2] = {d.adam_steps, 0};
+  if (c.adam) a.adam_step = counter;
   std::vector<unsigned char> workspace(kernels::persistent_mlp_workspace_bytes(a.width, a.layers, a.B, a.groups));
   a.workspace = workspace.data();
   a.loss_sum = &r.loss_sum, a.correct = &r.correct;
   kernels::persistent_mlp(kernels::Exec{}, a);
+  r.adam_steps = c.adam ? counter[0] : 0;
   return r;
 }
 
@@ -69,6 +80,8 @@ void each_tensor(const PersistentMlpResult& a, const PersistentMlpResult& b, F f
     f(a.bias[l], b.bias[l]);
     f(a.weight_velocity[l], b.weight_velocity[l]);
     f(a.bias_velocity[l], b.bias_velocity[l]);
+    f(a.weight_second_moment[l], b.weight_second_moment[l]);
+    f(a.bias_second_moment[l], b.bias_second_moment[l]);
   }
 }
 }  // namespace
@@ -86,7 +99,8 @@ double persistent_mlp_relative_error(const PersistentMlpResult& got, const Persi
 }
 
 bool same_bits(const PersistentMlpResult& a, const PersistentMlpResult& b) {
-  bool same = std::memcmp(&a.loss_sum, &b.loss_sum, sizeof a.loss_sum) == 0 && a.correct == b.correct;
+  bool same = std::memcmp(&a.loss_sum, &b.loss_sum, sizeof a.loss_sum) == 0 && a.correct == b.correct &&
+              a.adam_steps == b.adam_steps;
   each_tensor(a, b, [&](const std::vector<float>& x, const std::vector<float>& y) { same = same && same_bits(x, y); });
   return same;
 }
