@@ -8,7 +8,10 @@ Same as `nanotrain train`:
   data         the same normalized float32 inputs (bench/nt_io.py) in the same per-epoch order
                (bench/nt_order.py re-implements the engine's shuffle), full batches only (drop_last)
   optimizer    torch.optim.SGD, Adam or AdamW with the same hyper-parameters (PyTorch's semantics are the
-               engine's: SGD with dampening 0, no Nesterov; Adam(W) single-tensor, capturable in graph mode)
+               engine's: SGD with dampening 0, no Nesterov). On CUDA each runs as PyTorch's fastest kernel,
+               fused=True (one multi-tensor kernel per step; capturable in graph mode); --optimizer-impl single
+               picks the single-tensor loops instead (the same update, one kernel per operation and tensor),
+               which the CPU always runs
   precision    fp32 everywhere by default: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 =
                False, float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 =
                False), so the convolutions are true fp32 as well. --tf32 (the engine's --tf32) turns it on for
@@ -119,15 +122,22 @@ def build_model(name_or_spec, sample_shape, classes):
     return nn.Sequential(*modules)
 
 
-def make_optimizer(model, args, capturable=False):
-    """The engine's --optimizer with PyTorch's semantics (single-tensor implementations)."""
+def optimizer_impl(args, device):
+    """fused on CUDA unless --optimizer-impl says single; the CPU has only the single-tensor loops here."""
+    return "fused" if device.type == "cuda" and args.optimizer_impl == "fused" else "single"
+
+
+def make_optimizer(model, args, device, capturable=False):
+    """The engine's --optimizer with PyTorch's semantics, as optimizer_impl picks: fused (PyTorch's fastest on CUDA)
+    or single-tensor."""
     params = model.parameters()
+    impl = dict(fused=True) if optimizer_impl(args, device) == "fused" else dict(foreach=False)
     if args.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        return torch.optim.SGD(params, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, **impl)
     cls = torch.optim.Adam if args.optimizer == "adam" else torch.optim.AdamW
     # capturable keeps the step count on the device, which graph capture needs; the update is the same.
     return cls(params, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps, weight_decay=args.weight_decay,
-               foreach=False, capturable=capturable)
+               capturable=capturable, **impl)
 
 
 def load_init(model, path):
@@ -355,7 +365,7 @@ def run_mode(mode, args, data):
     init_reader = None
     if args.init:
         _, init_reader = load_init(model, args.init)
-    opt = make_optimizer(model, args, capturable=mode == "graph")
+    opt = make_optimizer(model, args, device, capturable=mode == "graph")
     totals = Totals(device)
     if mode == "dataloader":
         loop = DataloaderLoop(model, opt, data, args)
@@ -390,7 +400,8 @@ def run_mode(mode, args, data):
 
 
 def settings(args, device):
-    return dict(model=args.model, dataset=args.dataset, batch=args.batch, optimizer=args.optimizer, lr=args.lr,
+    return dict(model=args.model, dataset=args.dataset, batch=args.batch, optimizer=args.optimizer,
+                optimizer_impl=optimizer_impl(args, device), lr=args.lr,
                 momentum=args.momentum, beta1=args.beta1, beta2=args.beta2, eps=args.eps,
                 weight_decay=args.weight_decay, seed=args.seed, train_limit=args.train_limit,
                 init=args.init, workers=args.workers, device=device.type, device_name=device_name(device),
@@ -432,6 +443,9 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=0.03)
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--optimizer-impl", default="fused", choices=["fused", "single"],
+                    help="fused: PyTorch's one-kernel optimizers (CUDA; its fastest); single: the single-tensor "
+                         "loops (the CPU always)")
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.999)
     ap.add_argument("--eps", type=float, default=1e-8)
@@ -483,7 +497,7 @@ def main(argv=None):
     if args.batch > data.n:
         raise SystemExit(f"--batch {args.batch} is larger than the training set ({data.n})")
     print(f"pytorch {torch.__version__} on {device_name(device)}: {args.model}, batch {args.batch}, "
-          f"{args.epochs} epochs, {args.optimizer}, lr {args.lr}, momentum {args.momentum}, "
+          f"{args.epochs} epochs, {args.optimizer} ({optimizer_impl(args, device)}), lr {args.lr}, momentum {args.momentum}, "
           f"weight decay {args.weight_decay}, "
           f"seed {args.seed}, {data.n} train examples", flush=True)
     runs = []
