@@ -51,6 +51,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
@@ -78,23 +79,6 @@ struct Args {
 
 __device__ __forceinline__ float tf32_value(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
 
-// 4 bytes from global to shared memory without a register round trip (cp.async, sm_80+), or a zero where
-// !valid (src-size 0: nothing is read).
-// Before sm_80 (the kernel never runs there: its launcher refuses code without TF32) a plain load and store.
-__device__ __forceinline__ void copy_or_zero(float* dst, const float* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(src), "r"(valid ? 4 : 0) : "memory");
-#else
-  *dst = valid ? *src : 0.f;
-#endif
-}
-__device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 // One chunk of source channels [c0, c0 + chunk) into planes and As, every element an asynchronous copy: a thread
 // issues all of its share before waiting once (a loop of loads and stores waited for each load in turn).
 template <int BM>
@@ -110,7 +94,7 @@ __device__ __forceinline__ void stage_chunk(const Args& a, float* planes, float*
     c += c0;
     const bool inside = c < a.cs && i < rows_staged && static_cast<unsigned>(y) < unsigned(a.hs) &&
                         static_cast<unsigned>(x) < unsigned(a.ws);
-    copy_or_zero(&planes[idx], inside ? &src_img[(c * a.hs + y) * a.ws + x] : a.src, inside);
+    cp_async::copy4_or_zero(&planes[idx], inside ? &src_img[(c * a.hs + y) * a.ws + x] : a.src, inside);
   }
   // As: BM × (Cc·RS) of the chunk
   const int a_total = BM * a.chunk * a.rs;
@@ -119,17 +103,17 @@ __device__ __forceinline__ void stage_chunk(const Args& a, float* planes, float*
       int m, k;
       a.by_chunk_taps.divmod(idx, m, k);
       const bool valid = m0 + m < a.m && c0 * a.rs + k < a.cs * a.rs;
-      copy_or_zero(&As[m * a.a_ld + k], valid ? &a.w[(m0 + m) * a.cs * a.rs + c0 * a.rs + k] : a.w, valid);
+      cp_async::copy4_or_zero(&As[m * a.a_ld + k], valid ? &a.w[(m0 + m) * a.cs * a.rs + c0 * a.rs + k] : a.w, valid);
     } else {  // source order (c, m, tap): w[c0 + c][m0 + m][tap], stored at the turned tap RS − 1 − tap
       int c, rest, m, tap;
       a.by_block_taps.divmod(idx, c, rest);
       a.by_rs.divmod(rest, m, tap);
       const bool valid = m0 + m < a.m && c0 + c < a.cs;
-      copy_or_zero(&As[m * a.a_ld + c * a.rs + (a.rs - 1 - tap)],
-                   valid ? &a.w[((c0 + c) * a.m + m0) * a.rs + rest] : a.w, valid);
+      cp_async::copy4_or_zero(&As[m * a.a_ld + c * a.rs + (a.rs - 1 - tap)],
+                              valid ? &a.w[((c0 + c) * a.m + m0) * a.rs + rest] : a.w, valid);
     }
   }
-  wait_copies();
+  cp_async::wait_all();
   __syncthreads();
   // Round the whole chunk to TF32 in place (As's pad columns too: never read), four values at a time.
   float4* all = reinterpret_cast<float4*>(As);

@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/grid_barrier.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/persistent_mlp.h"
@@ -227,16 +228,15 @@ __device__ void fetch_pixels(const Params& q, float* smem, int step, int bc) {
   const int per_row = D / vector, total = bc * per_row;
   for (int i = threadIdx.x; i < total; i += kThreads) {
     const uint8_t* from = src.images + int64_t(batch_row(q, smem, step, i / per_row)) * D + (i % per_row) * vector;
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(pixels + i * vector));
     if (vector == 16)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from) : "memory");
+      cp_async::copy16_or_zero(pixels + i * vector, from);
     else
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(from) : "memory");
+      cp_async::copy4_or_zero(pixels + i * vector, from);
   }
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  cp_async::commit();
 }
 __device__ __forceinline__ void wait_pixels() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  cp_async::wait_all();
   __syncthreads();
 }
 

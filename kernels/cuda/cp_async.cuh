@@ -1,0 +1,55 @@
+// Asynchronous copies from global to shared memory (cp.async, sm_80+): the bytes land in shared memory without a
+// register round trip, so a thread can have many in flight while it computes. Copies are grouped: commit() closes
+// the group of the copies issued since the last one, wait_pending<N>() returns once at most N groups are still in
+// flight, wait_all() once none is. Each waits for the calling thread's copies only: a __syncthreads() after it
+// makes the block's copies visible to the whole block.
+//
+// Before sm_80 (the kernels that use these refuse to run there, or guard their callers) the copies are plain
+// loads and stores and the waits do nothing, so the files still compile for every architecture of the build.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace nt::kernels::cuda::cp_async {
+
+// 16 bytes (dst and src 16-byte aligned), or 16 zero bytes where !valid: src-size 0 reads nothing, so src need only
+// be a valid address, not a valid element.
+__device__ __forceinline__ void copy16_or_zero(void* dst, const void* src, bool valid = true) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+  *static_cast<int4*>(dst) = valid ? *static_cast<const int4*>(src) : make_int4(0, 0, 0, 0);
+#endif
+}
+
+// 4 bytes (dst and src 4-byte aligned), or 4 zero bytes where !valid (as above).
+__device__ __forceinline__ void copy4_or_zero(void* dst, const void* src, bool valid = true) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(to), "l"(src), "r"(valid ? 4 : 0) : "memory");
+#else
+  *static_cast<int*>(dst) = valid ? *static_cast<const int*>(src) : 0;
+#endif
+}
+
+__device__ __forceinline__ void commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wait_pending() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+}  // namespace nt::kernels::cuda::cp_async
