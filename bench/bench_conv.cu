@@ -226,10 +226,28 @@ int main(int argc, char** argv) {
       {lab::forward, lab::halo_32, 1},
       {lab::backward_data, lab::halo_32, 1},
       {lab::backward_data, lab::halo_64, 1},
+      {lab::forward, lab::channels_last_64x64, 1},
+      {lab::forward, lab::channels_last_64x32, 1},
+      {lab::forward, lab::channels_last_32x64, 1},
+      {lab::forward, lab::channels_last_32x32, 1},
+      {lab::backward_data, lab::channels_last_32x64, 1},
+      {lab::backward_data, lab::channels_last_32x32, 1},
+      {lab::backward_data, lab::channels_last_64x64, 1},
+      {lab::forward, lab::channels_last_64x64_8w, 1},
+      {lab::forward, lab::channels_last_32x64_8w, 1},
+      {lab::backward_data, lab::channels_last_32x64_8w, 1},
+      {lab::backward_data, lab::channels_last_64x64_8w, 1},
+      {lab::backward_weight, lab::channels_last_64x64, 14},
+      {lab::backward_weight, lab::channels_last_64x64, 27},
+      {lab::backward_weight, lab::channels_last_64x64, 54},
+      {lab::backward_weight, lab::channels_last_64x32, 15},
+      {lab::backward_weight, lab::channels_last_64x32, 30},
+      {lab::backward_weight, lab::channels_last_64x64_8w, 27},
   };
-  const char* tile_names[] = {"medium",       "narrow",       "narrow_grouped", "small",     "small_grouped",
-                              "tall_grouped", "wide_grouped", "mma_64x64",      "mma_64x32", "mma_32x64",
-                              "mma_32x32",    "halo_64",      "halo_32"};
+  const char* tile_names[] = {"medium",       "narrow",       "narrow_grouped", "small",      "small_grouped",
+                              "tall_grouped", "wide_grouped", "mma_64x64",      "mma_64x32",  "mma_32x64",
+                              "mma_32x32",    "halo_64",      "halo_32",        "cl_64x64",   "cl_64x32",
+                              "cl_32x64",     "cl_32x32",     "cl_64x64_8w",    "cl_32x64_8w"};
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",

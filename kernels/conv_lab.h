@@ -13,7 +13,11 @@ enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // Block tiles (M × N, micro-tile per thread, k-groups): medium 64×64 (8×4), narrow 32×64 (4×4), narrow_grouped
 // (×2), small 32×32 (4×4), small_grouped (×4), tall_grouped 64×32 (8×4, ×3), wide_grouped 32×64 (4×8, ×3);
 // TF32 tensor cores (4 warps, BK 32): mma_64x64, mma_64x32, mma_32x64, mma_32x32; the halo tile (stride 1,
-// forward and backward_data, split ignored; kernels/cuda/conv_halo.cuh) with 64 or 32 rows: halo_64, halo_32.
+// forward and backward_data, split ignored; kernels/cuda/conv_halo.cuh) with 64 or 32 rows: halo_64, halo_32; the
+// channels-last TF32 kernels (forward, backward_data at stride 1, split ignored; backward_weight with `split` parts of
+// the pixels; kernels/cuda/conv_channels_last.cu) with their four tiles on 4 warps, channels_last_64x64 ...
+// channels_last_32x32, and two on 8 warps, channels_last_64x64_8w and channels_last_32x64_8w (they need the pass's
+// source channels a multiple of 4, and backward_weight both x's and dy's).
 enum ConvTile : int {
   medium,
   narrow,
@@ -27,7 +31,13 @@ enum ConvTile : int {
   mma_32x64,
   mma_32x32,
   halo_64,
-  halo_32
+  halo_32,
+  channels_last_64x64,
+  channels_last_64x32,
+  channels_last_32x64,
+  channels_last_32x32,
+  channels_last_64x64_8w,
+  channels_last_32x64_8w
 };
 
 // The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;

@@ -65,8 +65,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
+#include "kernels/cuda/conv_channels_last.cuh"
 #include "kernels/cuda/conv_epilogue.cuh"
 #include "kernels/cuda/conv_halo.cuh"
 #include "kernels/cuda/conv_passes.cuh"
@@ -387,7 +389,13 @@ enum class Tile {
   mma_32x64,
   mma_32x32,  // TF32 MMA
   halo_64,
-  halo_32  // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
+  halo_32,  // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
+  channels_last_64x64,
+  channels_last_64x32,
+  channels_last_32x64,
+  channels_last_32x32,  // TF32 on channels-last operands (conv_channels_last.cu): forward, backward_data at stride 1
+  channels_last_64x64_8w,
+  channels_last_32x64_8w  // the same on 8 warps
 };
 
 struct Plan {
@@ -409,6 +417,12 @@ int slab_depth(Tile tile) {
     case Tile::mma_64x32:
     case Tile::mma_32x64:
     case Tile::mma_32x32:
+    case Tile::channels_last_64x64:
+    case Tile::channels_last_64x32:
+    case Tile::channels_last_32x64:
+    case Tile::channels_last_32x32:
+    case Tile::channels_last_64x64_8w:
+    case Tile::channels_last_32x64_8w:
       return ConvMma64x64::BK;
     default:
       return ConvSmall::BK;
@@ -448,6 +462,18 @@ std::pair<int, int> tile_extent(Tile tile) {
       return {64, halo::kTileColumns};
     case Tile::halo_32:
       return {32, halo::kTileColumns};
+    case Tile::channels_last_64x64:
+      return {64, 64};
+    case Tile::channels_last_64x32:
+      return {64, 32};
+    case Tile::channels_last_32x64:
+      return {32, 64};
+    case Tile::channels_last_32x32:
+      return {32, 32};
+    case Tile::channels_last_64x64_8w:
+      return {64, 64};
+    case Tile::channels_last_32x64_8w:
+      return {32, 64};
   }
   return {1, 1};
 }
@@ -530,13 +556,57 @@ size_t split_floats(const PassGemm& g, int extra_rows) {
   return split > 1 ? size_t(split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
 }
 
-// conv2d_backward runs backward_data beside the backward_weight GEMM: their partials take separate parts.
+ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g);
+
+// ---- the channels-last plan (kernels/cuda/conv_channels_last.cu) -------------------------------------------
+// With TF32, a forward whose input channels are a multiple of 4 (and that is no direct kernel's), and a backward_data
+// at stride 1 whose output channels are, run on the channels-last kernel: its operands staged channels-last by one
+// kernel, then 16-byte copies in a 4-stage pipeline (docs/conv.md, 'Tensor cores that are fed'). It has no split-K,
+// so it is taken only where its tiles give every SM a block (channels_last::kMinTiles); fewer tiles keep the implicit
+// GEMM, which splits Kg to fill the GPU. Like every plan here, this depends on the shape only.
+
+// The forward convolution the channels-last kernel runs for a pass: the forward itself, or backward_data at stride 1
+// as the forward of dy (N, K, P, Q) with the flipped filters (C, K, R, S) and pads R−1−pad and S−1−pad, whose
+// output is dx (N, C, H, W) (the inverse of the forward's P = H + 2·pad − R + 1 for each axis).
+ConvArgs channels_last_args(const Exec& exec, const Conv2dShape& s, bool backward_data) {
+  if (!backward_data) return make_args(exec, s, forward_gemm(s));
+  const Conv2dShape flipped{
+      .n = s.n, .c = s.k, .h = s.p(), .w = s.q(), .k = s.c, .r = s.r, .s = s.s, .stride = 1, .pad = s.r - 1 - s.pad};
+  ConvArgs a = make_args(exec, flipped, backward_data_gemm(s));
+  a.pad_w = s.s - 1 - s.pad;  // the shape holds one pad: the output's extent and the width's pad follow
+  a.p = s.h, a.q = s.w, a.pq = s.h * s.w, a.kpq = s.c * a.pq, a.by_pq = FastDivmod(a.pq), a.by_q = FastDivmod(a.q);
+  return a;
+}
+
+std::optional<channels_last::Tile> channels_last_plan(const Conv2dShape& s, bool backward_data) {
+  if (backward_data ? s.stride != 1 : direct_taps(s)) return std::nullopt;
+  const ConvArgs f = channels_last_args(Exec{}, s, backward_data);
+  if (!channels_last::serves(f)) return std::nullopt;
+  const channels_last::Tile tile = channels_last::choose_tile(f.M, f.N);
+  if (channels_last::tiles(tile, f.M, f.N) < channels_last::kMinTiles) return std::nullopt;
+  return tile;
+}
+
+// The staged operands' floats where the plan takes the channels-last kernel for the pass (with TF32), else 0.
+size_t channels_last_floats(const Conv2dShape& s, bool backward_data) {
+  return channels_last_plan(s, backward_data)
+             ? channels_last::staging_floats(channels_last_args(Exec{}, s, backward_data))
+             : 0;
+}
+
+// Offsets into the workspace stay 16-byte aligned (the channels-last kernel's copies).
+size_t align4(size_t floats) { return (floats + 3) / 4 * 4; }
+
+// conv2d_backward runs backward_data beside the backward_weight GEMM: their partials (or backward_data's staged
+// operands) take separate parts, backward_data's at align4(the weight's).
 size_t workspace_for(const Conv2dShape& s) {
   const PassGemm bw = backward_weight_gemm(s);
   const size_t weight =
       direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : split_floats(bw, s.k);
-  return std::max({direct_taps(s) ? 0 : split_floats(forward_gemm(s), 0),
-                   (direct_taps(s) ? 0 : weight) + split_floats(backward_data_gemm(s), 0), weight});
+  const size_t data = std::max(split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true));
+  const size_t forward =
+      direct_taps(s) ? 0 : std::max(split_floats(forward_gemm(s), 0), channels_last_floats(s, false));
+  return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight});
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -558,6 +628,7 @@ ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g) {
   a.M = g.M, a.N = g.N, a.K = g.K;
   a.by_rs = FastDivmod(a.rs), a.by_s = FastDivmod(s.s), a.by_pq = FastDivmod(a.pq), a.by_q = FastDivmod(a.q);
   a.by_hw = FastDivmod(a.hw), a.by_w = FastDivmod(s.w), a.by_n = FastDivmod(g.N);
+  a.by_c = FastDivmod(s.c), a.pad_w = s.pad;
   return a;
 }
 
@@ -691,7 +762,13 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
       break;
     case Tile::halo_64:
     case Tile::halo_32:
-      NT_CHECK(false, name, ": the halo tile is no implicit GEMM");
+    case Tile::channels_last_64x64:
+    case Tile::channels_last_64x32:
+    case Tile::channels_last_32x64:
+    case Tile::channels_last_32x32:
+    case Tile::channels_last_64x64_8w:
+    case Tile::channels_last_32x64_8w:
+      NT_CHECK(false, name, ": the halo and channels-last tiles are not this file's implicit GEMM");
       break;
   }
   return a;
@@ -713,6 +790,7 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
 int statistics_chunks(const Conv2dShape& s, bool tf32) {
   const PassGemm g = forward_gemm(s);
   if (direct_taps(s) || g.M == 0 || g.N == 0) return 0;
+  if (const auto tile = tf32 ? channels_last_plan(s, false) : std::nullopt) return (g.N + tile->bn - 1) / tile->bn;
   const Plan plan = choose_plan(g.M, g.N, g.K, tf32);
   if (plan.split != 1) return 0;
   return (g.N + tile_extent(plan.tile).second - 1) / tile_extent(plan.tile).second;
@@ -735,6 +813,27 @@ size_t most_over_batches(const Conv2dShape& s, const F& f) {
 double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q() * double(s.c) * s.r * s.s; }
 double conv_bytes(const Conv2dShape& s) {
   return 4.0 * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * s.p() * s.q());
+}
+profile::OpCost tf32_cost(const Conv2dShape& s) {
+  return profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s), .math = profile::Math::tf32};
+}
+
+// backward_weight alone on the channels-last kernel (conv2d_backward_weight, the kernel lab): dy and x staged by one
+// kernel into the workspace as conv2d_backward lays it out (the partials, x channels-last, then dy where
+// backward_data's staged source would be), the GEMM, the split-K reduction.
+void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                   float* workspace, const channels_last::WeightPlan& plan) {
+  const PassGemm gw = backward_weight_gemm(s);
+  const ConvArgs flipped = channels_last_args(exec, s, true);
+  const size_t partials = plan.split > 1 ? size_t(plan.split) * gw.M * gw.N : 0;
+  float* x_cl = workspace + align4(partials);
+  float* dy_cl = x_cl + align4(channels_last::input_floats(flipped));
+  channels_last::stage(exec, flipped, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x, x_cl);
+  channels_last::weight_gradient(exec, "conv2d_backward_weight", tf32_cost(s), make_args(exec, s, forward_gemm(s)),
+                                 dy_cl, x_cl, dw, workspace, plan);
+  ConvArgs wa = make_args(exec, s, gw);
+  wa.out = dw, wa.split = plan.split, wa.partial = workspace, wa.partial_stride = gw.M * gw.N;
+  finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, 0);
 }
 
 }  // namespace
@@ -760,6 +859,11 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   }
   const int chunks = args.statistics ? statistics_chunks(s, exec.tf32) : 0;
   a.stats = chunks > 0 ? args.statistics : nullptr;
+  if (const auto tile = exec.tf32 ? channels_last_plan(s, false) : std::nullopt) {
+    channels_last::stage(exec, a, args.x, args.w, /*flipped=*/false, args.workspace);
+    channels_last::multiply(exec, "conv2d_forward", tf32_cost(s), a, args.workspace, *tile);
+    return chunks;
+  }
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
                         args.workspace);
   return chunks;
@@ -770,6 +874,13 @@ void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   check_shape(s);
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
+  if (const auto tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt) {
+    ConvArgs f = channels_last_args(exec, s, true);
+    f.out = args.dx;
+    channels_last::stage(exec, f, args.dy, args.w, /*flipped=*/true, args.workspace);
+    channels_last::multiply(exec, "conv2d_backward_data", tf32_cost(s), f, args.workspace, *tile);
+    return;
+  }
   ConvArgs a = make_args(exec, s, g);
   a.a_src = args.w, a.b_src = args.dy, a.out = args.dx;
   run_pass<BackwardDataPass>(exec, "conv2d_backward_data", "conv2d_backward_data_reduce", a, 0, conv_flops(s),
@@ -813,10 +924,29 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
   // TF32 GEMMs of the cnn's conv2 hold a small share of the SMs' warps each, gather-bound (docs/conv.md).
   const int rows = dbias ? gw.M : 0;
+  float* data_workspace = workspace ? workspace + align4(split_floats(gw, s.k)) : nullptr;
+  // backward_data on the channels-last kernel: its operands are staged first, before backward_weight's GEMM, so that
+  // what runs beside that GEMM reads only what kernels before it wrote.
+  const auto channels_last_tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt;
+  ConvArgs flipped{};
+  if (channels_last_tile) {
+    flipped = channels_last_args(exec, s, true);
+    flipped.out = dx;
+    channels_last::stage(exec, flipped, dy, w, /*flipped=*/true, data_workspace);
+  }
   ConvArgs wa = make_args(exec, s, gw);
   wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
   wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
                                        workspace);
+  if (channels_last_tile) {
+    flipped.overlaps_previous =
+        exec.programmatic_launch && channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
+    profile::OpCost cost = tf32_cost(s);
+    cost.overlaps_previous = flipped.overlaps_previous;
+    channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile);
+    finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+    return wa.split > 1;
+  }
   // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
   // other's blocks (the cnn at batch 256, whose backward_data has 1568 blocks, was slower side by side; batch 64
   // gained: docs/conv.md, 'The two backward passes side by side').
@@ -825,7 +955,6 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   const bool beside = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
   ConvArgs da = make_args(exec, s, gd);
   da.a_src = w, da.b_src = dy, da.out = dx, da.overlaps_previous = exec.programmatic_launch && beside;
-  float* data_workspace = workspace ? workspace + split_floats(gw, s.k) : nullptr;
   da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s), data_workspace);
   finish_pass<BackwardDataPass>(exec, "conv2d_backward_data_reduce", da, 0);
   finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
@@ -836,7 +965,16 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
 namespace lab {
 size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split) {
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
-  return split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
+  const size_t partials = split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
+  if (g.M == 0 || g.N == 0) return partials;
+  if (pass == 2) {  // a channels-last tile's partials, x channels-last, then dy staged as backward_data's source
+    const ConvArgs flipped = channels_last_args(Exec{}, s, true);
+    return std::max(partials, align4(partials) + align4(channels_last::input_floats(flipped)) +
+                                  channels_last::staging_floats(flipped));
+  }
+  if (pass == 1 && s.stride != 1) return partials;
+  const ConvArgs f = channels_last_args(Exec{}, s, pass == 1);  // a channels-last tile's staged operands
+  return std::max(partials, channels_last::serves(f) ? channels_last::staging_floats(f) : 0);
 }
 
 void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, int tile, int split) {
@@ -845,7 +983,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   float* out = pass == 0 ? args.y : pass == 1 ? args.dx : args.dw;
   float* workspace = args.workspace;
   check_shape(s);
-  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::halo_32) && split >= 1,
+  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_32x64_8w) && split >= 1,
            "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
   const Plan plan{.tile = static_cast<Tile>(tile), .split = split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
@@ -858,6 +996,21 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
     return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data",
                        profile::OpCost{.bytes = bytes, .flops = flops, .math = profile::Math::tf32}, halo_plan);
+  }
+  if (plan.tile >= Tile::channels_last_64x64) {
+    NT_CHECK(pass == 0 || pass == 2 || s.stride == 1, "conv lab: the channels-last backward_data needs stride 1");
+    Exec tf32 = exec;
+    tf32.tf32 = true;
+    const auto [bm, bn] = tile_extent(plan.tile);
+    const channels_last::Tile cl_tile{.bm = bm, .bn = bn, .warps = plan.tile >= Tile::channels_last_64x64_8w ? 8 : 4};
+    if (pass == 2)
+      return channels_last_backward_weight(tf32, s, x, dy, out, workspace,
+                                           channels_last::WeightPlan{.tile = cl_tile, .split = split});
+    ConvArgs f = channels_last_args(tf32, s, pass == 1);
+    f.out = out;
+    channels_last::stage(tf32, f, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace);
+    return channels_last::multiply(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", tf32_cost(s), f,
+                                   workspace, cl_tile);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

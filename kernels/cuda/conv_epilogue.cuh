@@ -1,6 +1,7 @@
-// The forward convolution's epilogue through shared memory, for the kernels that write a forward's y (the
-// implicit-GEMM kernels of kernels/cuda/conv.cu): the finished tile is staged, y is written from there a row of
-// pixels per store instruction, and with a statistics buffer each block also writes its channels' BatchNorm partials.
+// The forward convolution's epilogue through shared memory, shared by the implicit-GEMM kernels of
+// kernels/cuda/conv.cu and the channels-last kernel of kernels/cuda/conv_channels_last.cu: the finished tile is
+// staged, y is written from there a row of pixels per store instruction, and with a statistics buffer each block
+// also writes its channels' BatchNorm partials.
 #pragma once
 
 #include <cuda_runtime.h>

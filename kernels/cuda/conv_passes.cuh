@@ -34,6 +34,10 @@ struct ConvArgs {
   float* partial;                              // workspace (split > 1)
   float* stats;                                // forward without split, nullable: ChannelPartials' data
   FastDivmod by_rs, by_s, by_pq, by_q, by_hw, by_w, by_n;
+  // The channels-last kernel (conv_channels_last.cu) only: the source's channels, and the width's pad, which
+  // differs from the height's in backward_data's flipped convolution of an R×S filter with R != S.
+  FastDivmod by_c;
+  int pad_w;
 };
 
 // 0 <= v < limit, in one unsigned compare (a negative v wraps to a huge unsigned value).

@@ -1,0 +1,449 @@
+// The channels-last TF32 convolution: a forward convolution (or backward_data as one) on tensor cores whose operands
+// arrive by 16-byte asynchronous copies. Interface and the reason for the layout: kernels/cuda/conv_channels_last.cuh.
+//
+// Staged operands (stage, one kernel):
+//   src_cl[img][h][w][c]            = tf32(src[img][c][h][w])                      (N·H·W·C floats)
+//   filters[m][(r·S + s)·C + c]     = tf32(w[m][c][r][s])                          forward
+//                                   = tf32(w[c][m][R−1−r][S−1−s])                  flipped (backward_data)
+// The source's transpose goes through a 32×32 tile in shared memory (reads along h·w, writes along c, both
+// coalesced); the filters (K·C·R·S floats, 74 KB for the cnn's conv2) are gathered by a few blocks beside it.
+// Rounding here, once per element, is the same rounding conv.cu's MMA kernel applies at every fragment load
+// (cvt.rna), so the products are the same TF32 products; the MMA loop then takes the values as they are.
+//
+// The GEMM (multiply):  C(m, n) = Σ_kg A(m, kg) · B(kg, n),  M = K (output channels), N = N·P·Q (output pixels),
+//   Kg = R·S·C in the order (r, s, c):
+//   A(m, kg)  = filters[m·Kg + kg]
+//   B(kg, n)  = src_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside the image)
+// Block: BM × BN of C (4 warps of m16n8k8 MMAs, mma_tf32::MmaConfig), Kg in slabs of 32. A slab of each operand is
+// BM (or BN) rows of 8 chunks of 4 consecutive kg, each chunk one 16-byte copy: thread t copies chunk t % 8 of rows
+// t / 8 + 16·i. As kg % 4 == 0 and C % 4 == 0, a chunk lies in one tap: one range check for its 4 values. The
+// copies land in shared memory as As[m][k], Bs[n][k] with row stride BK + 4 (kLd ≡ 4 mod 32: the MMA's fragment
+// loads hit 32 banks, and the 8 copies of a quarter-warp fill 8 distinct 16-byte units of one row).
+// Pipeline: kStages stages; slab t + kStages − 1 is copied while slab t is multiplied. Each iteration waits for
+// slab t's copies (cp.async.wait_group), one barrier, issues the next copy into the stage slab t − 1 used, then
+// multiplies. No split-K: the planner (conv.cu) takes this kernel only where the tiles fill the GPU.
+// Epilogue: the forward's (kernels/cuda/conv_epilogue.cuh): the tile through shared memory, y in NCHW a row of
+// pixels per store, the bias, and with a.stats the BatchNorm partials of chunk blockIdx.x.
+// Each output sums its products in one fixed order (slabs in kg order, the MMA's own order within a slab): the same
+// bits run to run.
+//
+// backward_weight (weight_gradient; the kernel lab only): dW(m, j) = Σ_pixel A(pixel, m) · B(pixel, j),
+//   M = K, columns j = (r·S + s)·C + c, the reduction over the N·P·Q output pixels, rows of both staged operands:
+//   A(pixel, m) = dy_cl[pixel·K + m]              (backward_data's staged source)
+//   B(pixel, j) = x_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside; staged beside it)
+// Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j] (mma_tf32::multiply_slab_k_major); grid.z splits
+// the pixels into parts whose partials conv.cu's split-K reduction adds in part order.
+#include "kernels/cuda/conv_channels_last.cuh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "kernels/cuda/conv_epilogue.cuh"
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_tf32.cuh"
+
+namespace nt::kernels::cuda::channels_last {
+
+namespace {
+
+constexpr int kStages = 4;          // slabs in flight: three copied while one is multiplied
+constexpr int kVector = 4;          // floats per 16-byte copy
+constexpr int kTransposeTile = 32;  // the source's transpose: 32 × 32 elements a block
+constexpr int kStageThreads = 256;  // 8 warps: each thread moves 4 elements of a transpose tile
+constexpr int kFilterBlocks = 32;   // blocks of the staging kernel that gather the filters
+
+template <int BM, int BN, int Warps>
+using Config = mma_tf32::MmaConfig<BM, BN, 2, Warps / 2>;
+
+template <class Cfg>
+constexpr size_t shared_bytes() {
+  return size_t(kStages) * Cfg::kStageFloats * sizeof(float);
+}
+
+// ---- stage ------------------------------------------------------------------------------------------------
+
+// One source (n, c, hw) into channels-last order (n, hw, c), rounded, in 32 × 32 tiles: `blocks` of them.
+struct Transpose {
+  const float* src;  // (n, c, hw)
+  float* dst;        // (n, hw, c)
+  int c = 0, hw = 0;
+  int tiles_hw = 0, tiles_c = 0, blocks = 0;
+};
+
+struct StageArgs {
+  Transpose source, input;  // input: backward_weight's x beside backward_data's dy (else input.blocks == 0)
+  const float* w;           // (rows, cin, r, s), or flipped (cin, rows, r, s)
+  float* filters;           // (rows, r, s, cin)
+  int rows, cin, r, s, filter_floats;
+  bool flipped;
+};
+
+__device__ __forceinline__ float tf32_value(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
+
+Transpose make_transpose(const float* src, float* dst, int n, int c, int hw) {
+  Transpose t{.src = src, .dst = dst, .c = c, .hw = hw};
+  t.tiles_hw = (hw + kTransposeTile - 1) / kTransposeTile, t.tiles_c = (c + kTransposeTile - 1) / kTransposeTile;
+  t.blocks = src ? t.tiles_hw * t.tiles_c * n : 0;
+  return t;
+}
+
+// Tile b of t: src[img][c0 + j][hw0 + lane] through shared memory to dst[img][hw0 + j][c0 + lane].
+__device__ void transpose_tile(const Transpose& t, int b, float (&tile)[kTransposeTile][kTransposeTile + 1]) {
+  const int hw0 = (b % t.tiles_hw) * kTransposeTile;
+  b /= t.tiles_hw;
+  const int c0 = (b % t.tiles_c) * kTransposeTile, img = b / t.tiles_c;
+  const int lane = threadIdx.x % 32, row = threadIdx.x / 32;
+  constexpr int kRows = kStageThreads / 32;
+  for (int j = row; j < kTransposeTile; j += kRows) {
+    const int c = c0 + j, hw = hw0 + lane;
+    if (c < t.c && hw < t.hw) tile[j][lane] = t.src[(size_t(img) * t.c + c) * t.hw + hw];
+  }
+  __syncthreads();
+  for (int j = row; j < kTransposeTile; j += kRows) {
+    const int hw = hw0 + j, c = c0 + lane;
+    if (hw < t.hw && c < t.c) t.dst[(size_t(img) * t.hw + hw) * t.c + c] = tf32_value(tile[lane][j]);
+  }
+}
+
+// Blocks [0, source.blocks) transpose the source, the next input.blocks the input; the rest gather the filters.
+__global__ void __launch_bounds__(kStageThreads) conv_stage_channels_last_kernel(StageArgs a, StampRing stamps) {
+  begin_dependent_kernel(stamps);
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];  // +1: the transposed reads hit 32 banks
+  int b = blockIdx.x;
+  if (b < a.source.blocks) return transpose_tile(a.source, b, tile);
+  b -= a.source.blocks;
+  if (b < a.input.blocks) return transpose_tile(a.input, b, tile);
+  b -= a.input.blocks;
+  const int row_len = a.r * a.s * a.cin;
+  const int stride = (gridDim.x - a.source.blocks - a.input.blocks) * blockDim.x;
+  for (int e = b * blockDim.x + threadIdx.x; e < a.filter_floats; e += stride) {
+    const int m = e / row_len, rest = e % row_len, tap = rest / a.cin, ci = rest % a.cin;
+    const int r = tap / a.s, s = tap % a.s;
+    const size_t from = a.flipped ? ((size_t(ci) * a.rows + m) * a.r + (a.r - 1 - r)) * a.s + (a.s - 1 - s)
+                                  : ((size_t(m) * a.cin + ci) * a.r + r) * a.s + s;
+    a.filters[e] = tf32_value(a.w[from]);
+  }
+}
+
+// ---- multiply ---------------------------------------------------------------------------------------------
+
+// GEMM column n, an output pixel (img, p, q): {the source pixel of its tap (0, 0), img·H·W + h0·W + w0; h0; w0;
+// y's offset of its channel 0}. Past N: a pixel every tap misses.
+__device__ __forceinline__ int4 pixel_column(const ConvArgs& a, int n) {
+  if (n >= a.N) return make_int4(0, kInvalid, kInvalid, 0);
+  int img, pq, p, q;
+  a.by_pq.divmod(n, img, pq);
+  a.by_q.divmod(pq, p, q);
+  const int h0 = p * a.stride - a.pad, w0 = q * a.stride - a.pad_w;
+  return make_int4(img * a.hw + h0 * a.w + w0, h0, w0, img * a.kpq + pq);
+}
+
+// grid (tiles of N, tiles of M): block (x, y) computes C tile (y, x) over all of Kg. Dynamic shared memory:
+// kStages stages of As[BM][kLd], Bs[BN][kLd]; after the last slab the finished tile is staged there.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) conv_channels_last_kernel(ConvArgs a, StampRing stamps) {
+  begin_kernel(a.overlaps_previous, stamps);
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kLd = Cfg::kLd, kThreads = Cfg::kThreads;
+  constexpr int kChunksPerRow = BK / kVector, kRowStep = kThreads / kChunksPerRow;
+  static_assert(BM % kRowStep == 0 && BN % kRowStep == 0, "every thread copies the same number of rows");
+  static_assert(BM * conv_epilogue::kStagedLd<BN> <= kStages * Cfg::kStageFloats, "the tile is staged in the stages");
+  extern __shared__ __align__(16) float smem[];
+  __shared__ int4 columns[BN];
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  for (int i = threadIdx.x; i < BN; i += kThreads) columns[i] = pixel_column(a, n0 + i);
+  __syncthreads();
+
+  const int chunk = threadIdx.x % kChunksPerRow, row0 = threadIdx.x / kChunksPerRow;
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
+  const int slabs = (a.K + BK - 1) / BK;
+
+  // Slab `slab` into stage slab % kStages: this thread's chunk of each of its rows of A and B.
+  auto copy_slab = [&](int slab) {
+    float* As = smem + (slab % kStages) * Cfg::kStageFloats;
+    float* Bs = As + BM * kLd;
+    const int kg = slab * BK + chunk * kVector;
+    const bool in_k = kg < a.K;
+    int tap, c, r, s;
+    a.by_c.divmod(kg, tap, c);
+    a.by_s.divmod(tap, r, s);
+#pragma unroll
+    for (int i = 0; i < BM / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep, m = m0 + row;
+      const bool valid = in_k && m < a.M;
+      cp_async::copy16_or_zero(As + row * kLd + chunk * kVector, valid ? a.a_src + m * a.K + kg : a.a_src, valid);
+    }
+    const int tap_offset = r * a.w + s;
+#pragma unroll
+    for (int i = 0; i < BN / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep;
+      const int4 col = columns[row];
+      const bool valid = in_k && inside(col.y + r, a.h) && inside(col.z + s, a.w);
+      cp_async::copy16_or_zero(Bs + row * kLd + chunk * kVector,
+                               valid ? a.b_src + (col.x + tap_offset) * a.c + c : a.b_src, valid);
+    }
+  };
+
+  float acc[Cfg::kTilesM][Cfg::kTilesN][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  for (int st = 0; st < kStages - 1; ++st) {  // every stage but one in flight; empty groups keep the count
+    if (st < slabs) copy_slab(st);
+    cp_async::commit();
+  }
+  for (int t = 0; t < slabs; ++t) {
+    cp_async::wait_pending<kStages - 2>();  // this thread's copies of slab t have landed
+    __syncthreads();                        // everyone's have; and everyone is done with slab t − 1's stage
+    if (t + kStages - 1 < slabs) copy_slab(t + kStages - 1);
+    cp_async::commit();
+    const float* As = smem + (t % kStages) * Cfg::kStageFloats;
+    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true>(acc, As, As + BM * kLd, wm, wn);
+  }
+  cp_async::wait_all();
+  __syncthreads();  // the stages are free for the finished tile
+  end_kernel(a.overlaps_previous, stamps);
+
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesN; ++j)
+        conv_epilogue::stage<ForwardPass, BN>(a, smem, m0, wm + 16 * i + mma_tf32::row_of(e),
+                                              wn + 8 * j + mma_tf32::col_of(e), acc[i][j][e]);
+  conv_epilogue::write_staged<ForwardPass, BM, BN, kThreads>(a, smem, m0, n0, columns);
+}
+
+// ---- backward_weight ------------------------------------------------------------------------------------------
+
+// f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels).
+// grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
+// part z. Dynamic shared memory: kStages stages of As[BK][kLdA] (dy_cl's rows: pixels × channels m) and Bs[BK][kLdB]
+// (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it is 4 consecutive m of dy_cl,
+// or 4 channels of one tap of x_cl, one 16-byte copy each. The column a thread copies is the same in every slab, so
+// its tap and channel are found once.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    conv_channels_last_weight_kernel(ConvArgs f, const float* dy_cl, const float* x_cl, float* out, StampRing stamps) {
+  begin_kernel(f.overlaps_previous, stamps);
+  using Layout = mma_tf32::KMajor<Cfg>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
+  constexpr int kLdA = Layout::kLdA, kLdB = Layout::kLdB;
+  constexpr int kChunksA = BM / kVector, kChunksB = BN / kVector;
+  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "a thread keeps its chunk in every slab");
+  constexpr int kRowStepA = kThreads / kChunksA, kRowStepB = kThreads / kChunksB;
+  static_assert(BK % kRowStepA == 0 && BK % kRowStepB == 0, "every thread copies the same number of rows");
+  extern __shared__ __align__(16) float smem[];
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int slabs = (f.N + BK - 1) / BK, per_part = (slabs + gridDim.z - 1) / gridDim.z;
+  const int first = blockIdx.z * per_part, last = min(slabs, first + per_part);
+
+  const int chunk_a = threadIdx.x % kChunksA, row_a = threadIdx.x / kChunksA;
+  const int chunk_b = threadIdx.x % kChunksB, row_b = threadIdx.x / kChunksB;
+  const int m_a = m0 + chunk_a * kVector;  // dy_cl's channels m_a .. m_a + 3
+  const int col_b = n0 + chunk_b * kVector;
+  int tap, c_b, r_b, s_b;
+  f.by_c.divmod(col_b, tap, c_b);
+  f.by_s.divmod(tap, r_b, s_b);
+  const bool column_valid = col_b < f.K, m_valid = m_a < f.M;
+  const int tap_offset = r_b * f.w + s_b;
+
+  auto copy_slab = [&](int slab, int stage) {
+    float* As = smem + stage * Layout::kStageFloats;
+    float* Bs = As + BK * kLdA;
+    const int pixel0 = slab * BK;
+#pragma unroll
+    for (int i = 0; i < BK / kRowStepA; ++i) {
+      const int row = row_a + i * kRowStepA, pixel = pixel0 + row;
+      const bool valid = m_valid && pixel < f.N;
+      cp_async::copy16_or_zero(As + row * kLdA + chunk_a * kVector, valid ? dy_cl + size_t(pixel) * f.M + m_a : dy_cl,
+                               valid);
+    }
+#pragma unroll
+    for (int i = 0; i < BK / kRowStepB; ++i) {
+      const int row = row_b + i * kRowStepB;
+      const int4 col = pixel_column(f, pixel0 + row);
+      const bool valid = column_valid && inside(col.y + r_b, f.h) && inside(col.z + s_b, f.w);
+      cp_async::copy16_or_zero(Bs + row * kLdB + chunk_b * kVector,
+                               valid ? x_cl + size_t(col.x + tap_offset) * f.c + c_b : x_cl, valid);
+    }
+  };
+
+  float acc[Cfg::kTilesM][Cfg::kTilesN][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (first + st < last) copy_slab(first + st, st);
+    cp_async::commit();
+  }
+  for (int t = 0; first + t < last; ++t) {
+    cp_async::wait_pending<kStages - 2>();
+    __syncthreads();
+    if (first + t + kStages - 1 < last) copy_slab(first + t + kStages - 1, (t + kStages - 1) % kStages);
+    cp_async::commit();
+    const float* As = smem + (t % kStages) * Layout::kStageFloats;
+    mma_tf32::multiply_slab_k_major<Cfg, /*kRounded=*/true>(acc, As, As + BK * kLdA, wm, wn);
+  }
+  cp_async::wait_all();
+  end_kernel(f.overlaps_previous, stamps);
+
+  // C(m, column (r, s, c)) to dw's (c, r, s) order: out[m·K + c·R·S + r·S + s], or part z's partial.
+  float* to = out + size_t(blockIdx.z) * f.M * f.K;
+#pragma unroll
+  for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = n0 + wn + 8 * j + mma_tf32::col_of(e);
+      if (col >= f.K) continue;
+      int tap_c, c;
+      f.by_c.divmod(col, tap_c, c);
+      const int place = c * f.rs + tap_c;
+#pragma unroll
+      for (int i = 0; i < Cfg::kTilesM; ++i) {
+        const int m = m0 + wm + 16 * i + mma_tf32::row_of(e);
+        if (m < f.M) to[size_t(m) * f.K + place] = acc[i][j][e];
+        if (m + 8 < f.M) to[size_t(m + 8) * f.K + place] = acc[i][j][e + 2];
+      }
+    }
+}
+
+size_t source_floats(const ConvArgs& a) { return size_t(a.n) * a.hw * a.c; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Dynamic shared memory above the default 48 KB needs the kernel's opt-in, once per kernel and device (a template of
+// the kernel itself: the tiles' kernels share one function type).
+template <auto kKernel>
+void allow_shared_bytes(size_t bytes) {
+  static std::atomic<uint64_t> done{0};  // a bit per device
+  int device = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t(1) << (device % 64);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  NT_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <class Cfg>
+struct ConfigTag {
+  using type = Cfg;
+};
+
+// f(ConfigTag<Config<...>>) for the tile: the instantiated tiles.
+template <class F>
+void with_config(const Tile& tile, const char* name, F&& f) {
+  const auto is = [&](int bm, int bn, int warps) { return tile.bm == bm && tile.bn == bn && tile.warps == warps; };
+  if (is(64, 64, 4)) return f(ConfigTag<Config<64, 64, 4>>{});
+  if (is(64, 32, 4)) return f(ConfigTag<Config<64, 32, 4>>{});
+  if (is(32, 64, 4)) return f(ConfigTag<Config<32, 64, 4>>{});
+  if (is(32, 32, 4)) return f(ConfigTag<Config<32, 32, 4>>{});
+  if (is(64, 64, 8)) return f(ConfigTag<Config<64, 64, 8>>{});
+  NT_CHECK(is(32, 64, 8), name, ": no channels-last tile ", tile.bm, "x", tile.bn, " on ", tile.warps, " warps");
+  return f(ConfigTag<Config<32, 64, 8>>{});
+}
+
+// After its predecessor, as conv.cu's TF32 tiles (launch_mma_tile), unless beside it by design.
+Exec placed(const Exec& exec, bool overlaps_previous) {
+  Exec e = exec;
+  e.programmatic_launch = exec.programmatic_launch && overlaps_previous;
+  return e;
+}
+
+}  // namespace
+
+bool serves(const ConvArgs& a) { return a.c > 0 && a.c % kVector == 0 && a.M > 0 && a.N > 0 && a.K > 0; }
+
+int64_t tiles(const Tile& tile, int M, int N) {
+  return ((int64_t(M) + tile.bm - 1) / tile.bm) * ((int64_t(N) + tile.bn - 1) / tile.bn);
+}
+
+Tile choose_tile(int M, int N) {
+  const int bm = M > 32 ? 64 : 32;
+  const bool wide = tiles(Tile{.bm = bm, .bn = 64}, M, N) >= kMinTiles;
+  return Tile{.bm = bm, .bn = wide ? 64 : 32, .warps = wide ? 8 : 4};
+}
+
+size_t staging_floats(const ConvArgs& a) {
+  // The filters start 16-byte aligned: the source's floats are a multiple of C, itself of 4.
+  return source_floats(a) + size_t(a.M) * a.K;
+}
+
+size_t input_floats(const ConvArgs& flipped) { return size_t(flipped.n) * flipped.pq * flipped.M; }
+
+void stage(const Exec& exec, const ConvArgs& a, const float* src, const float* w, bool flipped, float* staging,
+           const float* x, float* x_cl) {
+  NT_CHECK(serves(a), "conv2d: the channels-last kernel needs source channels a multiple of ", kVector, ", got ", a.c);
+  NT_CHECK(staging != nullptr && aligned16(staging),
+           "conv2d: the channels-last operands need a 16-byte aligned workspace (conv2d_workspace_floats)");
+  NT_CHECK((x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && aligned16(x_cl))),
+           "conv2d: the input is staged beside a backward_data's operands only, into 16-byte aligned memory");
+  StageArgs s{};
+  s.source = make_transpose(src, staging, a.n, a.c, a.hw);
+  s.input = make_transpose(x, x_cl, a.n, a.M, a.pq);  // x (n, C = the flipped forward's M, H·W = its P·Q)
+  s.w = w, s.filters = staging + source_floats(a), s.rows = a.M, s.cin = a.c, s.r = a.r, s.s = a.s;
+  s.filter_floats = w ? a.M * a.K : 0, s.flipped = flipped;  // no w: the filters are not staged
+  const int filter_blocks = std::min(kFilterBlocks, (s.filter_floats + kStageThreads - 1) / kStageThreads);
+  const double moved =  // each read once and written once
+      8.0 * (double(source_floats(a)) + (x ? double(input_floats(a)) : 0.0) + s.filter_floats);
+  const char* name = x ? "conv2d_backward_stage" : flipped ? "conv2d_backward_data_stage" : "conv2d_forward_stage";
+  launch(exec, name, profile::OpCost{.bytes = moved}, conv_stage_channels_last_kernel,
+         dim3(static_cast<unsigned>(s.source.blocks + s.input.blocks + filter_blocks)), dim3(kStageThreads), 0, s);
+}
+
+void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
+              const Tile& tile) {
+  require_tf32_code(name);
+  NT_CHECK(serves(a), name, ": the channels-last kernel needs source channels a multiple of ", kVector, ", got ", a.c);
+  NT_CHECK(staging != nullptr && aligned16(staging), name,
+           ": the channels-last operands need a 16-byte aligned workspace");
+  a.b_src = staging, a.a_src = staging + source_floats(a), a.split = 1;
+  with_config(tile, name, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    constexpr auto kernel = conv_channels_last_kernel<Cfg>;
+    allow_shared_bytes<kernel>(shared_bytes<Cfg>());
+    const dim3 grid(static_cast<unsigned>((a.N + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM));
+    launch(placed(exec, a.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), shared_bytes<Cfg>(), a);
+  });
+}
+
+void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
+                     const float* x_cl, float* dw, float* partials, const WeightPlan& plan) {
+  require_tf32_code(name);
+  NT_CHECK(f.c % kVector == 0 && f.M % kVector == 0, name,
+           ": the channels-last backward_weight needs input and output ", "channels a multiple of ", kVector, ", got ",
+           f.c, " and ", f.M);
+  NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
+  NT_CHECK(plan.split >= 1 && (plan.split == 1 || partials != nullptr), name, ": a split needs its partials");
+  if (f.M == 0 || f.K == 0) return;
+  with_config(plan.tile, name, [&](auto tag) {
+    using Cfg = typename decltype(tag)::type;
+    constexpr auto kernel = conv_channels_last_weight_kernel<Cfg>;
+    constexpr size_t smem = size_t(kStages) * mma_tf32::KMajor<Cfg>::kStageFloats * sizeof(float);
+    allow_shared_bytes<kernel>(smem);
+    const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
+                    static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
+    launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f, dy_cl, x_cl,
+           plan.split > 1 ? partials : dw);
+  });
+}
+
+}  // namespace nt::kernels::cuda::channels_last

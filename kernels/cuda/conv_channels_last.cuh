@@ -1,0 +1,73 @@
+// The channels-last TF32 convolution (kernels/cuda/conv_channels_last.cu), internal to kernels/cuda/conv.cu, which
+// plans it and calls it for the forward and for backward_data at stride 1 (as the forward of dy with the filters
+// flipped: docs/conv.md, 'Tensor cores that are fed').
+//
+// backward_weight on the same staged operands (weight_gradient) is built and tested, but the kernel lab alone runs it:
+// it was slower than conv.cu's TF32 backward_weight (docs/conv.md, 'Tensor cores that are fed').
+//
+// One forward convolution y = src ⊛ w, src (N, C, H, W) with C % 4 == 0, runs as two kernels:
+//   stage     src into channels-last order (N, H, W, C) and the filters into rows of (r, s, c), both rounded to TF32;
+//   multiply  the implicit GEMM C(M = K, N = N·P·Q) = A(M, Kg = R·S·C) · B(Kg, N) on m16n8k8 MMAs, both operands
+//             fed by 16-byte cp.async copies in a 4-stage pipeline, and the forward's staged epilogue (y in NCHW,
+//             bias, BatchNorm statistics: kernels/cuda/conv_epilogue.cuh).
+// With the channels innermost, four consecutive Kg indices are four channels of one tap of one pixel: contiguous in
+// both staged operands, inside the image or not as a whole. So a slab element needs one range check per 4 values and
+// a 16-byte copy, where conv.cu's gathers load and check every value on its own.
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/cuda/conv_passes.cuh"
+#include "kernels/exec.h"
+#include "profile/launch_observer.h"
+
+namespace nt::kernels::cuda::channels_last {
+
+// A block's tile of C: BM output channels × BN output pixels (64 or 32 each), on 4 warps (2 × 2) or 8 (2 × 4).
+struct Tile {
+  int bm = 64, bn = 64, warps = 4;
+};
+
+// The forward convolution `a` describes (conv.cu's ConvArgs of a forward, or backward_data's flipped forward): its
+// source channels allow 16-byte copies, and its GEMM has any work.
+bool serves(const ConvArgs& a);
+// The kernel has no split-K: the planner (conv.cu) takes it only where its tiles give each SM of a 132-SM H100 or
+// H200 a block at least. Fixed, so that plans do not depend on the device (the same bits on every GPU).
+constexpr int64_t kMinTiles = 132;
+// The tile: 64 rows where M exceeds 32; 64 columns where that still gives kMinTiles tiles, else 32; 64 columns on 8
+// warps (at the cnn's conv2 the wider tiles were faster in both passes, and 8 warps as fast or faster: docs/conv.md).
+Tile choose_tile(int M, int N);
+int64_t tiles(const Tile& tile, int M, int N);
+// Floats of the staged operands: the source channels-last, then the filters.
+size_t staging_floats(const ConvArgs& a);
+
+// Stages a's operands into `staging` (staging_floats(a)): src (a.n, a.c, a.h, a.w) channels-last, and the filters
+// w as rows of (r, s, c), both rounded to TF32. flipped: w is a backward_data's (a.c, a.k, R, S) and row m takes
+// w[c][m][R−1−r][S−1−s] (the forward of dy that is that backward_data); else w is (a.k, a.c, R, S).
+// w nullptr: the filters are not staged (backward_weight alone). x, x_cl (a flipped stage only, both or neither): also
+// x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (x_cl:
+// input_floats(a) floats, 16-byte aligned).
+void stage(const Exec& exec, const ConvArgs& a, const float* src, const float* w, bool flipped, float* staging,
+           const float* x = nullptr, float* x_cl = nullptr);
+// The floats of x channels-last for a flipped stage's args.
+size_t input_floats(const ConvArgs& flipped);
+
+// ---- backward_weight (kernel lab only) ------------------------------------------------------------------------
+// The GEMM dw(m, (r, s, c)) = Σ_pixel dy(pixel, m) · x(pixel's tap (r, s), c) on k-major tiles: M = K, columns
+// R·S·C, the reduction over the N·P·Q output pixels in `split` parts (each a contiguous run of 32-pixel slabs), whose
+// partials conv.cu's split-K reduction sums in part order. Each output is written in dw's (c, r, s) order.
+struct WeightPlan {
+  Tile tile;
+  int split = 1;
+};
+// dw (f.M, f.c, f.r, f.s) from dy_cl (f.n·f.p·f.q, f.M) and x_cl (f.n, f.h, f.w, f.c), both staged (TF32 values),
+// f conv.cu's make_args of the forward shape; with plan.split > 1 into `partials` (stride f.M·f.K per part) instead.
+void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
+                     const float* x_cl, float* dw, float* partials, const WeightPlan& plan);
+
+// y = the forward of a from the staged operands (a.out, a.bias, a.stats as conv.cu's forward; no split).
+// Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous.
+void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
+              const Tile& tile);
+
+}  // namespace nt::kernels::cuda::channels_last
