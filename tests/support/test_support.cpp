@@ -281,7 +281,11 @@ std::string mnist_dir() {
   return NT_TEST_DATA_DIR;
 }
 
-std::string cli_path() { return NT_CLI_PATH; }
+// $NT_CLI_PATH names the binary where the build was moved (a packed build run on another machine: scripts/gpu-check).
+std::string cli_path() {
+  if (const char* env = std::getenv("NT_CLI_PATH"); env && *env) return env;
+  return NT_CLI_PATH;
+}
 
 #if defined(__SANITIZE_ADDRESS__)
 #define NT_TEST_ASAN 1
