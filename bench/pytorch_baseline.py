@@ -12,6 +12,9 @@ Same as `nanotrain train`:
                fused=True (one multi-tensor kernel per step; capturable in graph mode); --optimizer-impl single
                picks the single-tensor loops instead (the same update, one kernel per operation and tensor),
                which the CPU always runs
+  layout       NCHW by default, as the engine; --memory-format channels_last converts the model's 4-d weights, and
+               so the convolutions' activations, to NHWC (torch.channels_last), the layout cuDNN's tensor-core
+               kernels prefer: PyTorch's fastest for convolutions with TF32
   precision    fp32 everywhere by default: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 =
                False, float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 =
                False), so the convolutions are true fp32 as well. --tf32 (the engine's --tf32) turns it on for
@@ -365,6 +368,8 @@ def run_mode(mode, args, data):
     init_reader = None
     if args.init:
         _, init_reader = load_init(model, args.init)
+    if args.memory_format == "channels_last":  # before the optimizer: it keeps the parameters it is given
+        model = model.to(memory_format=torch.channels_last)
     opt = make_optimizer(model, args, device, capturable=mode == "graph")
     totals = Totals(device)
     if mode == "dataloader":
@@ -406,7 +411,8 @@ def settings(args, device):
                 weight_decay=args.weight_decay, seed=args.seed, train_limit=args.train_limit,
                 init=args.init, workers=args.workers, device=device.type, device_name=device_name(device),
                 torch=torch.__version__, cuda=torch.version.cuda, threads=torch.get_num_threads(),
-                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
+                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
+                memory_format=args.memory_format)
 
 
 def write_json(path, payload):
@@ -459,6 +465,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for PyTorch (0 = its default)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--eval-only", metavar="CHECKPOINT", help="only evaluate this safetensors model on the test set")
+    ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
+                    help="the convolutions' layout: contiguous (NCHW, the engine's) or channels_last (NHWC)")
     ap.add_argument("--tf32", action="store_true",
                     help="convolutions on TF32 tensor cores (cudnn.allow_tf32, PyTorch's default); else fp32")
     args = ap.parse_args(argv)
@@ -498,7 +506,7 @@ def main(argv=None):
         raise SystemExit(f"--batch {args.batch} is larger than the training set ({data.n})")
     print(f"pytorch {torch.__version__} on {device_name(device)}: {args.model}, batch {args.batch}, "
           f"{args.epochs} epochs, {args.optimizer} ({optimizer_impl(args, device)}), lr {args.lr}, momentum {args.momentum}, "
-          f"weight decay {args.weight_decay}, "
+          f"weight decay {args.weight_decay}, {args.memory_format}, "
           f"seed {args.seed}, {data.n} train examples", flush=True)
     runs = []
     for mode in args.modes:
