@@ -288,12 +288,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a, Sta
   float row_sum = 0.f;
 
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kTilesN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  mma_tf32::zero(acc);
 
   float a_next[kElemsA], b_next[kElemsB];
   auto load_slab = [&](int slab) {
@@ -417,12 +412,6 @@ int slab_depth(Tile tile) {
     case Tile::mma_64x32:
     case Tile::mma_32x64:
     case Tile::mma_32x32:
-    case Tile::channels_last_64x64:
-    case Tile::channels_last_64x32:
-    case Tile::channels_last_32x64:
-    case Tile::channels_last_32x32:
-    case Tile::channels_last_64x64_8w:
-    case Tile::channels_last_32x64_8w:
       return ConvMma64x64::BK;
     default:
       return ConvSmall::BK;

@@ -31,8 +31,8 @@
 //   M = K, columns j = (r·S + s)·C + c, the reduction over the N·P·Q output pixels, rows of both staged operands:
 //   A(pixel, m) = dy_cl[pixel·K + m]              (backward_data's staged source)
 //   B(pixel, j) = x_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside; staged beside it)
-// Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j] (mma_tf32::multiply_slab_k_major); grid.z splits
-// the pixels into parts whose partials conv.cu's split-K reduction adds in part order.
+// Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j] (mma_tf32::multiply_slab with the KMajor layout);
+// grid.z splits the pixels into parts whose partials conv.cu's split-K reduction adds in part order.
 #include "kernels/cuda/conv_channels_last.cuh"
 
 #include <algorithm>
@@ -190,12 +190,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_channels_last_kernel(ConvA
   };
 
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kTilesN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  mma_tf32::zero(acc);
 
   for (int st = 0; st < kStages - 1; ++st) {  // every stage but one in flight; empty groups keep the count
     if (st < slabs) copy_slab(st);
@@ -281,12 +276,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   };
 
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
-#pragma unroll
-  for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-    for (int j = 0; j < Cfg::kTilesN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  mma_tf32::zero(acc);
 
   const int warp = threadIdx.x / 32;
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
@@ -300,7 +290,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     if (first + t + kStages - 1 < last) copy_slab(first + t + kStages - 1, (t + kStages - 1) % kStages);
     cp_async::commit();
     const float* As = smem + (t % kStages) * Layout::kStageFloats;
-    mma_tf32::multiply_slab_k_major<Cfg, /*kRounded=*/true>(acc, As, As + BK * kLdA, wm, wn);
+    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true, Layout>(acc, As, As + BK * kLdA, wm, wn);
   }
   cp_async::wait_all();
   end_kernel(f.overlaps_previous, stamps);

@@ -70,62 +70,56 @@ __device__ __forceinline__ uint32_t operand(float v) {
   }
 }
 
-// acc += As·Bsᵀ over one BK-deep slab. wm, wn: the warp's first row and column in the block tile. kRounded: the
-// slabs hold TF32 values already (the channels-last kernel's operands are rounded as they are staged).
-template <class Cfg, bool kRounded = false>
-__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const float* As,
-                                              const float* Bs, int wm, int wn) {
-  constexpr int kLd = Cfg::kLd;
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-#pragma unroll
-  for (int kk = 0; kk < Cfg::BK; kk += 8) {
-    uint32_t a[Cfg::kTilesM][4], b[Cfg::kTilesN][2];
-#pragma unroll
-    for (int i = 0; i < Cfg::kTilesM; ++i) {
-      const float* p = As + (wm + 16 * i + g) * kLd + kk + t;
-      a[i][0] = operand<kRounded>(p[0]), a[i][1] = operand<kRounded>(p[8 * kLd]), a[i][2] = operand<kRounded>(p[4]),
-      a[i][3] = operand<kRounded>(p[8 * kLd + 4]);
-    }
-#pragma unroll
-    for (int j = 0; j < Cfg::kTilesN; ++j) {
-      const float* p = Bs + (wn + 8 * j + g) * kLd + kk + t;
-      b[j][0] = operand<kRounded>(p[0]), b[j][1] = operand<kRounded>(p[4]);
-    }
-#pragma unroll
-    for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-      for (int j = 0; j < Cfg::kTilesN; ++j) mma_16x8x8(acc[i][j], a[i], b[j]);
-  }
-}
+// Where element (row, k) of a slab's operand lives in shared memory. RowsOfK: rows of k, As[m][k] and Bs[n][k],
+// row stride Cfg::kLd (above). KMajor: As[k][m] and Bs[k][n], the layout of a GEMM whose reduction runs over rows
+// of its channels-last operands (the channels-last backward_weight, over pixels); row strides BM + 8 and BN + 8,
+// ≡ 8 (mod 32), so a fragment load, 4 rows t at 8 columns g, touches banks 8t + g: all 32 distinct.
+template <class Cfg>
+struct RowsOfK {
+  static constexpr int kLdA = Cfg::kLd, kLdB = Cfg::kLd;
+  __device__ static constexpr int a(int m, int k) { return m * kLdA + k; }
+  __device__ static constexpr int b(int n, int k) { return n * kLdB + k; }
+};
 
-// The same from k-major slabs, As[k][m] and Bs[k][n] (row strides KMajor<Cfg>::kLdA, kLdB): the layout of a GEMM
-// whose reduction runs over rows of its channels-last operands (the channels-last backward_weight, over pixels). Each
-// row stride is ≡ 8 (mod 32), so a fragment load, 4 rows t at 8 columns g, touches banks 8t + g: all 32 distinct.
 template <class Cfg>
 struct KMajor {
   static constexpr int kLdA = Cfg::BM + 8, kLdB = Cfg::BN + 8;
   static constexpr int kStageFloats = Cfg::BK * (kLdA + kLdB);  // As[BK][kLdA], then Bs[BK][kLdB]
   static_assert(kLdA % 32 == 8 && kLdB % 32 == 8, "conflict-free fragment loads");
+  __device__ static constexpr int a(int m, int k) { return k * kLdA + m; }
+  __device__ static constexpr int b(int n, int k) { return k * kLdB + n; }
 };
 
-template <class Cfg, bool kRounded = false>
-__device__ __forceinline__ void multiply_slab_k_major(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const float* As,
-                                                      const float* Bs, int wm, int wn) {
-  constexpr int kLdA = KMajor<Cfg>::kLdA, kLdB = KMajor<Cfg>::kLdB;
+template <int kTilesM, int kTilesN>
+__device__ __forceinline__ void zero(float (&acc)[kTilesM][kTilesN][4]) {
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < kTilesN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+// acc += A·Bᵀ over one BK-deep slab of As and Bs, laid out as Layout says. wm, wn: the warp's first row and column
+// in the block tile. kRounded: the slabs hold TF32 values already (the channels-last kernels' operands are rounded as
+// they are staged).
+template <class Cfg, bool kRounded = false, class Layout = RowsOfK<Cfg>>
+__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const float* As,
+                                              const float* Bs, int wm, int wn) {
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
   for (int kk = 0; kk < Cfg::BK; kk += 8) {
     uint32_t a[Cfg::kTilesM][4], b[Cfg::kTilesN][2];
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i) {
-      const float* p = As + (kk + t) * kLdA + wm + 16 * i + g;
-      a[i][0] = operand<kRounded>(p[0]), a[i][1] = operand<kRounded>(p[8]), a[i][2] = operand<kRounded>(p[4 * kLdA]),
-      a[i][3] = operand<kRounded>(p[4 * kLdA + 8]);
+      const int m = wm + 16 * i + g, k = kk + t;
+      a[i][0] = operand<kRounded>(As[Layout::a(m, k)]), a[i][1] = operand<kRounded>(As[Layout::a(m + 8, k)]),
+      a[i][2] = operand<kRounded>(As[Layout::a(m, k + 4)]), a[i][3] = operand<kRounded>(As[Layout::a(m + 8, k + 4)]);
     }
 #pragma unroll
     for (int j = 0; j < Cfg::kTilesN; ++j) {
-      const float* p = Bs + (kk + t) * kLdB + wn + 8 * j + g;
-      b[j][0] = operand<kRounded>(p[0]), b[j][1] = operand<kRounded>(p[4 * kLdB]);
+      const int n = wn + 8 * j + g, k = kk + t;
+      b[j][0] = operand<kRounded>(Bs[Layout::b(n, k)]), b[j][1] = operand<kRounded>(Bs[Layout::b(n, k + 4)]);
     }
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i)
