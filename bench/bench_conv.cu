@@ -9,7 +9,8 @@
 // Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
 // passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
 // convs feed BatchNorm). Method: random inputs in [-1, 1]; each pass is first checked against the CPU twin
-// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32). Timing: the median of
+// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32; for the lab's bf16_
+// rows, by round_to_bf16). Timing: the median of
 // 50 repetitions of an event-timed loop of 100 back-to-back calls after warm-up, divided by 100 ("us", what
 // conv_torch.py measures for cuDNN the same way), and the same from a CUDA graph of 100 calls ("us graph", no host
 // launch cost: the engine's training step). GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between
@@ -27,6 +28,7 @@
 
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
+#include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
 #include "kernels/cpu/thread_pool.h"
@@ -54,18 +56,21 @@ Conv2dShape conv_shape(int n, int c, int hw, int k) {
   return s;
 }
 
-// The CPU twin's three passes (fp32) of one shape, out[tf32][pass] (pass as the lab's: y, dx, dw); for tf32,
-// on the operands rounded by round_to_tf32.
+// The CPU twin's three passes (fp32) of one shape, out[math][pass] (pass as the lab's: y, dx, dw; math 0 fp32, 1 TF32,
+// 2 BF16): for TF32 and BF16, on the operands rounded by round_to_tf32 or round_to_bf16.
+enum Math : int { kFp32 = 0, kTf32 = 1, kBf16 = 2 };
 struct References {
-  std::vector<float> out[2][3];
+  std::vector<float> out[3][3];
 };
 References cpu_passes(const Exec& cpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
                       const std::vector<float>& dy) {
   References r;
-  for (const bool tf32 : {false, true}) {
-    const auto xm = tf32 ? rounded_to_tf32(x) : x, wm = tf32 ? rounded_to_tf32(w) : w;
-    const auto dym = tf32 ? rounded_to_tf32(dy) : dy;
-    auto& out = r.out[tf32];
+  for (const int math : {kFp32, kTf32, kBf16}) {
+    const auto rounded = [&](const std::vector<float>& v) {
+      return math == kTf32 ? rounded_to_tf32(v) : math == kBf16 ? nt::kernels::rounded_to_bf16(v) : v;
+    };
+    const auto xm = rounded(x), wm = rounded(w), dym = rounded(dy);
+    auto& out = r.out[math];
     out[0].resize(s.y_size()), out[1].resize(s.x_size()), out[2].resize(s.w_size());
     const Conv2dArgs<float> args{.shape = s,
                                  .x = xm.data(),
@@ -243,11 +248,17 @@ int main(int argc, char** argv) {
       {lab::backward_weight, lab::channels_last_64x32, 15},
       {lab::backward_weight, lab::channels_last_64x32, 30},
       {lab::backward_weight, lab::channels_last_64x64_8w, 27},
+      {lab::forward, lab::channels_last_bf16_64x64_8w, 1},
+      {lab::forward, lab::channels_last_bf16_32x64_8w, 1},
+      {lab::forward, lab::channels_last_bf16_64x32, 1},
+      {lab::backward_data, lab::channels_last_bf16_32x64_8w, 1},
+      {lab::backward_data, lab::channels_last_bf16_64x64_8w, 1},
   };
-  const char* tile_names[] = {"medium",       "narrow",       "narrow_grouped", "small",      "small_grouped",
-                              "tall_grouped", "wide_grouped", "mma_64x64",      "mma_64x32",  "mma_32x64",
-                              "mma_32x32",    "halo_64",      "halo_32",        "cl_64x64",   "cl_64x32",
-                              "cl_32x64",     "cl_32x32",     "cl_64x64_8w",    "cl_32x64_8w"};
+  const char* tile_names[] = {"medium",        "narrow",       "narrow_grouped", "small",       "small_grouped",
+                              "tall_grouped",  "wide_grouped", "mma_64x64",      "mma_64x32",   "mma_32x64",
+                              "mma_32x32",     "halo_64",      "halo_32",        "cl_64x64",    "cl_64x32",
+                              "cl_32x64",      "cl_32x32",     "cl_64x64_8w",    "cl_32x64_8w", "bf16_64x64_8w",
+                              "bf16_32x64_8w", "bf16_64x32"};
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",
@@ -268,8 +279,8 @@ int main(int argc, char** argv) {
       auto call = [&] { lab::conv2d_variant(exec, v.pass, args, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
-      const bool tf32 = v.tile >= lab::mma_64x64;
-      const double diff = relative_difference(out, refs.out[tf32][v.pass]);
+      const int math = v.tile >= lab::channels_last_bf16_64x64_8w ? kBf16 : v.tile >= lab::mma_64x64 ? kTf32 : kFp32;
+      const double diff = relative_difference(out, refs.out[math][v.pass]);
       const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
       std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,
                   us_graph, diff);

@@ -17,7 +17,9 @@ enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // channels-last TF32 kernels (forward, backward_data at stride 1, split ignored; backward_weight with `split` parts of
 // the pixels; kernels/cuda/conv_channels_last.cu) with their four tiles on 4 warps, channels_last_64x64 ...
 // channels_last_32x32, and two on 8 warps, channels_last_64x64_8w and channels_last_32x64_8w (they need the pass's
-// source channels a multiple of 4, and backward_weight both x's and dy's).
+// source channels a multiple of 4, and backward_weight both x's and dy's); the same kernel with BF16 operands
+// (rounded to nearest even, fp32 sums; forward and backward_data; source channels a multiple of 8):
+// channels_last_bf16_64x64_8w, channels_last_bf16_32x64_8w, channels_last_bf16_64x32.
 enum ConvTile : int {
   medium,
   narrow,
@@ -37,7 +39,10 @@ enum ConvTile : int {
   channels_last_32x64,
   channels_last_32x32,
   channels_last_64x64_8w,
-  channels_last_32x64_8w
+  channels_last_32x64_8w,
+  channels_last_bf16_64x64_8w,
+  channels_last_bf16_32x64_8w,
+  channels_last_bf16_64x32
 };
 
 // The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;

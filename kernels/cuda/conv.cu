@@ -390,8 +390,20 @@ enum class Tile {
   channels_last_32x64,
   channels_last_32x32,  // TF32 on channels-last operands (conv_channels_last.cu): forward, backward_data at stride 1
   channels_last_64x64_8w,
-  channels_last_32x64_8w  // the same on 8 warps
+  channels_last_32x64_8w,  // the same on 8 warps
+  channels_last_bf16_64x64_8w,
+  channels_last_bf16_32x64_8w,
+  channels_last_bf16_64x32  // BF16 operands (kernel lab only)
 };
+
+constexpr auto kTf32 = channels_last::Format::tf32;
+
+int channels_last_warps(Tile tile) {
+  return tile == Tile::channels_last_64x64_8w || tile == Tile::channels_last_32x64_8w ||
+                 tile == Tile::channels_last_bf16_64x64_8w || tile == Tile::channels_last_bf16_32x64_8w
+             ? 8
+             : 4;
+}
 
 struct Plan {
   Tile tile = Tile::small;
@@ -463,6 +475,12 @@ std::pair<int, int> tile_extent(Tile tile) {
       return {64, 64};
     case Tile::channels_last_32x64_8w:
       return {32, 64};
+    case Tile::channels_last_bf16_64x64_8w:
+      return {64, 64};
+    case Tile::channels_last_bf16_32x64_8w:
+      return {32, 64};
+    case Tile::channels_last_bf16_64x32:
+      return {64, 32};
   }
   return {1, 1};
 }
@@ -757,6 +775,9 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
     case Tile::channels_last_32x32:
     case Tile::channels_last_64x64_8w:
     case Tile::channels_last_32x64_8w:
+    case Tile::channels_last_bf16_64x64_8w:
+    case Tile::channels_last_bf16_32x64_8w:
+    case Tile::channels_last_bf16_64x32:
       NT_CHECK(false, name, ": the halo and channels-last tiles are not this file's implicit GEMM");
       break;
   }
@@ -817,7 +838,7 @@ void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const
   const size_t partials = plan.split > 1 ? size_t(plan.split) * gw.M * gw.N : 0;
   float* x_cl = workspace + align4(partials);
   float* dy_cl = x_cl + align4(channels_last::input_floats(flipped));
-  channels_last::stage(exec, flipped, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x, x_cl);
+  channels_last::stage(exec, flipped, kTf32, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x, x_cl);
   channels_last::weight_gradient(exec, "conv2d_backward_weight", tf32_cost(s), make_args(exec, s, forward_gemm(s)),
                                  dy_cl, x_cl, dw, workspace, plan);
   ConvArgs wa = make_args(exec, s, gw);
@@ -849,7 +870,7 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   const int chunks = args.statistics ? statistics_chunks(s, exec.tf32) : 0;
   a.stats = chunks > 0 ? args.statistics : nullptr;
   if (const auto tile = exec.tf32 ? channels_last_plan(s, false) : std::nullopt) {
-    channels_last::stage(exec, a, args.x, args.w, /*flipped=*/false, args.workspace);
+    channels_last::stage(exec, a, kTf32, args.x, args.w, /*flipped=*/false, args.workspace);
     channels_last::multiply(exec, "conv2d_forward", tf32_cost(s), a, args.workspace, *tile);
     return chunks;
   }
@@ -866,7 +887,7 @@ void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   if (const auto tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt) {
     ConvArgs f = channels_last_args(exec, s, true);
     f.out = args.dx;
-    channels_last::stage(exec, f, args.dy, args.w, /*flipped=*/true, args.workspace);
+    channels_last::stage(exec, f, kTf32, args.dy, args.w, /*flipped=*/true, args.workspace);
     channels_last::multiply(exec, "conv2d_backward_data", tf32_cost(s), f, args.workspace, *tile);
     return;
   }
@@ -921,7 +942,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   if (channels_last_tile) {
     flipped = channels_last_args(exec, s, true);
     flipped.out = dx;
-    channels_last::stage(exec, flipped, dy, w, /*flipped=*/true, data_workspace);
+    channels_last::stage(exec, flipped, kTf32, dy, w, /*flipped=*/true, data_workspace);
   }
   ConvArgs wa = make_args(exec, s, gw);
   wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
@@ -972,8 +993,9 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   float* out = pass == 0 ? args.y : pass == 1 ? args.dx : args.dw;
   float* workspace = args.workspace;
   check_shape(s);
-  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_32x64_8w) && split >= 1,
-           "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
+  NT_CHECK(
+      pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_bf16_64x32) && split >= 1,
+      "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
   const Plan plan{.tile = static_cast<Tile>(tile), .split = split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
   if (plan.tile == Tile::halo_64 || plan.tile == Tile::halo_32) {
@@ -991,15 +1013,23 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     Exec tf32 = exec;
     tf32.tf32 = true;
     const auto [bm, bn] = tile_extent(plan.tile);
-    const channels_last::Tile cl_tile{.bm = bm, .bn = bn, .warps = plan.tile >= Tile::channels_last_64x64_8w ? 8 : 4};
-    if (pass == 2)
+    const bool bf16 = plan.tile >= Tile::channels_last_bf16_64x64_8w;
+    const channels_last::Tile cl_tile{.bm = bm,
+                                      .bn = bn,
+                                      .warps = channels_last_warps(plan.tile),
+                                      .format = bf16 ? channels_last::Format::bf16 : kTf32};
+    if (pass == 2) {
+      NT_CHECK(!bf16, "conv lab: the channels-last backward_weight is TF32 only");
       return channels_last_backward_weight(tf32, s, x, dy, out, workspace,
                                            channels_last::WeightPlan{.tile = cl_tile, .split = split});
+    }
     ConvArgs f = channels_last_args(tf32, s, pass == 1);
     f.out = out;
-    channels_last::stage(tf32, f, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace);
-    return channels_last::multiply(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", tf32_cost(s), f,
-                                   workspace, cl_tile);
+    channels_last::stage(tf32, f, cl_tile.format, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace);
+    const profile::OpCost cost{
+        .bytes = conv_bytes(s), .flops = conv_flops(s), .math = bf16 ? profile::Math::bf16 : profile::Math::tf32};
+    return channels_last::multiply(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", cost, f, workspace,
+                                   cl_tile);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

@@ -44,6 +44,7 @@
 #include "kernels/cuda/conv_epilogue.cuh"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
 
 namespace nt::kernels::cuda::channels_last {
@@ -51,48 +52,81 @@ namespace nt::kernels::cuda::channels_last {
 namespace {
 
 constexpr int kStages = 4;          // slabs in flight: three copied while one is multiplied
-constexpr int kVector = 4;          // floats per 16-byte copy
 constexpr int kTransposeTile = 32;  // the source's transpose: 32 × 32 elements a block
 constexpr int kStageThreads = 256;  // 8 warps: each thread moves 4 elements of a transpose tile
 constexpr int kFilterBlocks = 32;   // blocks of the staging kernel that gather the filters
 
-template <int BM, int BN, int Warps>
-using Config = mma_tf32::MmaConfig<BM, BN, 2, Warps / 2>;
+// The operands' number format: the element the stage writes and the multiply's MMA takes.
+template <Format F>
+struct Operands;
 
-template <class Cfg>
+template <>
+struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna), m16n8k8
+  using Element = float;
+  template <int BM, int BN, int Warps>
+  using Config = mma_tf32::MmaConfig<BM, BN, 2, Warps / 2>;
+  __device__ static Element from(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
+  template <class Cfg>
+  __device__ static void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const Element* As,
+                                       const Element* Bs, int wm, int wn) {
+    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true>(acc, As, Bs, wm, wn);
+  }
+};
+
+template <>
+struct Operands<Format::bf16> {  // bf16 (cvt.rn: to nearest, ties to even), m16n8k16
+  using Element = __nv_bfloat16;
+  template <int BM, int BN, int Warps>
+  using Config = mma_bf16::MmaConfig<BM, BN, 2, Warps / 2>;
+  __device__ static Element from(float v) { return __float2bfloat16_rn(v); }
+  template <class Cfg>
+  __device__ static void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const Element* As,
+                                       const Element* Bs, int wm, int wn) {
+    mma_bf16::multiply_slab<Cfg>(acc, As, Bs, wm, wn);
+  }
+};
+
+// Elements per 16-byte copy: 4 TF32 or 8 BF16 channels.
+constexpr int vector_of(Format format) { return format == Format::bf16 ? 8 : 4; }
+constexpr size_t element_bytes(Format format) { return format == Format::bf16 ? 2 : 4; }
+
+template <class Ops, class Cfg>
 constexpr size_t shared_bytes() {
-  return size_t(kStages) * Cfg::kStageFloats * sizeof(float);
+  return size_t(kStages) * Cfg::kStageElements * sizeof(typename Ops::Element);
 }
 
 // ---- stage ------------------------------------------------------------------------------------------------
 
 // One source (n, c, hw) into channels-last order (n, hw, c), rounded, in 32 × 32 tiles: `blocks` of them.
+template <class T>
 struct Transpose {
   const float* src;  // (n, c, hw)
-  float* dst;        // (n, hw, c)
+  T* dst;            // (n, hw, c)
   int c = 0, hw = 0;
   int tiles_hw = 0, tiles_c = 0, blocks = 0;
 };
 
+template <class T>
 struct StageArgs {
-  Transpose source, input;  // input: backward_weight's x beside backward_data's dy (else input.blocks == 0)
-  const float* w;           // (rows, cin, r, s), or flipped (cin, rows, r, s)
-  float* filters;           // (rows, r, s, cin)
-  int rows, cin, r, s, filter_floats;
+  Transpose<T> source, input;  // input: backward_weight's x beside backward_data's dy (else input.blocks == 0)
+  const float* w;              // (rows, cin, r, s), or flipped (cin, rows, r, s)
+  T* filters;                  // (rows, r, s, cin)
+  int rows, cin, r, s, filter_elements;
   bool flipped;
 };
 
-__device__ __forceinline__ float tf32_value(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
-
-Transpose make_transpose(const float* src, float* dst, int n, int c, int hw) {
-  Transpose t{.src = src, .dst = dst, .c = c, .hw = hw};
+template <class T>
+Transpose<T> make_transpose(const float* src, T* dst, int n, int c, int hw) {
+  Transpose<T> t{.src = src, .dst = dst, .c = c, .hw = hw};
   t.tiles_hw = (hw + kTransposeTile - 1) / kTransposeTile, t.tiles_c = (c + kTransposeTile - 1) / kTransposeTile;
   t.blocks = src ? t.tiles_hw * t.tiles_c * n : 0;
   return t;
 }
 
 // Tile b of t: src[img][c0 + j][hw0 + lane] through shared memory to dst[img][hw0 + j][c0 + lane].
-__device__ void transpose_tile(const Transpose& t, int b, float (&tile)[kTransposeTile][kTransposeTile + 1]) {
+template <class Ops>
+__device__ void transpose_tile(const Transpose<typename Ops::Element>& t, int b,
+                               float (&tile)[kTransposeTile][kTransposeTile + 1]) {
   const int hw0 = (b % t.tiles_hw) * kTransposeTile;
   b /= t.tiles_hw;
   const int c0 = (b % t.tiles_c) * kTransposeTile, img = b / t.tiles_c;
@@ -105,27 +139,29 @@ __device__ void transpose_tile(const Transpose& t, int b, float (&tile)[kTranspo
   __syncthreads();
   for (int j = row; j < kTransposeTile; j += kRows) {
     const int hw = hw0 + j, c = c0 + lane;
-    if (hw < t.hw && c < t.c) t.dst[(size_t(img) * t.hw + hw) * t.c + c] = tf32_value(tile[lane][j]);
+    if (hw < t.hw && c < t.c) t.dst[(size_t(img) * t.hw + hw) * t.c + c] = Ops::from(tile[lane][j]);
   }
 }
 
 // Blocks [0, source.blocks) transpose the source, the next input.blocks the input; the rest gather the filters.
-__global__ void __launch_bounds__(kStageThreads) conv_stage_channels_last_kernel(StageArgs a, StampRing stamps) {
+template <class Ops>
+__global__ void __launch_bounds__(kStageThreads)
+    conv_stage_channels_last_kernel(StageArgs<typename Ops::Element> a, StampRing stamps) {
   begin_dependent_kernel(stamps);
   __shared__ float tile[kTransposeTile][kTransposeTile + 1];  // +1: the transposed reads hit 32 banks
   int b = blockIdx.x;
-  if (b < a.source.blocks) return transpose_tile(a.source, b, tile);
+  if (b < a.source.blocks) return transpose_tile<Ops>(a.source, b, tile);
   b -= a.source.blocks;
-  if (b < a.input.blocks) return transpose_tile(a.input, b, tile);
+  if (b < a.input.blocks) return transpose_tile<Ops>(a.input, b, tile);
   b -= a.input.blocks;
   const int row_len = a.r * a.s * a.cin;
   const int stride = (gridDim.x - a.source.blocks - a.input.blocks) * blockDim.x;
-  for (int e = b * blockDim.x + threadIdx.x; e < a.filter_floats; e += stride) {
+  for (int e = b * blockDim.x + threadIdx.x; e < a.filter_elements; e += stride) {
     const int m = e / row_len, rest = e % row_len, tap = rest / a.cin, ci = rest % a.cin;
     const int r = tap / a.s, s = tap % a.s;
     const size_t from = a.flipped ? ((size_t(ci) * a.rows + m) * a.r + (a.r - 1 - r)) * a.s + (a.s - 1 - s)
                                   : ((size_t(m) * a.cin + ci) * a.r + r) * a.s + s;
-    a.filters[e] = tf32_value(a.w[from]);
+    a.filters[e] = Ops::from(a.w[from]);
   }
 }
 
@@ -143,15 +179,22 @@ __device__ __forceinline__ int4 pixel_column(const ConvArgs& a, int n) {
 }
 
 // grid (tiles of N, tiles of M): block (x, y) computes C tile (y, x) over all of Kg. Dynamic shared memory:
-// kStages stages of As[BM][kLd], Bs[BN][kLd]; after the last slab the finished tile is staged there.
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads) conv_channels_last_kernel(ConvArgs a, StampRing stamps) {
+// kStages stages of As[BM][kLd], Bs[BN][kLd] of Ops::Element; after the last slab the finished fp32 tile is staged
+// there. filters (M, Kg) and src_cl (n, h, w, c): the staged operands.
+template <class Ops, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    conv_channels_last_kernel(ConvArgs a, const typename Ops::Element* filters, const typename Ops::Element* src_cl,
+                              StampRing stamps) {
+  using Element = typename Ops::Element;
   begin_kernel(a.overlaps_previous, stamps);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kLd = Cfg::kLd, kThreads = Cfg::kThreads;
+  constexpr int kVector = 16 / sizeof(Element);
   constexpr int kChunksPerRow = BK / kVector, kRowStep = kThreads / kChunksPerRow;
-  static_assert(BM % kRowStep == 0 && BN % kRowStep == 0, "every thread copies the same number of rows");
-  static_assert(BM * conv_epilogue::kStagedLd<BN> <= kStages * Cfg::kStageFloats, "the tile is staged in the stages");
+  static_assert(kThreads % kChunksPerRow == 0, "a thread copies the same chunk of every row it copies");
+  static_assert(BM * conv_epilogue::kStagedLd<BN> * sizeof(float) <= kStages * Cfg::kStageElements * sizeof(Element),
+                "the tile is staged in the stages");
   extern __shared__ __align__(16) float smem[];
+  Element* stages = reinterpret_cast<Element*>(smem);
   __shared__ int4 columns[BN];
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -163,29 +206,33 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_channels_last_kernel(ConvA
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
   const int slabs = (a.K + BK - 1) / BK;
 
-  // Slab `slab` into stage slab % kStages: this thread's chunk of each of its rows of A and B.
+  // Slab `slab` into stage slab % kStages: this thread's chunk of each of its rows of A and B (rows step kRowStep;
+  // where a tile has fewer rows than the block copies at once, the threads past it copy none).
   auto copy_slab = [&](int slab) {
-    float* As = smem + (slab % kStages) * Cfg::kStageFloats;
-    float* Bs = As + BM * kLd;
+    Element* As = stages + (slab % kStages) * Cfg::kStageElements;
+    Element* Bs = As + BM * kLd;
     const int kg = slab * BK + chunk * kVector;
     const bool in_k = kg < a.K;
     int tap, c, r, s;
     a.by_c.divmod(kg, tap, c);
     a.by_s.divmod(tap, r, s);
 #pragma unroll
-    for (int i = 0; i < BM / kRowStep; ++i) {
+    for (int i = 0; i < (BM + kRowStep - 1) / kRowStep; ++i) {
       const int row = row0 + i * kRowStep, m = m0 + row;
+      if (BM % kRowStep != 0 && row >= BM) break;
       const bool valid = in_k && m < a.M;
-      cp_async::copy16_or_zero(As + row * kLd + chunk * kVector, valid ? a.a_src + m * a.K + kg : a.a_src, valid);
+      cp_async::copy16_or_zero(As + row * kLd + chunk * kVector, valid ? filters + size_t(m) * a.K + kg : filters,
+                               valid);
     }
     const int tap_offset = r * a.w + s;
 #pragma unroll
-    for (int i = 0; i < BN / kRowStep; ++i) {
+    for (int i = 0; i < (BN + kRowStep - 1) / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
+      if (BN % kRowStep != 0 && row >= BN) break;
       const int4 col = columns[row];
       const bool valid = in_k && inside(col.y + r, a.h) && inside(col.z + s, a.w);
       cp_async::copy16_or_zero(Bs + row * kLd + chunk * kVector,
-                               valid ? a.b_src + (col.x + tap_offset) * a.c + c : a.b_src, valid);
+                               valid ? src_cl + size_t(col.x + tap_offset) * a.c + c : src_cl, valid);
     }
   };
 
@@ -201,8 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_channels_last_kernel(ConvA
     __syncthreads();                        // everyone's have; and everyone is done with slab t − 1's stage
     if (t + kStages - 1 < slabs) copy_slab(t + kStages - 1);
     cp_async::commit();
-    const float* As = smem + (t % kStages) * Cfg::kStageFloats;
-    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true>(acc, As, As + BM * kLd, wm, wn);
+    const Element* As = stages + (t % kStages) * Cfg::kStageElements;
+    Ops::template multiply_slab<Cfg>(acc, As, As + BM * kLd, wm, wn);
   }
   cp_async::wait_all();
   __syncthreads();  // the stages are free for the finished tile
@@ -232,6 +279,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     conv_channels_last_weight_kernel(ConvArgs f, const float* dy_cl, const float* x_cl, float* out, StampRing stamps) {
   begin_kernel(f.overlaps_previous, stamps);
   using Layout = mma_tf32::KMajor<Cfg>;
+  constexpr int kVector = vector_of(Format::tf32);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kLdA = Layout::kLdA, kLdB = Layout::kLdB;
   constexpr int kChunksA = BM / kVector, kChunksB = BN / kVector;
@@ -315,7 +363,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
     }
 }
 
-size_t source_floats(const ConvArgs& a) { return size_t(a.n) * a.hw * a.c; }
+// Elements of the staged source (a.n, a.h, a.w, a.c); the filters follow it, 16-byte aligned (C is a multiple of
+// the format's vector, so the source's bytes are a multiple of 16).
+size_t source_elements(const ConvArgs& a) { return size_t(a.n) * a.hw * a.c; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -337,17 +387,25 @@ struct ConfigTag {
   using type = Cfg;
 };
 
-// f(ConfigTag<Config<...>>) for the tile: the instantiated tiles.
-template <class F>
+// f(ConfigTag<Ops::Config<...>>) for the tile: the instantiated tiles.
+template <class Ops, class F>
 void with_config(const Tile& tile, const char* name, F&& f) {
   const auto is = [&](int bm, int bn, int warps) { return tile.bm == bm && tile.bn == bn && tile.warps == warps; };
-  if (is(64, 64, 4)) return f(ConfigTag<Config<64, 64, 4>>{});
-  if (is(64, 32, 4)) return f(ConfigTag<Config<64, 32, 4>>{});
-  if (is(32, 64, 4)) return f(ConfigTag<Config<32, 64, 4>>{});
-  if (is(32, 32, 4)) return f(ConfigTag<Config<32, 32, 4>>{});
-  if (is(64, 64, 8)) return f(ConfigTag<Config<64, 64, 8>>{});
+  using T = Ops;
+  if (is(64, 64, 4)) return f(ConfigTag<typename T::template Config<64, 64, 4>>{});
+  if (is(64, 32, 4)) return f(ConfigTag<typename T::template Config<64, 32, 4>>{});
+  if (is(32, 64, 4)) return f(ConfigTag<typename T::template Config<32, 64, 4>>{});
+  if (is(32, 32, 4)) return f(ConfigTag<typename T::template Config<32, 32, 4>>{});
+  if (is(64, 64, 8)) return f(ConfigTag<typename T::template Config<64, 64, 8>>{});
   NT_CHECK(is(32, 64, 8), name, ": no channels-last tile ", tile.bm, "x", tile.bn, " on ", tile.warps, " warps");
-  return f(ConfigTag<Config<32, 64, 8>>{});
+  return f(ConfigTag<typename T::template Config<32, 64, 8>>{});
+}
+
+// f(Operands<format>{}).
+template <class F>
+void with_format(Format format, F&& f) {
+  if (format == Format::bf16) return f(Operands<Format::bf16>{});
+  return f(Operands<Format::tf32>{});
 }
 
 // After its predecessor, as conv.cu's TF32 tiles (launch_mma_tile), unless beside it by design.
@@ -357,9 +415,13 @@ Exec placed(const Exec& exec, bool overlaps_previous) {
   return e;
 }
 
+const char* format_name(Format format) { return format == Format::bf16 ? "BF16" : "TF32"; }
+
 }  // namespace
 
-bool serves(const ConvArgs& a) { return a.c > 0 && a.c % kVector == 0 && a.M > 0 && a.N > 0 && a.K > 0; }
+bool serves(const ConvArgs& a, Format format) {
+  return a.c > 0 && a.c % vector_of(format) == 0 && a.M > 0 && a.N > 0 && a.K > 0;
+}
 
 int64_t tiles(const Tile& tile, int M, int N) {
   return ((int64_t(M) + tile.bm - 1) / tile.bm) * ((int64_t(N) + tile.bn - 1) / tile.bn);
@@ -371,60 +433,79 @@ Tile choose_tile(int M, int N) {
   return Tile{.bm = bm, .bn = wide ? 64 : 32, .warps = wide ? 8 : 4};
 }
 
-size_t staging_floats(const ConvArgs& a) {
-  // The filters start 16-byte aligned: the source's floats are a multiple of C, itself of 4.
-  return source_floats(a) + size_t(a.M) * a.K;
+size_t staging_floats(const ConvArgs& a, Format format) {
+  const size_t bytes = (source_elements(a) + size_t(a.M) * a.K) * element_bytes(format);
+  return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 
 size_t input_floats(const ConvArgs& flipped) { return size_t(flipped.n) * flipped.pq * flipped.M; }
 
-void stage(const Exec& exec, const ConvArgs& a, const float* src, const float* w, bool flipped, float* staging,
-           const float* x, float* x_cl) {
-  NT_CHECK(serves(a), "conv2d: the channels-last kernel needs source channels a multiple of ", kVector, ", got ", a.c);
+void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
+           float* staging, const float* x, float* x_cl) {
+  NT_CHECK(serves(a, format), "conv2d: the channels-last ", format_name(format), " kernel needs source channels ",
+           "a multiple of ", vector_of(format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging),
            "conv2d: the channels-last operands need a 16-byte aligned workspace (conv2d_workspace_floats)");
-  NT_CHECK((x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && aligned16(x_cl))),
-           "conv2d: the input is staged beside a backward_data's operands only, into 16-byte aligned memory");
-  StageArgs s{};
-  s.source = make_transpose(src, staging, a.n, a.c, a.hw);
-  s.input = make_transpose(x, x_cl, a.n, a.M, a.pq);  // x (n, C = the flipped forward's M, H·W = its P·Q)
-  s.w = w, s.filters = staging + source_floats(a), s.rows = a.M, s.cin = a.c, s.r = a.r, s.s = a.s;
-  s.filter_floats = w ? a.M * a.K : 0, s.flipped = flipped;  // no w: the filters are not staged
-  const int filter_blocks = std::min(kFilterBlocks, (s.filter_floats + kStageThreads - 1) / kStageThreads);
-  const double moved =  // each read once and written once
-      8.0 * (double(source_floats(a)) + (x ? double(input_floats(a)) : 0.0) + s.filter_floats);
-  const char* name = x ? "conv2d_backward_stage" : flipped ? "conv2d_backward_data_stage" : "conv2d_forward_stage";
-  launch(exec, name, profile::OpCost{.bytes = moved}, conv_stage_channels_last_kernel,
-         dim3(static_cast<unsigned>(s.source.blocks + s.input.blocks + filter_blocks)), dim3(kStageThreads), 0, s);
+  NT_CHECK(
+      (x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && format == Format::tf32 && aligned16(x_cl))),
+      "conv2d: the input is staged (in TF32) beside a backward_data's operands only, into 16-byte aligned memory");
+  with_format(format, [&](auto ops) {
+    using Ops = decltype(ops);
+    using Element = typename Ops::Element;
+    Element* typed = reinterpret_cast<Element*>(staging);
+    StageArgs<Element> s{};
+    s.source = make_transpose(src, typed, a.n, a.c, a.hw);
+    // x (n, C = the flipped forward's M, H·W = its P·Q); TF32 only (checked above), so x_cl is an Element*
+    s.input = make_transpose(x, reinterpret_cast<Element*>(x_cl), a.n, a.M, a.pq);
+    s.w = w, s.filters = typed + source_elements(a), s.rows = a.M, s.cin = a.c, s.r = a.r, s.s = a.s;
+    s.filter_elements = w ? a.M * a.K : 0, s.flipped = flipped;  // no w: the filters are not staged
+    const int filter_blocks = std::min(kFilterBlocks, (s.filter_elements + kStageThreads - 1) / kStageThreads);
+    const double elements = double(source_elements(a)) + (x ? double(input_floats(a)) : 0.0) + s.filter_elements;
+    const double moved = elements * (sizeof(float) + sizeof(Element));  // each read once (fp32) and written once
+    const char* name = x ? "conv2d_backward_stage" : flipped ? "conv2d_backward_data_stage" : "conv2d_forward_stage";
+    launch(exec, name, profile::OpCost{.bytes = moved}, conv_stage_channels_last_kernel<Ops>,
+           dim3(static_cast<unsigned>(s.source.blocks + s.input.blocks + filter_blocks)), dim3(kStageThreads), 0, s);
+  });
 }
 
 void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
               const Tile& tile) {
   require_tf32_code(name);
-  NT_CHECK(serves(a), name, ": the channels-last kernel needs source channels a multiple of ", kVector, ", got ", a.c);
+  NT_CHECK(serves(a, tile.format), name, ": the channels-last ", format_name(tile.format),
+           " kernel needs source channels a multiple of ", vector_of(tile.format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging), name,
            ": the channels-last operands need a 16-byte aligned workspace");
-  a.b_src = staging, a.a_src = staging + source_floats(a), a.split = 1;
-  with_config(tile, name, [&](auto tag) {
-    using Cfg = typename decltype(tag)::type;
-    constexpr auto kernel = conv_channels_last_kernel<Cfg>;
-    allow_shared_bytes<kernel>(shared_bytes<Cfg>());
-    const dim3 grid(static_cast<unsigned>((a.N + Cfg::BN - 1) / Cfg::BN),
-                    static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM));
-    launch(placed(exec, a.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), shared_bytes<Cfg>(), a);
+  a.split = 1;
+  with_format(tile.format, [&](auto ops) {
+    using Ops = decltype(ops);
+    using Element = typename Ops::Element;
+    const Element* src_cl = reinterpret_cast<const Element*>(staging);
+    const Element* filters = src_cl + source_elements(a);
+    with_config<Ops>(tile, name, [&](auto tag) {
+      using Cfg = typename decltype(tag)::type;
+      constexpr auto kernel = conv_channels_last_kernel<Ops, Cfg>;
+      constexpr size_t smem = shared_bytes<Ops, Cfg>();
+      allow_shared_bytes<kernel>(smem);
+      const dim3 grid(static_cast<unsigned>((a.N + Cfg::BN - 1) / Cfg::BN),
+                      static_cast<unsigned>((a.M + Cfg::BM - 1) / Cfg::BM));
+      launch(placed(exec, a.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, a, filters,
+             src_cl);
+    });
   });
 }
 
 void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
                      const float* x_cl, float* dw, float* partials, const WeightPlan& plan) {
   require_tf32_code(name);
+  constexpr int kVector = vector_of(Format::tf32);
+  NT_CHECK(plan.tile.format == Format::tf32, name, ": the channels-last backward_weight is TF32 only");
   NT_CHECK(f.c % kVector == 0 && f.M % kVector == 0, name,
            ": the channels-last backward_weight needs input and output ", "channels a multiple of ", kVector, ", got ",
            f.c, " and ", f.M);
   NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
   NT_CHECK(plan.split >= 1 && (plan.split == 1 || partials != nullptr), name, ": a split needs its partials");
   if (f.M == 0 || f.K == 0) return;
-  with_config(plan.tile, name, [&](auto tag) {
+  with_config<Operands<Format::tf32>>(plan.tile, name, [&](auto tag) {
     using Cfg = typename decltype(tag)::type;
     constexpr auto kernel = conv_channels_last_weight_kernel<Cfg>;
     constexpr size_t smem = size_t(kStages) * mma_tf32::KMajor<Cfg>::kStageFloats * sizeof(float);

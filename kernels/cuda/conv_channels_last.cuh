@@ -1,18 +1,19 @@
-// The channels-last TF32 convolution (kernels/cuda/conv_channels_last.cu), internal to kernels/cuda/conv.cu, which
-// plans it and calls it for the forward and for backward_data at stride 1 (as the forward of dy with the filters
-// flipped: docs/conv.md, 'Tensor cores that are fed').
+// The channels-last convolution (kernels/cuda/conv_channels_last.cu), internal to kernels/cuda/conv.cu, which plans it
+// with TF32 and calls it for the forward and for backward_data at stride 1 (as the forward of dy with the filters
+// flipped: docs/conv.md, 'Tensor cores that are fed'). Its BF16 format, and backward_weight on the same staged
+// operands (weight_gradient, TF32), are built and tested, but the kernel lab alone runs them: BF16 awaits the engine's
+// --bf16 mode, and backward_weight was slower than conv.cu's TF32 backward_weight.
 //
-// backward_weight on the same staged operands (weight_gradient) is built and tested, but the kernel lab alone runs it:
-// it was slower than conv.cu's TF32 backward_weight (docs/conv.md, 'Tensor cores that are fed').
-//
-// One forward convolution y = src ⊛ w, src (N, C, H, W) with C % 4 == 0, runs as two kernels:
-//   stage     src into channels-last order (N, H, W, C) and the filters into rows of (r, s, c), both rounded to TF32;
-//   multiply  the implicit GEMM C(M = K, N = N·P·Q) = A(M, Kg = R·S·C) · B(Kg, N) on m16n8k8 MMAs, both operands
-//             fed by 16-byte cp.async copies in a 4-stage pipeline, and the forward's staged epilogue (y in NCHW,
-//             bias, BatchNorm statistics: kernels/cuda/conv_epilogue.cuh).
-// With the channels innermost, four consecutive Kg indices are four channels of one tap of one pixel: contiguous in
-// both staged operands, inside the image or not as a whole. So a slab element needs one range check per 4 values and
-// a 16-byte copy, where conv.cu's gathers load and check every value on its own.
+// One forward convolution y = src ⊛ w, src (N, C, H, W) with C a multiple of the format's vector (4 TF32 or 8 BF16
+// values: 16 bytes), runs as two kernels:
+//   stage     src into channels-last order (N, H, W, C) and the filters into rows of (r, s, c), both rounded to the
+//             format;
+//   multiply  the implicit GEMM C(M = K, N = N·P·Q) = A(M, Kg = R·S·C) · B(Kg, N) on m16n8k8 (TF32) or m16n8k16 (BF16)
+//             MMAs, both operands fed by 16-byte cp.async copies in a 4-stage pipeline, fp32 sums, and the forward's
+//             staged epilogue (y in NCHW, bias, BatchNorm statistics: kernels/cuda/conv_epilogue.cuh).
+// With the channels innermost, a vector of consecutive Kg indices is as many channels of one tap of one pixel:
+// contiguous in both staged operands, inside the image or not as a whole. So a slab element needs one range check
+// per vector and a 16-byte copy, where conv.cu's gathers load and check every value on its own.
 #pragma once
 
 #include <cstddef>
@@ -23,14 +24,20 @@
 
 namespace nt::kernels::cuda::channels_last {
 
+// The operands' format: TF32 (fp32 bit patterns rounded as cvt.rna.tf32 rounds, m16n8k8 MMAs; what the planner
+// takes with Exec::tf32), or BF16 (rounded to nearest even, m16n8k16 MMAs; the kernel lab only, so far). Both sum in
+// fp32, and both need sm_80 code.
+enum class Format { tf32, bf16 };
+
 // A block's tile of C: BM output channels × BN output pixels (64 or 32 each), on 4 warps (2 × 2) or 8 (2 × 4).
 struct Tile {
   int bm = 64, bn = 64, warps = 4;
+  Format format = Format::tf32;
 };
 
 // The forward convolution `a` describes (conv.cu's ConvArgs of a forward, or backward_data's flipped forward): its
-// source channels allow 16-byte copies, and its GEMM has any work.
-bool serves(const ConvArgs& a);
+// source channels allow 16-byte copies (a multiple of 4 in TF32, of 8 in BF16), and its GEMM has any work.
+bool serves(const ConvArgs& a, Format format = Format::tf32);
 // The kernel has no split-K: the planner (conv.cu) takes it only where its tiles give each SM of a 132-SM H100 or
 // H200 a block at least. Fixed, so that plans do not depend on the device (the same bits on every GPU).
 constexpr int64_t kMinTiles = 132;
@@ -38,17 +45,17 @@ constexpr int64_t kMinTiles = 132;
 // warps (at the cnn's conv2 the wider tiles were faster in both passes, and 8 warps as fast or faster: docs/conv.md).
 Tile choose_tile(int M, int N);
 int64_t tiles(const Tile& tile, int M, int N);
-// Floats of the staged operands: the source channels-last, then the filters.
-size_t staging_floats(const ConvArgs& a);
+// Floats of workspace the staged operands take: the source channels-last, then the filters (half in BF16).
+size_t staging_floats(const ConvArgs& a, Format format = Format::tf32);
 
-// Stages a's operands into `staging` (staging_floats(a)): src (a.n, a.c, a.h, a.w) channels-last, and the filters
-// w as rows of (r, s, c), both rounded to TF32. flipped: w is a backward_data's (a.c, a.k, R, S) and row m takes
-// w[c][m][R−1−r][S−1−s] (the forward of dy that is that backward_data); else w is (a.k, a.c, R, S).
+// Stages a's operands into `staging` (staging_floats(a, format)): src (a.n, a.c, a.h, a.w) channels-last, and the
+// filters w as rows of (r, s, c), both rounded to the format. flipped: w is a backward_data's (a.c, a.k, R, S) and
+// row m takes w[c][m][R−1−r][S−1−s] (the forward of dy that is that backward_data); else w is (a.k, a.c, R, S).
 // w nullptr: the filters are not staged (backward_weight alone). x, x_cl (a flipped stage only, both or neither): also
-// x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (x_cl:
-// input_floats(a) floats, 16-byte aligned).
-void stage(const Exec& exec, const ConvArgs& a, const float* src, const float* w, bool flipped, float* staging,
-           const float* x = nullptr, float* x_cl = nullptr);
+// x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (TF32
+// only; x_cl: input_floats(a) floats, 16-byte aligned).
+void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
+           float* staging, const float* x = nullptr, float* x_cl = nullptr);
 // The floats of x channels-last for a flipped stage's args.
 size_t input_floats(const ConvArgs& flipped);
 

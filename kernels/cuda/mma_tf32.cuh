@@ -35,6 +35,7 @@ struct MmaConfig {
   static constexpr int kTilesM = WM / 16, kTilesN = WN / 8;
   static constexpr int kLd = BK + 4;
   static constexpr int kStageFloats = (BM + BN) * kLd;  // As[BM][kLd], then Bs[BN][kLd]
+  static constexpr int kStageElements = kStageFloats;
   static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
   static_assert(kThreads >= BM, "one thread per tile row sums op(A) (backward_weight's dbias)");
 };

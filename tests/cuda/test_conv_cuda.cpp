@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
 #include "kernels/tf32.h"
@@ -321,6 +322,92 @@ TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin"
           Conv2dArgs<float>{.shape = odd, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
           lab::channels_last_32x32, 1),
       Contains("a multiple of 4"));
+}
+
+TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches the CPU twin", "[cuda][conv]") {
+  // The CPU twin: the fp32 convolution of operands rounded by round_to_bf16 (a product of two bf16 values is exact
+  // in fp32), so the tolerance is an fp32 sum's.
+  namespace lab = kernels::cuda::lab;
+  CudaExec cuda;
+  const Exec& gpu = cuda.exec;
+  const std::vector<int> tiles = {lab::channels_last_bf16_64x64_8w, lab::channels_last_bf16_32x64_8w,
+                                  lab::channels_last_bf16_64x32};
+  if (!cuda_device().has_tf32()) {  // BF16 MMAs need sm_80 code as TF32's do: the lab refuses, naming it
+    const Conv2dShape s{1, 8, 8, 8, 8, 3, 3, 1, 1};
+    DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
+    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_ws(gpu, poisoned(4096));
+    CHECK_THROWS_WITH(
+        lab::conv2d_variant(
+            gpu, lab::forward,
+            Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
+            tiles[0], 1),
+        Contains("need sm_80 code"));
+    return;
+  }
+  const std::vector<Conv2dShape> shapes = {
+      Conv2dShape{3, 8, 7, 9, 16, 3, 3, 1, 1},     // odd image sizes; 16 outputs: a part of a 32-row tile
+      Conv2dShape{1, 8, 5, 3, 8, 3, 3, 1, 1},      // one image of 15 pixels: a part of one column tile
+      Conv2dShape{2, 16, 9, 11, 24, 5, 5, 1, 2},   // 5x5, Kg = 400: a last slab of 16
+      Conv2dShape{2, 8, 8, 5, 8, 3, 2, 1, 2},      // R != S, pad > S - 1: backward_data's width pad is -1 (a crop)
+      Conv2dShape{2, 8, 6, 7, 8, 1, 1, 1, 1},      // 1x1, pad 1
+      Conv2dShape{3, 8, 9, 8, 7, 3, 3, 2, 1},      // stride 2, 7 outputs: the forward only
+      Conv2dShape{1, 72, 4, 5, 40, 3, 3, 1, 1},    // 40 outputs: rows past M in a 64-row tile; 72 channels
+      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+  };
+  for (const auto& s : shapes) {
+    INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
+              << " stride=" << s.stride << " pad=" << s.pad);
+    const bool backward_data = s.k % 8 == 0 && s.stride == 1;
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
+    const auto xm = kernels::rounded_to_bf16(x), wm = kernels::rounded_to_bf16(w), dym = kernels::rounded_to_bf16(dy);
+    std::vector<float> y(s.y_size()), dx(s.x_size());
+    const Exec cpu;
+    const Conv2dArgs<float> ref{
+        .shape = s, .x = xm.data(), .w = wm.data(), .y = y.data(), .dy = dym.data(), .dx = dx.data()};
+    kernels::conv2d_forward(cpu, ref);
+    kernels::conv2d_backward_data(cpu, ref);
+    DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
+    const size_t ws = std::max(lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
+                               lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1));
+    DeviceBuffer<float> d_ws(gpu, poisoned(ws));
+    for (const int tile : tiles) {
+      INFO("tile " << tile);
+      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size() + 1)), d_dx(gpu, poisoned(s.x_size() + 1));
+      const Conv2dArgs<float> args{.shape = s,
+                                   .x = d_x.get(),
+                                   .w = d_w.get(),
+                                   .y = d_y.get(),
+                                   .dy = d_dy.get(),
+                                   .dx = d_dx.get(),
+                                   .workspace = d_ws.get()};
+      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
+      auto got_y = d_y.download();
+      REQUIRE(std::isnan(got_y.back()));  // nothing written past the end
+      got_y.pop_back();
+      NT_REQUIRE_CLOSE(got_y, y, fp32_dot(s.c * s.r * s.s));
+      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
+      auto again = d_y.download();
+      again.pop_back();
+      CHECK(same_bits(again, got_y));
+      if (backward_data) {
+        lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1);
+        auto got_dx = d_dx.download();
+        REQUIRE(std::isnan(got_dx.back()));
+        got_dx.pop_back();
+        NT_REQUIRE_CLOSE(got_dx, dx, fp32_dot(s.k * s.r * s.s));
+      }
+    }
+  }
+  // Source channels that are no multiple of 8 (8 BF16 values make a 16-byte copy) are refused, naming the reason.
+  const Conv2dShape odd{1, 4, 8, 8, 8, 3, 3, 1, 1};
+  DeviceBuffer<float> d_x(gpu, random_floats(odd.x_size())), d_w(gpu, random_floats(odd.w_size()));
+  DeviceBuffer<float> d_y(gpu, poisoned(odd.y_size())), d_ws(gpu, poisoned(4096));
+  CHECK_THROWS_WITH(
+      lab::conv2d_variant(
+          gpu, lab::forward,
+          Conv2dArgs<float>{.shape = odd, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
+          lab::channels_last_bf16_64x32, 1),
+      Contains("a multiple of 8"));
 }
 
 TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", "[cuda][conv]") {

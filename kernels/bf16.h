@@ -1,0 +1,39 @@
+// BF16, the tensor cores' 16-bit input format: fp32's sign and 8-bit exponent with 7 of its 23 mantissa bits.
+//
+// round_to_bf16 is the twin of __float2bfloat16_rn (cvt.rn.bf16.f32), which the channels-last convolution's BF16
+// operands go through as they are staged (kernels/cuda/conv_channels_last.cu): round to nearest, ties to even, the
+// result an fp32 bit pattern whose low 16 bits are zero (the bf16 value widened back). Adding 0x7fff plus the
+// lowest kept bit to the bits and truncating does exactly that, a carry into the exponent included (the largest
+// values round to infinity); infinities pass unchanged, NaNs stay NaNs (quiet).
+//
+// As for TF32 (kernels/tf32.h), the CPU reference of a BF16 convolution is the fp32 one on rounded operands: a
+// product of two BF16 values has at most 16 significant bits, exact in fp32, so the backends differ only in the
+// order of their fp32 additions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace nt::kernels {
+
+inline float round_to_bf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  if ((u & 0x7f800000u) == 0x7f800000u) {  // infinity, or NaN made quiet (its payload's high bits may all be 0)
+    if (u & 0x007fffffu) u |= 0x00400000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  u &= 0xffff0000u;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+// A copy of `values`, each rounded (the operands a CPU reference multiplies).
+inline std::vector<float> rounded_to_bf16(std::vector<float> values) {
+  for (float& v : values) v = round_to_bf16(v);
+  return values;
+}
+
+}  // namespace nt::kernels

@@ -1,0 +1,78 @@
+// BF16 tensor-core pieces of the channels-last convolution (kernels/cuda/conv_channels_last.cu, kernel lab): the tile
+// configuration, the m16n8k16 MMA and its fragment loads from shared memory. The TF32 twin: mma_tf32.cuh.
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (sm_80+): D(16×8) = A(16×16)·B(16×8) + C for one warp, fp32
+// accumulators. Lane l has group g = l / 4 and place t = l % 4; each A and B register holds two bf16 of consecutive k
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"):
+//   A: a0 = A[g][2t, 2t+1]   a1 = A[g+8][2t, 2t+1]   a2 = A[g][2t+8, 2t+9]   a3 = A[g+8][2t+8, 2t+9]
+//   B: b0 = B[2t, 2t+1][g]   b1 = B[2t+8, 2t+9][g]
+//   C: as m16n8k8's (mma_tf32.cuh): c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+//
+// Shared memory: both operands stored as rows of k, As[m][k] and Bs[n][k], row stride kLd = BK + 8 bf16 (80 bytes,
+// 20 words). A fragment register is one 32-bit load of a k pair; its 8 rows g at 4 places t touch words 20g + t:
+// banks 0, 20, 8, 28, 16, 4, 24, 12 (+ t), all 32 distinct. The operands arrive rounded (cvt.rn.bf16.f32 as they are
+// staged), so a product of two is exact in fp32 and the sums are fp32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nt::kernels::cuda::mma_bf16 {
+
+// A block of kWarpsM × kWarpsN warps owns a BM×BN tile of C; warp (i, j) the WM×WN piece at (i·WM, j·WN), made of
+// kTilesM × kTilesN MMA tiles of 16×8 (the accumulators' shape is mma_tf32::MmaConfig's).
+template <int BM_, int BN_, int WarpsM_, int WarpsN_>
+struct MmaConfig {
+  static constexpr int BM = BM_, BN = BN_, BK = 32;  // k in bf16 values: two m16n8k16 steps a slab
+  static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kThreads = 32 * WarpsM_ * WarpsN_;
+  static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;
+  static constexpr int kTilesM = WM / 16, kTilesN = WN / 8;
+  static constexpr int kLd = BK + 8;
+  static constexpr int kStageElements = (BM + BN) * kLd;  // As[BM][kLd], then Bs[BN][kLd]
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
+  static_assert((kLd * 2) % 16 == 0, "rows stay 16-byte aligned for the copies");
+};
+
+// d += a·b on one 16×8×16 tile.
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // unreachable: the host runs the BF16 kernels only with sm_80+ code (require_tf32_code)
+#endif
+}
+
+// Two consecutive bf16 of a row as one register.
+__device__ __forceinline__ uint32_t pair(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// acc += As·Bsᵀ over one BK-deep slab. wm, wn: the warp's first row and column in the block tile.
+template <class Cfg>
+__device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const __nv_bfloat16* As,
+                                              const __nv_bfloat16* Bs, int wm, int wn) {
+  constexpr int kLd = Cfg::kLd;
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BK; kk += 16) {
+    uint32_t a[Cfg::kTilesM][4], b[Cfg::kTilesN][2];
+#pragma unroll
+    for (int i = 0; i < Cfg::kTilesM; ++i) {
+      const __nv_bfloat16* p = As + (wm + 16 * i + g) * kLd + kk + 2 * t;
+      a[i][0] = pair(p), a[i][1] = pair(p + 8 * kLd), a[i][2] = pair(p + 8), a[i][3] = pair(p + 8 * kLd + 8);
+    }
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j) {
+      const __nv_bfloat16* p = Bs + (wn + 8 * j + g) * kLd + kk + 2 * t;
+      b[j][0] = pair(p), b[j][1] = pair(p + 8);
+    }
+#pragma unroll
+    for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesN; ++j) mma_16x8x16(acc[i][j], a[i], b[j]);
+  }
+}
+
+}  // namespace nt::kernels::cuda::mma_bf16
