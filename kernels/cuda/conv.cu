@@ -318,14 +318,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a, Sta
   if constexpr (Pass::kStaged) {
     if (a.split == 1) {  // uniform; the stages are free: every thread passed the last barrier
       static_assert(BM * kStagedLd<BN> <= 2 * Cfg::kStageFloats, "the finished tile is staged in the stages");
-#pragma unroll
-      for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-#pragma unroll
-          for (int j = 0; j < Cfg::kTilesN; ++j)
-            stage<Pass, BN>(a, smem, m0, wm + 16 * i + mma_tf32::row_of(e), wn + 8 * j + mma_tf32::col_of(e),
-                            acc[i][j][e]);
+      conv_epilogue::stage_accumulators<Pass, BN>(a, smem, m0, wm, wn, acc);
       write_staged<Pass, BM, BN, kThreads>(a, smem, m0, n0, columns);
       return;
     }

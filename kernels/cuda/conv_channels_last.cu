@@ -255,14 +255,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __syncthreads();  // the stages are free for the finished tile
   end_kernel(a.overlaps_previous, stamps);
 
-#pragma unroll
-  for (int i = 0; i < Cfg::kTilesM; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-#pragma unroll
-      for (int j = 0; j < Cfg::kTilesN; ++j)
-        conv_epilogue::stage<ForwardPass, BN>(a, smem, m0, wm + 16 * i + mma_tf32::row_of(e),
-                                              wn + 8 * j + mma_tf32::col_of(e), acc[i][j][e]);
+  conv_epilogue::stage_accumulators<ForwardPass, BN>(a, smem, m0, wm, wn, acc);
   conv_epilogue::write_staged<ForwardPass, BM, BN, kThreads>(a, smem, m0, n0, columns);
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/conv_passes.cuh"
+#include "kernels/cuda/mma_tf32.cuh"
 
 namespace nt::kernels::cuda::conv_epilogue {
 
@@ -71,6 +72,20 @@ __device__ void store_staged(const ConvArgs& a, const float* tile, int m0, int n
 template <class Pass, int BN>
 __device__ __forceinline__ void stage(const ConvArgs& a, float* tile, int m0, int row, int col, float v) {
   tile[row * kStagedLd<BN> + col] = Pass::finish(a, min(m0 + row, a.M - 1), v);
+}
+
+// A warp's MMA accumulators (the m16n8 C fragments of mma_tf32.cuh, which the BF16 MMA shares), its piece at (wm, wn)
+// of the block tile, finished into the staged tile.
+template <class Pass, int BN, int kTilesM, int kTilesN>
+__device__ __forceinline__ void stage_accumulators(const ConvArgs& a, float* tile, int m0, int wm, int wn,
+                                                   const float (&acc)[kTilesM][kTilesN][4]) {
+#pragma unroll
+  for (int i = 0; i < kTilesM; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int j = 0; j < kTilesN; ++j)
+        stage<Pass, BN>(a, tile, m0, wm + 16 * i + mma_tf32::row_of(e), wn + 8 * j + mma_tf32::col_of(e), acc[i][j][e]);
 }
 
 // After every thread has staged its part of the tile: y from the staged tile, and with a.stats its statistics.

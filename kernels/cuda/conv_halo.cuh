@@ -142,12 +142,7 @@ __global__ void __launch_bounds__(kThreads) conv_halo_kernel(Args a, StampRing s
   const int wm = (warp / 2) * WM, wn = (warp % 2) * WN;
 
   float acc[kTilesM][kTilesN][4];
-#pragma unroll
-  for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-    for (int j = 0; j < kTilesN; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  mma_tf32::zero(acc);
 
   // Per lane: A at rows wm + 16i + g (+8), column (8cb + t)·RS + tap (+4·RS); B at planes (8cb + t) (+4),
   // column wn + 8j + g + tap offset.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -215,43 +216,54 @@ TEST_CASE("conv2d's halo tile (kernel lab) matches the CPU twin", "[cuda][conv]"
 // The channels-last kernel (kernels/cuda/conv_channels_last.cu) on every tile the lab can force, on shapes the plan
 // would not give it (too few tiles): the forward where the input channels are a multiple of 4, backward_data where
 // the output channels are and the stride is 1. The reference: the CPU's fp32 passes on TF32-rounded operands.
-TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin", "[cuda][conv]") {
+// The kernel lab's channels-last tiles of one operand format against the CPU twin: the fp32 passes on operands
+// rounded as the format's stage rounds them (`rounded`; a product of two TF32 or two BF16 values is exact in fp32, so
+// the tolerance is an fp32 sum's). vector: the channels a 16-byte copy carries. For each shape and tile: the forward,
+// backward_data where it serves (stride 1, output channels a multiple of vector), and with weight_splits
+// backward_weight at each split; every output poisoned first with a sentinel past its end, and the same bits again.
+// Then the refusal of source channels that are no multiple of vector, and without sm_80 code the refusal of all.
+void check_channels_last_tiles(const std::vector<Conv2dShape>& shapes, const std::vector<int>& tiles, int vector,
+                               std::vector<float> (*rounded)(std::vector<float>),
+                               const std::vector<int>& weight_splits = {}) {
   namespace lab = kernels::cuda::lab;
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
-  if (!cuda_device().has_tf32()) {  // the lab's TF32 tiles then refuse, naming what they need
-    const Conv2dShape s{1, 4, 8, 8, 4, 3, 3, 1, 1};
+  const Conv2dShape odd{1, vector / 2, 8, 8, vector, 3, 3, 1, 1};  // source channels no multiple of vector
+  const auto refused = [&](const Conv2dShape& s, int tile, const std::string& reason) {
     DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
     DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_ws(gpu, poisoned(4096));
     CHECK_THROWS_WITH(
         lab::conv2d_variant(
             gpu, lab::forward,
             Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
-            lab::channels_last_64x64, 1),
-        Contains("need sm_80 code"));
+            tile, 1),
+        Contains(reason));
+  };
+  if (!cuda_device().has_tf32()) {  // TF32 and BF16 MMAs need sm_80 code: the lab's tiles refuse, naming it
+    refused(Conv2dShape{1, vector, 8, 8, vector, 3, 3, 1, 1}, tiles[0], "need sm_80 code");
     return;
   }
-  const std::vector<Conv2dShape> shapes = {
-      Conv2dShape{3, 8, 7, 9, 12, 3, 3, 1, 1},     // odd image sizes; 12 outputs: a part of a 32-row tile
-      Conv2dShape{1, 4, 5, 3, 8, 3, 3, 1, 1},      // one image of 15 pixels: a part of one column tile
-      Conv2dShape{2, 12, 9, 11, 20, 5, 5, 1, 2},   // 5x5, Kg = 300: a last slab of 12
-      Conv2dShape{2, 8, 8, 5, 4, 3, 2, 1, 2},      // R != S, pad > S - 1: backward_data's width pad is -1 (a crop)
-      Conv2dShape{2, 4, 6, 7, 4, 1, 1, 1, 1},      // 1x1, pad 1
-      Conv2dShape{3, 8, 9, 8, 7, 3, 3, 2, 1},      // stride 2: the forward only (7 outputs: no backward_data)
-      Conv2dShape{2, 4, 9, 7, 8, 3, 3, 2, 1},      // stride 2: the forward and backward_weight
-      Conv2dShape{1, 68, 4, 5, 36, 3, 3, 1, 1},    // 36 outputs: rows past M in a 64-row tile; 68 channels
-      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+  const auto poisoned_plus_sentinel = [&](size_t n) { return DeviceBuffer<float>(gpu, poisoned(n + 1)); };
+  // The output of one lab call, checked against want (nothing written past the end), and the same bits again.
+  const auto check_pass = [&](int pass, const Conv2dArgs<float>& args, int tile, int split, DeviceBuffer<float>& out,
+                              const std::vector<float>& want, const Tolerance& tolerance) {
+    lab::conv2d_variant(gpu, pass, args, tile, split);
+    auto got = out.download();
+    REQUIRE(std::isnan(got.back()));
+    got.pop_back();
+    NT_REQUIRE_CLOSE(got, want, tolerance);
+    lab::conv2d_variant(gpu, pass, args, tile, split);  // the staged operands are rewritten; the sums' order is fixed
+    auto again = out.download();
+    again.pop_back();
+    CHECK(same_bits(again, got));
   };
-  const std::vector<int> tiles = {lab::channels_last_64x64, lab::channels_last_64x32,    lab::channels_last_32x64,
-                                  lab::channels_last_32x32, lab::channels_last_64x64_8w, lab::channels_last_32x64_8w};
   for (const auto& s : shapes) {
     INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
               << " stride=" << s.stride << " pad=" << s.pad);
-    const bool forward = s.c % 4 == 0, backward_data = s.k % 4 == 0 && s.stride == 1;
-    const bool backward_weight = s.c % 4 == 0 && s.k % 4 == 0;  // dy and x both staged channels-last
-    REQUIRE(forward);
+    REQUIRE(s.c % vector == 0);  // every shape has a forward
+    const bool backward_data = s.k % vector == 0 && s.stride == 1, backward_weight = s.k % vector == 0;
     const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
-    const auto xm = kernels::rounded_to_tf32(x), wm = kernels::rounded_to_tf32(w), dym = kernels::rounded_to_tf32(dy);
+    const auto xm = rounded(x), wm = rounded(w), dym = rounded(dy);
     std::vector<float> y(s.y_size()), dx(s.x_size()), dw(s.w_size());
     const Exec cpu;
     const Conv2dArgs<float> ref{
@@ -260,14 +272,14 @@ TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin"
     kernels::conv2d_backward_data(cpu, ref);
     kernels::conv2d_backward_weight(cpu, ref);
     DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
-    constexpr int kWeightSplit = 3;  // parts of the pixels, summed by the split-K reduction
-    const size_t ws = std::max({lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
-                                lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1),
-                                lab::conv2d_variant_workspace_floats(lab::backward_weight, s, kWeightSplit)});
+    size_t ws = std::max(lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
+                         lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1));
+    for (const int split : weight_splits)
+      ws = std::max(ws, lab::conv2d_variant_workspace_floats(lab::backward_weight, s, split));
     DeviceBuffer<float> d_ws(gpu, poisoned(ws));
     for (const int tile : tiles) {
       INFO("tile " << tile);
-      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size() + 1)), d_dx(gpu, poisoned(s.x_size() + 1));
+      auto d_y = poisoned_plus_sentinel(s.y_size()), d_dx = poisoned_plus_sentinel(s.x_size());
       const Conv2dArgs<float> args{.shape = s,
                                    .x = d_x.get(),
                                    .w = d_w.get(),
@@ -275,75 +287,47 @@ TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin"
                                    .dy = d_dy.get(),
                                    .dx = d_dx.get(),
                                    .workspace = d_ws.get()};
-      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
-      auto got_y = d_y.download();
-      REQUIRE(std::isnan(got_y.back()));  // nothing written past the end
-      got_y.pop_back();
-      NT_REQUIRE_CLOSE(got_y, y, fp32_dot(s.c * s.r * s.s));
+      check_pass(lab::forward, args, tile, 1, d_y, y, fp32_dot(s.c * s.r * s.s));
       if (backward_data) {
-        lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1);
-        auto got_dx = d_dx.download();
-        REQUIRE(std::isnan(got_dx.back()));
-        got_dx.pop_back();
-        NT_REQUIRE_CLOSE(got_dx, dx, fp32_dot(s.k * s.r * s.s));
-        // the same bits again (the staged operands are rewritten; the order of the sums is the tile's)
-        lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1);
-        auto again = d_dx.download();
-        again.pop_back();
-        CHECK(same_bits(again, got_dx));
+        check_pass(lab::backward_data, args, tile, 1, d_dx, dx, fp32_dot(s.k * s.r * s.s));
       } else {
-        CHECK_THROWS_WITH(lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1), Contains("stride 1"));
+        CHECK_THROWS_WITH(lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1),
+                          Contains(s.stride != 1 ? std::string("stride 1") : cat("a multiple of ", vector)));
       }
       if (!backward_weight) continue;
-      for (const int split : {1, kWeightSplit}) {
+      for (const int split : weight_splits) {
         INFO("backward_weight, split " << split);
-        DeviceBuffer<float> d_dw(gpu, poisoned(s.w_size() + 1));
+        auto d_dw = poisoned_plus_sentinel(s.w_size());  // poisoned afresh for each split
         Conv2dArgs<float> weight_args = args;
         weight_args.dw = d_dw.get();
-        lab::conv2d_variant(gpu, lab::backward_weight, weight_args, tile, split);
-        auto got_dw = d_dw.download();
-        REQUIRE(std::isnan(got_dw.back()));
-        got_dw.pop_back();
-        NT_REQUIRE_CLOSE(got_dw, dw, fp32_dot(s.n * s.p() * s.q()));
-        lab::conv2d_variant(gpu, lab::backward_weight, weight_args, tile, split);
-        auto again = d_dw.download();
-        again.pop_back();
-        CHECK(same_bits(again, got_dw));
+        check_pass(lab::backward_weight, weight_args, tile, split, d_dw, dw, fp32_dot(s.n * s.p() * s.q()));
       }
     }
   }
-  // A source whose channels are no multiple of 4 is refused, naming the reason.
-  const Conv2dShape odd{1, 3, 8, 8, 4, 3, 3, 1, 1};
-  DeviceBuffer<float> d_x(gpu, random_floats(odd.x_size())), d_w(gpu, random_floats(odd.w_size()));
-  DeviceBuffer<float> d_y(gpu, poisoned(odd.y_size())), d_ws(gpu, poisoned(4096));
-  CHECK_THROWS_WITH(
-      lab::conv2d_variant(
-          gpu, lab::forward,
-          Conv2dArgs<float>{.shape = odd, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
-          lab::channels_last_32x32, 1),
-      Contains("a multiple of 4"));
+  refused(odd, tiles.back(), cat("a multiple of ", vector));
+}
+
+TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin", "[cuda][conv]") {
+  namespace lab = kernels::cuda::lab;
+  const std::vector<Conv2dShape> shapes = {
+      Conv2dShape{3, 8, 7, 9, 12, 3, 3, 1, 1},     // odd image sizes; 12 outputs: a part of a 32-row tile
+      Conv2dShape{1, 4, 5, 3, 8, 3, 3, 1, 1},      // one image of 15 pixels: a part of one column tile
+      Conv2dShape{2, 12, 9, 11, 20, 5, 5, 1, 2},   // 5x5, Kg = 300: a last slab of 12
+      Conv2dShape{2, 8, 8, 5, 4, 3, 2, 1, 2},      // R != S, pad > S - 1: backward_data's width pad is -1 (a crop)
+      Conv2dShape{2, 4, 6, 7, 4, 1, 1, 1, 1},      // 1x1, pad 1
+      Conv2dShape{3, 8, 9, 8, 7, 3, 3, 2, 1},      // stride 2, 7 outputs: the forward only
+      Conv2dShape{2, 4, 9, 7, 8, 3, 3, 2, 1},      // stride 2: the forward and backward_weight
+      Conv2dShape{1, 68, 4, 5, 36, 3, 3, 1, 1},    // 36 outputs: rows past M in a 64-row tile; 68 channels
+      Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+  };
+  check_channels_last_tiles(shapes,
+                            {lab::channels_last_64x64, lab::channels_last_64x32, lab::channels_last_32x64,
+                             lab::channels_last_32x32, lab::channels_last_64x64_8w, lab::channels_last_32x64_8w},
+                            4, kernels::rounded_to_tf32, /*weight_splits=*/{1, 3});
 }
 
 TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches the CPU twin", "[cuda][conv]") {
-  // The CPU twin: the fp32 convolution of operands rounded by round_to_bf16 (a product of two bf16 values is exact
-  // in fp32), so the tolerance is an fp32 sum's.
   namespace lab = kernels::cuda::lab;
-  CudaExec cuda;
-  const Exec& gpu = cuda.exec;
-  const std::vector<int> tiles = {lab::channels_last_bf16_64x64_8w, lab::channels_last_bf16_32x64_8w,
-                                  lab::channels_last_bf16_64x32};
-  if (!cuda_device().has_tf32()) {  // BF16 MMAs need sm_80 code as TF32's do: the lab refuses, naming it
-    const Conv2dShape s{1, 8, 8, 8, 8, 3, 3, 1, 1};
-    DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
-    DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_ws(gpu, poisoned(4096));
-    CHECK_THROWS_WITH(
-        lab::conv2d_variant(
-            gpu, lab::forward,
-            Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
-            tiles[0], 1),
-        Contains("need sm_80 code"));
-    return;
-  }
   const std::vector<Conv2dShape> shapes = {
       Conv2dShape{3, 8, 7, 9, 16, 3, 3, 1, 1},     // odd image sizes; 16 outputs: a part of a 32-row tile
       Conv2dShape{1, 8, 5, 3, 8, 3, 3, 1, 1},      // one image of 15 pixels: a part of one column tile
@@ -354,60 +338,9 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
       Conv2dShape{1, 72, 4, 5, 40, 3, 3, 1, 1},    // 40 outputs: rows past M in a 64-row tile; 72 channels
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
   };
-  for (const auto& s : shapes) {
-    INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
-              << " stride=" << s.stride << " pad=" << s.pad);
-    const bool backward_data = s.k % 8 == 0 && s.stride == 1;
-    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
-    const auto xm = kernels::rounded_to_bf16(x), wm = kernels::rounded_to_bf16(w), dym = kernels::rounded_to_bf16(dy);
-    std::vector<float> y(s.y_size()), dx(s.x_size());
-    const Exec cpu;
-    const Conv2dArgs<float> ref{
-        .shape = s, .x = xm.data(), .w = wm.data(), .y = y.data(), .dy = dym.data(), .dx = dx.data()};
-    kernels::conv2d_forward(cpu, ref);
-    kernels::conv2d_backward_data(cpu, ref);
-    DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
-    const size_t ws = std::max(lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
-                               lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1));
-    DeviceBuffer<float> d_ws(gpu, poisoned(ws));
-    for (const int tile : tiles) {
-      INFO("tile " << tile);
-      DeviceBuffer<float> d_y(gpu, poisoned(s.y_size() + 1)), d_dx(gpu, poisoned(s.x_size() + 1));
-      const Conv2dArgs<float> args{.shape = s,
-                                   .x = d_x.get(),
-                                   .w = d_w.get(),
-                                   .y = d_y.get(),
-                                   .dy = d_dy.get(),
-                                   .dx = d_dx.get(),
-                                   .workspace = d_ws.get()};
-      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
-      auto got_y = d_y.download();
-      REQUIRE(std::isnan(got_y.back()));  // nothing written past the end
-      got_y.pop_back();
-      NT_REQUIRE_CLOSE(got_y, y, fp32_dot(s.c * s.r * s.s));
-      lab::conv2d_variant(gpu, lab::forward, args, tile, 1);
-      auto again = d_y.download();
-      again.pop_back();
-      CHECK(same_bits(again, got_y));
-      if (backward_data) {
-        lab::conv2d_variant(gpu, lab::backward_data, args, tile, 1);
-        auto got_dx = d_dx.download();
-        REQUIRE(std::isnan(got_dx.back()));
-        got_dx.pop_back();
-        NT_REQUIRE_CLOSE(got_dx, dx, fp32_dot(s.k * s.r * s.s));
-      }
-    }
-  }
-  // Source channels that are no multiple of 8 (8 BF16 values make a 16-byte copy) are refused, naming the reason.
-  const Conv2dShape odd{1, 4, 8, 8, 8, 3, 3, 1, 1};
-  DeviceBuffer<float> d_x(gpu, random_floats(odd.x_size())), d_w(gpu, random_floats(odd.w_size()));
-  DeviceBuffer<float> d_y(gpu, poisoned(odd.y_size())), d_ws(gpu, poisoned(4096));
-  CHECK_THROWS_WITH(
-      lab::conv2d_variant(
-          gpu, lab::forward,
-          Conv2dArgs<float>{.shape = odd, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
-          lab::channels_last_bf16_64x32, 1),
-      Contains("a multiple of 8"));
+  check_channels_last_tiles(
+      shapes, {lab::channels_last_bf16_64x64_8w, lab::channels_last_bf16_32x64_8w, lab::channels_last_bf16_64x32}, 8,
+      kernels::rounded_to_bf16);  // no backward_weight in BF16
 }
 
 TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", "[cuda][conv]") {
