@@ -1,28 +1,29 @@
-// The channels-last TF32 convolution: a forward convolution (or backward_data as one) on tensor cores whose operands
-// arrive by 16-byte asynchronous copies. Interface and the reason for the layout: kernels/cuda/conv_channels_last.cuh.
+// The channels-last convolution: a forward convolution (or backward_data as one) on tensor cores whose operands arrive
+// by 16-byte asynchronous copies, in TF32 or BF16. Interface and the reason for the layout:
+// kernels/cuda/conv_channels_last.cuh.
 //
-// Staged operands (stage, one kernel):
-//   src_cl[img][h][w][c]            = tf32(src[img][c][h][w])                      (N·H·W·C floats)
-//   filters[m][(r·S + s)·C + c]     = tf32(w[m][c][r][s])                          forward
-//                                   = tf32(w[c][m][R−1−r][S−1−s])                  flipped (backward_data)
+// Staged operands (stage, one kernel; round = the format's: cvt.rna.tf32 for TF32, cvt.rn.bf16 for BF16):
+//   src_cl[img][h][w][c]            = round(src[img][c][h][w])                     (N·H·W·C elements)
+//   filters[m][(r·S + s)·C + c]     = round(w[m][c][r][s])                         forward
+//                                   = round(w[c][m][R−1−r][S−1−s])                 flipped (backward_data)
 // The source's transpose goes through a 32×32 tile in shared memory (reads along h·w, writes along c, both
-// coalesced); the filters (K·C·R·S floats, 74 KB for the cnn's conv2) are gathered by a few blocks beside it.
-// Rounding here, once per element, is the same rounding conv.cu's MMA kernel applies at every fragment load
-// (cvt.rna), so the products are the same TF32 products; the MMA loop then takes the values as they are.
+// coalesced); the filters (K·C·R·S values, 74 KB in fp32 for the cnn's conv2) are gathered by a few blocks beside it.
+// TF32's rounding here, once per element, is the same rounding conv.cu's MMA kernel applies at every fragment load,
+// so the products are the same TF32 products; the MMA loop then takes the values as they are.
 //
 // The GEMM (multiply):  C(m, n) = Σ_kg A(m, kg) · B(kg, n),  M = K (output channels), N = N·P·Q (output pixels),
 //   Kg = R·S·C in the order (r, s, c):
 //   A(m, kg)  = filters[m·Kg + kg]
 //   B(kg, n)  = src_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside the image)
-// Block: BM × BN of C (4 warps of m16n8k8 MMAs, mma_tf32::MmaConfig), Kg in slabs of 32. A slab of each operand is
-// BM (or BN) rows of 8 chunks of 4 consecutive kg, each chunk one 16-byte copy: thread t copies chunk t % 8 of rows
-// t / 8 + 16·i. As kg % 4 == 0 and C % 4 == 0, a chunk lies in one tap: one range check for its 4 values. The
-// copies land in shared memory as As[m][k], Bs[n][k] with row stride BK + 4 (kLd ≡ 4 mod 32: the MMA's fragment
-// loads hit 32 banks, and the 8 copies of a quarter-warp fill 8 distinct 16-byte units of one row).
+// Block: BM × BN of C (4 or 8 warps of m16n8k8 TF32 or m16n8k16 BF16 MMAs: mma_tf32.cuh, mma_bf16.cuh), Kg in slabs
+// of 32. A slab of each operand is BM (or BN) rows of BK / V chunks of V consecutive kg (V = 4 TF32 or 8 BF16 values,
+// 16 bytes), each chunk one copy: thread t copies chunk t % (BK / V) of rows t / (BK / V) + step·i. As kg and C are
+// multiples of V, a chunk lies in one tap: one range check for its V values. The copies land in shared memory as
+// As[m][k], Bs[n][k], rows padded so that the fragment loads hit 32 banks (row stride BK + 4 floats, or BK + 8 bf16).
 // Pipeline: kStages stages; slab t + kStages − 1 is copied while slab t is multiplied. Each iteration waits for
 // slab t's copies (cp.async.wait_group), one barrier, issues the next copy into the stage slab t − 1 used, then
 // multiplies. No split-K: the planner (conv.cu) takes this kernel only where the tiles fill the GPU.
-// Epilogue: the forward's (kernels/cuda/conv_epilogue.cuh): the tile through shared memory, y in NCHW a row of
+// Epilogue: the forward's (kernels/cuda/conv_epilogue.cuh): the fp32 tile through shared memory, y in NCHW a row of
 // pixels per store, the bias, and with a.stats the BatchNorm partials of chunk blockIdx.x.
 // Each output sums its products in one fixed order (slabs in kg order, the MMA's own order within a slab): the same
 // bits run to run.
