@@ -391,11 +391,32 @@ enum class Tile {
 
 constexpr auto kTf32 = channels_last::Format::tf32;
 
-int channels_last_warps(Tile tile) {
-  return tile == Tile::channels_last_64x64_8w || tile == Tile::channels_last_32x64_8w ||
-                 tile == Tile::channels_last_bf16_64x64_8w || tile == Tile::channels_last_bf16_32x64_8w
-             ? 8
-             : 4;
+// The channels-last kernel's tile of a lab tile (channels_last_*): rows, columns, warps and the operands' format.
+channels_last::Tile channels_last_tile_of(Tile tile) {
+  constexpr auto kBf16 = channels_last::Format::bf16;
+  switch (tile) {
+    case Tile::channels_last_64x64:
+      return {.bm = 64, .bn = 64, .warps = 4};
+    case Tile::channels_last_64x32:
+      return {.bm = 64, .bn = 32, .warps = 4};
+    case Tile::channels_last_32x64:
+      return {.bm = 32, .bn = 64, .warps = 4};
+    case Tile::channels_last_32x32:
+      return {.bm = 32, .bn = 32, .warps = 4};
+    case Tile::channels_last_64x64_8w:
+      return {.bm = 64, .bn = 64, .warps = 8};
+    case Tile::channels_last_32x64_8w:
+      return {.bm = 32, .bn = 64, .warps = 8};
+    case Tile::channels_last_bf16_64x64_8w:
+      return {.bm = 64, .bn = 64, .warps = 8, .format = kBf16};
+    case Tile::channels_last_bf16_32x64_8w:
+      return {.bm = 32, .bn = 64, .warps = 8, .format = kBf16};
+    case Tile::channels_last_bf16_64x32:
+      return {.bm = 64, .bn = 32, .warps = 4, .format = kBf16};
+    default:
+      NT_CHECK(false, "conv lab: tile ", static_cast<int>(tile), " is no channels-last tile");
+      return {};
+  }
 }
 
 struct Plan {
@@ -457,23 +478,17 @@ std::pair<int, int> tile_extent(Tile tile) {
     case Tile::halo_32:
       return {32, halo::kTileColumns};
     case Tile::channels_last_64x64:
-      return {64, 64};
     case Tile::channels_last_64x32:
-      return {64, 32};
     case Tile::channels_last_32x64:
-      return {32, 64};
     case Tile::channels_last_32x32:
-      return {32, 32};
     case Tile::channels_last_64x64_8w:
-      return {64, 64};
     case Tile::channels_last_32x64_8w:
-      return {32, 64};
     case Tile::channels_last_bf16_64x64_8w:
-      return {64, 64};
     case Tile::channels_last_bf16_32x64_8w:
-      return {32, 64};
-    case Tile::channels_last_bf16_64x32:
-      return {64, 32};
+    case Tile::channels_last_bf16_64x32: {
+      const channels_last::Tile t = channels_last_tile_of(tile);
+      return {t.bm, t.bn};
+    }
   }
   return {1, 1};
 }
@@ -821,19 +836,38 @@ profile::OpCost tf32_cost(const Conv2dShape& s) {
   return profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s), .math = profile::Math::tf32};
 }
 
-// backward_weight alone on the channels-last kernel (conv2d_backward_weight, the kernel lab): dy and x staged by one
-// kernel into the workspace as conv2d_backward lays it out (the partials, x channels-last, then dy where
-// backward_data's staged source would be), the GEMM, the split-K reduction.
+// One forward (or, flipped, backward_data) on the channels-last kernel: its operands staged into `workspace`, then
+// the multiply (conv2d_backward, which runs backward_weight between the two, calls them itself).
+void run_channels_last(const Exec& exec, const profile::OpCost& cost, const ConvArgs& f, const float* src,
+                       const float* w, bool flipped, float* workspace, const channels_last::Tile& tile) {
+  channels_last::stage(exec, f, tile.format, src, w, flipped, workspace);
+  channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile);
+}
+
+// The workspace of backward_weight alone on the channels-last kernel (the kernel lab), laid out as conv2d_backward
+// would: `split` partials, x channels-last at input_at, then dy staged as backward_data's source at source_at.
+struct ChannelsLastWeightLayout {
+  size_t input_at, source_at, floats;
+};
+ChannelsLastWeightLayout channels_last_weight_layout(const Conv2dShape& s, int split) {
+  const PassGemm gw = backward_weight_gemm(s);
+  const ConvArgs flipped = channels_last_args(Exec{}, s, true);
+  const size_t input_at = align4(split > 1 ? size_t(split) * gw.M * gw.N : 0);
+  const size_t source_at = input_at + align4(channels_last::input_floats(flipped));
+  return {.input_at = input_at, .source_at = source_at, .floats = source_at + channels_last::staging_floats(flipped)};
+}
+
+// backward_weight alone on the channels-last kernel (the kernel lab): dy and x staged by one kernel, the GEMM, the
+// split-K reduction.
 void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
                                    float* workspace, const channels_last::WeightPlan& plan) {
-  const PassGemm gw = backward_weight_gemm(s);
-  const ConvArgs flipped = channels_last_args(exec, s, true);
-  const size_t partials = plan.split > 1 ? size_t(plan.split) * gw.M * gw.N : 0;
-  float* x_cl = workspace + align4(partials);
-  float* dy_cl = x_cl + align4(channels_last::input_floats(flipped));
-  channels_last::stage(exec, flipped, kTf32, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x, x_cl);
+  const ChannelsLastWeightLayout layout = channels_last_weight_layout(s, plan.split);
+  float *x_cl = workspace + layout.input_at, *dy_cl = workspace + layout.source_at;
+  channels_last::stage(exec, channels_last_args(exec, s, true), kTf32, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x,
+                       x_cl);
   channels_last::weight_gradient(exec, "conv2d_backward_weight", tf32_cost(s), make_args(exec, s, forward_gemm(s)),
                                  dy_cl, x_cl, dw, workspace, plan);
+  const PassGemm gw = backward_weight_gemm(s);
   ConvArgs wa = make_args(exec, s, gw);
   wa.out = dw, wa.split = plan.split, wa.partial = workspace, wa.partial_stride = gw.M * gw.N;
   finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, 0);
@@ -863,8 +897,7 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   const int chunks = args.statistics ? statistics_chunks(s, exec.tf32) : 0;
   a.stats = chunks > 0 ? args.statistics : nullptr;
   if (const auto tile = exec.tf32 ? channels_last_plan(s, false) : std::nullopt) {
-    channels_last::stage(exec, a, kTf32, args.x, args.w, /*flipped=*/false, args.workspace);
-    channels_last::multiply(exec, "conv2d_forward", tf32_cost(s), a, args.workspace, *tile);
+    run_channels_last(exec, tf32_cost(s), a, args.x, args.w, /*flipped=*/false, args.workspace, *tile);
     return chunks;
   }
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
@@ -880,9 +913,7 @@ void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   if (const auto tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt) {
     ConvArgs f = channels_last_args(exec, s, true);
     f.out = args.dx;
-    channels_last::stage(exec, f, kTf32, args.dy, args.w, /*flipped=*/true, args.workspace);
-    channels_last::multiply(exec, "conv2d_backward_data", tf32_cost(s), f, args.workspace, *tile);
-    return;
+    return run_channels_last(exec, tf32_cost(s), f, args.dy, args.w, /*flipped=*/true, args.workspace, *tile);
   }
   ConvArgs a = make_args(exec, s, g);
   a.a_src = args.w, a.b_src = args.dy, a.out = args.dx;
@@ -970,11 +1001,7 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
   const size_t partials = split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
   if (g.M == 0 || g.N == 0) return partials;
-  if (pass == 2) {  // a channels-last tile's partials, x channels-last, then dy staged as backward_data's source
-    const ConvArgs flipped = channels_last_args(Exec{}, s, true);
-    return std::max(partials, align4(partials) + align4(channels_last::input_floats(flipped)) +
-                                  channels_last::staging_floats(flipped));
-  }
+  if (pass == 2) return std::max(partials, channels_last_weight_layout(s, split).floats);
   if (pass == 1 && s.stride != 1) return partials;
   const ConvArgs f = channels_last_args(Exec{}, s, pass == 1);  // a channels-last tile's staged operands
   return std::max(partials, channels_last::serves(f) ? channels_last::staging_floats(f) : 0);
@@ -1005,24 +1032,17 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     NT_CHECK(pass == 0 || pass == 2 || s.stride == 1, "conv lab: the channels-last backward_data needs stride 1");
     Exec tf32 = exec;
     tf32.tf32 = true;
-    const auto [bm, bn] = tile_extent(plan.tile);
-    const bool bf16 = plan.tile >= Tile::channels_last_bf16_64x64_8w;
-    const channels_last::Tile cl_tile{.bm = bm,
-                                      .bn = bn,
-                                      .warps = channels_last_warps(plan.tile),
-                                      .format = bf16 ? channels_last::Format::bf16 : kTf32};
+    const channels_last::Tile tile = channels_last_tile_of(plan.tile);
     if (pass == 2) {
-      NT_CHECK(!bf16, "conv lab: the channels-last backward_weight is TF32 only");
+      NT_CHECK(tile.format == kTf32, "conv lab: the channels-last backward_weight is TF32 only");
       return channels_last_backward_weight(tf32, s, x, dy, out, workspace,
-                                           channels_last::WeightPlan{.tile = cl_tile, .split = split});
+                                           channels_last::WeightPlan{.tile = tile, .split = split});
     }
     ConvArgs f = channels_last_args(tf32, s, pass == 1);
     f.out = out;
-    channels_last::stage(tf32, f, cl_tile.format, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace);
     const profile::OpCost cost{
-        .bytes = conv_bytes(s), .flops = conv_flops(s), .math = bf16 ? profile::Math::bf16 : profile::Math::tf32};
-    return channels_last::multiply(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data", cost, f, workspace,
-                                   cl_tile);
+        .bytes = bytes, .flops = flops, .math = tile.format == kTf32 ? profile::Math::tf32 : profile::Math::bf16};
+    return run_channels_last(tf32, cost, f, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace, tile);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

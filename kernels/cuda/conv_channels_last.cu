@@ -88,8 +88,8 @@ struct Operands<Format::bf16> {  // bf16 (cvt.rn: to nearest, ties to even), m16
 };
 
 // Elements per 16-byte copy: 4 TF32 or 8 BF16 channels.
-constexpr int vector_of(Format format) { return format == Format::bf16 ? 8 : 4; }
 constexpr size_t element_bytes(Format format) { return format == Format::bf16 ? 2 : 4; }
+constexpr int vector_of(Format format) { return static_cast<int>(16 / element_bytes(format)); }
 
 template <class Ops, class Cfg>
 constexpr size_t shared_bytes() {
@@ -207,10 +207,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
   const int slabs = (a.K + BK - 1) / BK;
 
-  // Slab `slab` into stage slab % kStages: this thread's chunk of each of its rows of A and B (rows step kRowStep;
-  // where a tile has fewer rows than the block copies at once, the threads past it copy none).
-  auto copy_slab = [&](int slab) {
-    Element* As = stages + (slab % kStages) * Cfg::kStageElements;
+  // Slab `slab` into `stage`: this thread's chunk of each of its rows of A and B (rows step kRowStep; where a tile has
+  // fewer rows than the block copies at once, the threads past it copy none).
+  auto copy_slab = [&](int slab, int stage) {
+    Element* As = stages + stage * Cfg::kStageElements;
     Element* Bs = As + BM * kLd;
     const int kg = slab * BK + chunk * kVector;
     const bool in_k = kg < a.K;
@@ -240,19 +240,10 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
   mma_tf32::zero(acc);
 
-  for (int st = 0; st < kStages - 1; ++st) {  // every stage but one in flight; empty groups keep the count
-    if (st < slabs) copy_slab(st);
-    cp_async::commit();
-  }
-  for (int t = 0; t < slabs; ++t) {
-    cp_async::wait_pending<kStages - 2>();  // this thread's copies of slab t have landed
-    __syncthreads();                        // everyone's have; and everyone is done with slab t − 1's stage
-    if (t + kStages - 1 < slabs) copy_slab(t + kStages - 1);
-    cp_async::commit();
-    const Element* As = stages + (t % kStages) * Cfg::kStageElements;
+  cp_async::pipeline<kStages>(slabs, copy_slab, [&](int stage) {
+    const Element* As = stages + stage * Cfg::kStageElements;
     Ops::template multiply_slab<Cfg>(acc, As, As + BM * kLd, wm, wn);
-  }
-  cp_async::wait_all();
+  });
   __syncthreads();  // the stages are free for the finished tile
   end_kernel(a.overlaps_previous, stamps);
 
@@ -322,19 +313,12 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
   const int warp = threadIdx.x / 32;
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (first + st < last) copy_slab(first + st, st);
-    cp_async::commit();
-  }
-  for (int t = 0; first + t < last; ++t) {
-    cp_async::wait_pending<kStages - 2>();
-    __syncthreads();
-    if (first + t + kStages - 1 < last) copy_slab(first + t + kStages - 1, (t + kStages - 1) % kStages);
-    cp_async::commit();
-    const float* As = smem + (t % kStages) * Layout::kStageFloats;
-    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true, Layout>(acc, As, As + BK * kLdA, wm, wn);
-  }
-  cp_async::wait_all();
+  cp_async::pipeline<kStages>(
+      max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
+      [&](int stage) {
+        const float* As = smem + stage * Layout::kStageFloats;
+        mma_tf32::multiply_slab<Cfg, /*kRounded=*/true, Layout>(acc, As, As + BK * kLdA, wm, wn);
+      });
   end_kernel(f.overlaps_previous, stamps);
 
   // C(m, column (r, s, c)) to dw's (c, r, s) order: out[m·K + c·R·S + r·S + s], or part z's partial.

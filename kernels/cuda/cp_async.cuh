@@ -52,4 +52,25 @@ __device__ __forceinline__ void wait_all() {
 #endif
 }
 
+// The copy pipeline of a loop over `slabs` slabs in kStages shared-memory stages: slab t + kStages − 1 is copied
+// while slab t is consumed. copy(t, stage) issues this thread's copies of slab t into `stage`; consume(stage) reads
+// slab t from its stage. Each iteration waits for slab t's copies, passes one barrier (everyone's copies have landed,
+// and everyone is done with the stage the next copy overwrites), issues the next copy, then consumes; empty groups
+// keep the count. Every copy has landed when it returns.
+template <int kStages, class Copy, class Consume>
+__device__ __forceinline__ void pipeline(int slabs, Copy&& copy, Consume&& consume) {
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < slabs) copy(t, t);
+    commit();
+  }
+  for (int t = 0; t < slabs; ++t) {
+    wait_pending<kStages - 2>();
+    __syncthreads();
+    if (t + kStages - 1 < slabs) copy(t + kStages - 1, (t + kStages - 1) % kStages);
+    commit();
+    consume(t % kStages);
+  }
+  wait_all();
+}
+
 }  // namespace nt::kernels::cuda::cp_async

@@ -19,19 +19,16 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mma_tf32.cuh"
+
 namespace nt::kernels::cuda::mma_bf16 {
 
-// A block of kWarpsM × kWarpsN warps owns a BM×BN tile of C; warp (i, j) the WM×WN piece at (i·WM, j·WN), made of
-// kTilesM × kTilesN MMA tiles of 16×8 (the accumulators' shape is mma_tf32::MmaConfig's).
+// BF16 slabs of BK = 32 k (two m16n8k16 steps) on mma_tf32's warp tiling: As[BM][kLd], then Bs[BN][kLd].
 template <int BM_, int BN_, int WarpsM_, int WarpsN_>
-struct MmaConfig {
-  static constexpr int BM = BM_, BN = BN_, BK = 32;  // k in bf16 values: two m16n8k16 steps a slab
-  static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kThreads = 32 * WarpsM_ * WarpsN_;
-  static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;
-  static constexpr int kTilesM = WM / 16, kTilesN = WN / 8;
+struct MmaConfig : mma_tf32::WarpTiling<BM_, BN_, WarpsM_, WarpsN_> {
+  static constexpr int BK = 32;
   static constexpr int kLd = BK + 8;
-  static constexpr int kStageElements = (BM + BN) * kLd;  // As[BM][kLd], then Bs[BN][kLd]
-  static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
+  static constexpr int kStageElements = (BM_ + BN_) * kLd;
   static_assert((kLd * 2) % 16 == 0, "rows stay 16-byte aligned for the copies");
 };
 

@@ -26,18 +26,25 @@
 namespace nt::kernels::cuda::mma_tf32 {
 
 // A block of kWarpsM × kWarpsN warps owns a BM×BN tile of C; warp (i, j) the WM×WN piece at (i·WM, j·WN),
-// made of kTilesM × kTilesN MMA tiles of 16×8.
+// made of kTilesM × kTilesN MMA tiles of 16×8: the accumulators' shape, whatever the operands' format
+// (mma_bf16.cuh's configuration shares it).
 template <int BM_, int BN_, int WarpsM_, int WarpsN_>
-struct MmaConfig {
-  static constexpr int BM = BM_, BN = BN_, BK = 32;
+struct WarpTiling {
+  static constexpr int BM = BM_, BN = BN_;
   static constexpr int kWarpsM = WarpsM_, kWarpsN = WarpsN_, kThreads = 32 * WarpsM_ * WarpsN_;
   static constexpr int WM = BM / kWarpsM, WN = BN / kWarpsN;
   static constexpr int kTilesM = WM / 16, kTilesN = WN / 8;
-  static constexpr int kLd = BK + 4;
-  static constexpr int kStageFloats = (BM + BN) * kLd;  // As[BM][kLd], then Bs[BN][kLd]
-  static constexpr int kStageElements = kStageFloats;
   static_assert(WM % 16 == 0 && WN % 8 == 0, "a warp's piece is a whole number of 16x8 MMA tiles");
-  static_assert(kThreads >= BM, "one thread per tile row sums op(A) (backward_weight's dbias)");
+};
+
+// TF32 slabs of BK = 32 k: As[BM][kLd], then Bs[BN][kLd].
+template <int BM_, int BN_, int WarpsM_, int WarpsN_>
+struct MmaConfig : WarpTiling<BM_, BN_, WarpsM_, WarpsN_> {
+  static constexpr int BK = 32;
+  static constexpr int kLd = BK + 4;
+  static constexpr int kStageFloats = (BM_ + BN_) * kLd;
+  static constexpr int kStageElements = kStageFloats;
+  static_assert(32 * WarpsM_ * WarpsN_ >= BM_, "one thread per tile row sums op(A) (backward_weight's dbias)");
 };
 
 __device__ __forceinline__ uint32_t to_tf32(float v) {
