@@ -12,9 +12,7 @@ Same as `nanotrain train`:
                fused=True (one multi-tensor kernel per step; capturable in graph mode); --optimizer-impl single
                picks the single-tensor loops instead (the same update, one kernel per operation and tensor),
                which the CPU always runs
-  layout       NCHW by default, as the engine; --memory-format channels_last converts the model's 4-d weights, and
-               so the convolutions' activations, to NHWC (torch.channels_last), the layout cuDNN's tensor-core
-               kernels prefer: PyTorch's fastest for convolutions with TF32
+  layout       NCHW, as the engine, in every mode but graph-nhwc
   precision    fp32 everywhere by default: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 =
                False, float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 =
                False), so the convolutions are true fp32 as well. --tf32 (the engine's --tf32) turns it on for
@@ -35,6 +33,9 @@ Modes:
   graph        resident data, and the whole step captured once as one CUDA graph: gather by a step counter
                on the device, forward, loss, backward, optimizer step, loss/accuracy totals, counter + 1.
                Each step is one graph replay: the fastest plain PyTorch can run this loop (CUDA only).
+  graph-nhwc   the graph mode with the model in channels-last layout (torch.channels_last: the 4-d weights, and so
+               the convolutions' activations, NHWC), the layout cuDNN's tensor-core kernels prefer: PyTorch's fastest
+               for convolutions with TF32 (CUDA only; models with convolutions only, skipped for the others).
 
 Examples:
   python3 bench/pytorch_baseline.py --init init.safetensors --mode all --epochs 5 --json torch.json
@@ -57,7 +58,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-MODES = ("dataloader", "resident", "graph")
+MODES = ("dataloader", "resident", "graph", "graph-nhwc")
+GRAPH_MODES = ("graph", "graph-nhwc")
 NAMED_MODELS = {
     "mlp": "linear:320,relu,linear:160,relu,linear:10",
     "cnn": "conv:32:3,bn,relu,maxpool:2,conv:64:3,bn,relu,maxpool:2,flatten,linear:128,relu,linear:10",
@@ -68,6 +70,10 @@ NAMED_MODELS = {
 
 def model_spec(name_or_spec):
     return NAMED_MODELS.get(name_or_spec, name_or_spec)
+
+
+def has_convolutions(name_or_spec):
+    return any(item.startswith("conv:") for item in model_spec(name_or_spec).split(","))
 
 
 def flat_input(name_or_spec):
@@ -368,9 +374,9 @@ def run_mode(mode, args, data):
     init_reader = None
     if args.init:
         _, init_reader = load_init(model, args.init)
-    if args.memory_format == "channels_last":  # before the optimizer: it keeps the parameters it is given
+    if mode == "graph-nhwc":  # before the optimizer: it keeps the parameters it is given
         model = model.to(memory_format=torch.channels_last)
-    opt = make_optimizer(model, args, device, capturable=mode == "graph")
+    opt = make_optimizer(model, args, device, capturable=mode in GRAPH_MODES)
     totals = Totals(device)
     if mode == "dataloader":
         loop = DataloaderLoop(model, opt, data, args)
@@ -411,8 +417,7 @@ def settings(args, device):
                 weight_decay=args.weight_decay, seed=args.seed, train_limit=args.train_limit,
                 init=args.init, workers=args.workers, device=device.type, device_name=device_name(device),
                 torch=torch.__version__, cuda=torch.version.cuda, threads=torch.get_num_threads(),
-                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
-                memory_format=args.memory_format)
+                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
 
 
 def write_json(path, payload):
@@ -465,8 +470,6 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for PyTorch (0 = its default)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--eval-only", metavar="CHECKPOINT", help="only evaluate this safetensors model on the test set")
-    ap.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels_last"],
-                    help="the convolutions' layout: contiguous (NCHW, the engine's) or channels_last (NHWC)")
     ap.add_argument("--tf32", action="store_true",
                     help="convolutions on TF32 tensor cores (cudnn.allow_tf32, PyTorch's default); else fp32")
     args = ap.parse_args(argv)
@@ -478,7 +481,7 @@ def parse_args(argv=None):
             elif part in MODES:
                 modes.append(part)
             else:
-                ap.error(f"--mode: unknown mode '{part}' (dataloader, resident, graph, all)")
+                ap.error(f"--mode: unknown mode '{part}' ({', '.join(MODES)}, all)")
     args.modes = list(dict.fromkeys(modes))
     if args.batch < 1 or args.epochs < 1 or args.lr <= 0:
         ap.error("--batch and --epochs must be >= 1 and --lr > 0")
@@ -506,12 +509,15 @@ def main(argv=None):
         raise SystemExit(f"--batch {args.batch} is larger than the training set ({data.n})")
     print(f"pytorch {torch.__version__} on {device_name(device)}: {args.model}, batch {args.batch}, "
           f"{args.epochs} epochs, {args.optimizer} ({optimizer_impl(args, device)}), lr {args.lr}, momentum {args.momentum}, "
-          f"weight decay {args.weight_decay}, {args.memory_format}, "
+          f"weight decay {args.weight_decay}, "
           f"seed {args.seed}, {data.n} train examples", flush=True)
     runs = []
     for mode in args.modes:
-        if mode == "graph" and device.type != "cuda":
-            print("[     graph] skipped: CUDA graphs need --device cuda", flush=True)
+        if mode in GRAPH_MODES and device.type != "cuda":
+            print(f"[{mode:>10}] skipped: CUDA graphs need --device cuda", flush=True)
+            continue
+        if mode == "graph-nhwc" and not has_convolutions(args.model):
+            print(f"[{mode:>10}] skipped: the model has no convolutions to lay out", flush=True)
             continue
         runs.append(run_mode(mode, args, data))
         print(f"[{mode:>10}] median epoch (epochs 2..N): {runs[-1]['median_epoch_ms']:.1f} ms", flush=True)
