@@ -16,8 +16,14 @@ Same as `nanotrain train`:
   precision    fp32 everywhere by default: TF32 is off for matmuls (torch.backends.cuda.matmul.allow_tf32 =
                False, float32 matmul precision 'highest') and for cuDNN convolutions (cudnn.allow_tf32 =
                False), so the convolutions are true fp32 as well. --tf32 (the engine's --tf32) turns it on for
-               the convolutions only, PyTorch's own default; matmuls stay fp32 either way. cuDNN picks its
-               algorithms freely (benchmark mode off, non-deterministic algorithms allowed), which favours speed.
+               the convolutions only, PyTorch's own default; matmuls stay fp32 either way. --bf16 (the engine's
+               --bf16, exclusive with --tf32) is PyTorch's mixed precision: the forward and the loss of every step,
+               and evaluation, run under torch.autocast(dtype=torch.bfloat16) in every mode (in graph modes inside
+               the captured region, so the graph is still the whole step). The convolutions and Linear layers then
+               take bf16 operands and sum in fp32; the parameters, their gradients, the optimizer (fused as above),
+               BatchNorm's statistics and the loss stay fp32, and TF32 stays off, with no fp32 product left for
+               it. cuDNN picks its algorithms freely (benchmark mode off, non-deterministic algorithms allowed),
+               which favours speed.
   timing       per epoch, wall clock from the start of the epoch (order upload included) to its end, with
                one synchronization per epoch (reading the epoch's loss and accuracy totals, accumulated on
                the device); evaluation after each epoch is timed separately. The summary is the median of
@@ -35,13 +41,14 @@ Modes:
                Each step is one graph replay: the fastest plain PyTorch can run this loop (CUDA only).
   graph-nhwc   the graph mode with the model in channels-last layout (torch.channels_last: the 4-d weights, and so
                the convolutions' activations, NHWC), the layout cuDNN's tensor-core kernels prefer: PyTorch's fastest
-               for convolutions with TF32 (CUDA only; models with convolutions only, skipped for the others).
+               for convolutions with TF32 or bf16 (CUDA only; models with convolutions only, skipped for the others).
 
 Examples:
   python3 bench/pytorch_baseline.py --init init.safetensors --mode all --epochs 5 --json torch.json
   python3 bench/pytorch_baseline.py --eval-only model.safetensors        # test loss/accuracy of a checkpoint
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -88,6 +95,16 @@ def set_precision(tf32_convolutions):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = tf32_convolutions
     torch.set_float32_matmul_precision("highest")
+
+
+def autocast(device, bf16):
+    """The forward's precision: fp32, or with --bf16 PyTorch's autocast to bf16, the engine's --bf16 (convolution and
+    Linear operands bf16, fp32 sums; autocast keeps BatchNorm and the parameters fp32)."""
+    if not bf16:
+        return contextlib.nullcontext()
+    # No cache of the weights' bf16 copies: each weight is read once a forward, so it would save nothing, and off
+    # (as torch.cuda.make_graphed_callables has it) no cached tensor outlives the graph modes' captured step.
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def build_model(name_or_spec, sample_shape, classes):
@@ -205,15 +222,17 @@ class Data:
 # ---- evaluation ------------------------------------------------------------------------------------
 
 @torch.no_grad()
-def evaluate(model, x_test, y_test, batch=1000):
-    """(mean loss, accuracy) over the test set; x_test/y_test already on the model's device."""
+def evaluate(model, x_test, y_test, bf16=False, batch=1000):
+    """(mean loss, accuracy) over the test set; x_test/y_test already on the model's device. bf16: under autocast, as
+    the model trained."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=x_test.device)
     correct = torch.zeros((), dtype=torch.int64, device=x_test.device)
     for first in range(0, x_test.shape[0], batch):
         x, y = x_test[first:first + batch], y_test[first:first + batch]
-        out = model(x)
-        loss_sum += F.cross_entropy(out, y, reduction="sum").double()
+        with autocast(x.device, bf16):
+            out = model(x)
+            loss_sum += F.cross_entropy(out.float(), y, reduction="sum").double()
         correct += (out.argmax(1) == y).sum()
     model.train()
     n = x_test.shape[0]
@@ -241,10 +260,12 @@ class Totals:
         return self.loss_sum.item() / examples, self.correct.item() / examples
 
 
-def train_step(model, opt, x, y, totals):
+def train_step(model, opt, x, y, totals, bf16):
     opt.zero_grad(set_to_none=True)
-    out = model(x)
-    loss = F.cross_entropy(out, y)
+    with autocast(x.device, bf16):
+        out = model(x)
+        # Autocast's logits are bf16; the loss is fp32, as the engine's head.
+        loss = F.cross_entropy(out.float(), y)
     loss.backward()
     opt.step()
     totals.add(out, y, loss)
@@ -266,7 +287,7 @@ class OrderSampler(torch.utils.data.Sampler):
 
 class DataloaderLoop:
     def __init__(self, model, opt, data, args):
-        self.model, self.opt, self.device = model, opt, data.device
+        self.model, self.opt, self.device, self.bf16 = model, opt, data.device, args.bf16
         self.sampler = OrderSampler(data.n)
         pin = data.device.type == "cuda"
         self.loader = torch.utils.data.DataLoader(
@@ -279,12 +300,12 @@ class DataloaderLoop:
         for x, y in self.loader:
             x = x.to(self.device, non_blocking=self.non_blocking)
             y = y.to(self.device, non_blocking=self.non_blocking)
-            train_step(self.model, self.opt, x, y, totals)
+            train_step(self.model, self.opt, x, y, totals, self.bf16)
 
 
 class ResidentLoop:
     def __init__(self, model, opt, data, args):
-        self.model, self.opt, self.device, self.batch = model, opt, data.device, args.batch
+        self.model, self.opt, self.device, self.batch, self.bf16 = model, opt, data.device, args.batch, args.bf16
         self.x, self.y = data.on_device()[:2]
         self.steps = data.n // args.batch
 
@@ -293,7 +314,8 @@ class ResidentLoop:
         b = self.batch
         for s in range(self.steps):
             idx = perm[s * b:(s + 1) * b]
-            train_step(self.model, self.opt, self.x.index_select(0, idx), self.y.index_select(0, idx), totals)
+            train_step(self.model, self.opt, self.x.index_select(0, idx), self.y.index_select(0, idx), totals,
+                       self.bf16)
 
 
 class GraphLoop:
@@ -305,7 +327,7 @@ class GraphLoop:
     def __init__(self, model, opt, data, args, totals):
         if data.device.type != "cuda":
             raise RuntimeError("graph mode needs CUDA")
-        self.model, self.opt, self.device, self.batch = model, opt, data.device, args.batch
+        self.model, self.opt, self.device, self.batch, self.bf16 = model, opt, data.device, args.batch, args.bf16
         self.x, self.y = data.on_device()[:2]
         self.steps = data.n // args.batch
         self.order_steps = torch.zeros((self.steps, args.batch), dtype=torch.int64, device=self.device)
@@ -317,8 +339,10 @@ class GraphLoop:
     def _step(self):
         idx = self.order_steps.index_select(0, self.counter).view(-1)   # (batch,) indices of this step
         x, y = self.x.index_select(0, idx), self.y.index_select(0, idx)
-        out = self.model(x)
-        loss = F.cross_entropy(out, y)
+        # Autocast is entered here, inside the capture, so that its casts are kernels of the graph too.
+        with autocast(self.device, self.bf16):
+            out = self.model(x)
+            loss = F.cross_entropy(out.float(), y)
         loss.backward()
         self.opt.step()
         self.totals.add(out, y, loss)
@@ -398,7 +422,7 @@ def run_mode(mode, args, data):
         train_loss, train_acc = totals.read(examples)   # the epoch's one synchronization
         epoch_ms = (time.perf_counter() - t0) * 1e3
         t1 = time.perf_counter()
-        test_loss, test_acc = evaluate(model, x_test, y_test)
+        test_loss, test_acc = evaluate(model, x_test, y_test, args.bf16)
         eval_ms = (time.perf_counter() - t1) * 1e3
         m = dict(epoch=epoch, train_loss=train_loss, train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
                  epoch_ms=epoch_ms, eval_ms=eval_ms, samples_per_s=examples / (epoch_ms / 1e3))
@@ -417,7 +441,8 @@ def settings(args, device):
                 weight_decay=args.weight_decay, seed=args.seed, train_limit=args.train_limit,
                 init=args.init, workers=args.workers, device=device.type, device_name=device_name(device),
                 torch=torch.__version__, cuda=torch.version.cuda, threads=torch.get_num_threads(),
-                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32)
+                tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
+                autocast_dtype="bfloat16" if args.bf16 else None)
 
 
 def write_json(path, payload):
@@ -435,7 +460,7 @@ def eval_only(args, device):
     metadata, reader = load_init(model, args.eval_only)
     view = (-1, 784) if flat_input(args.model) else (-1, 1, 28, 28)
     x_test, y_test = torch.from_numpy(x_te).view(view).to(device), torch.from_numpy(y_te).to(device)
-    loss, acc = evaluate(model, x_test, y_test)
+    loss, acc = evaluate(model, x_test, y_test, args.bf16)
     correct = round(acc * x_test.shape[0])
     print(f"pytorch: {args.eval_only} (read with {reader}): test loss {loss:.6f} | test acc {100 * acc:.2f}% "
           f"({correct}/{x_test.shape[0]})")
@@ -472,7 +497,11 @@ def parse_args(argv=None):
     ap.add_argument("--eval-only", metavar="CHECKPOINT", help="only evaluate this safetensors model on the test set")
     ap.add_argument("--tf32", action="store_true",
                     help="convolutions on TF32 tensor cores (cudnn.allow_tf32, PyTorch's default); else fp32")
+    ap.add_argument("--bf16", action="store_true",
+                    help="mixed precision: forward and loss under torch.autocast to bfloat16 (the engine's --bf16)")
     args = ap.parse_args(argv)
+    if args.tf32 and args.bf16:
+        ap.error("--tf32 and --bf16 are exclusive, as in the engine: pick one precision")
     modes = []
     for m in args.mode or ["all"]:
         for part in m.split(","):
@@ -510,7 +539,7 @@ def main(argv=None):
     print(f"pytorch {torch.__version__} on {device_name(device)}: {args.model}, batch {args.batch}, "
           f"{args.epochs} epochs, {args.optimizer} ({optimizer_impl(args, device)}), lr {args.lr}, momentum {args.momentum}, "
           f"weight decay {args.weight_decay}, "
-          f"seed {args.seed}, {data.n} train examples", flush=True)
+          f"seed {args.seed}, {data.n} train examples{', bf16 autocast' if args.bf16 else ''}", flush=True)
     runs = []
     for mode in args.modes:
         if mode in GRAPH_MODES and device.type != "cuda":
