@@ -33,8 +33,10 @@ struct CommonOptions {
   bool no_pdl = false;
   bool no_fused_head = false;
   bool tf32 = false;
+  bool bf16 = false;
 
-  ContextOptions context() const { return {device, threads, debug_sync, !no_pdl, tf32}; }
+  kernels::Math math() const { return tf32 ? kernels::Math::tf32 : bf16 ? kernels::Math::bf16 : kernels::Math::fp32; }
+  ContextOptions context() const { return {device, threads, debug_sync, !no_pdl, math()}; }
 };
 
 void add_common_options(CLI::App& cmd, CommonOptions& o);

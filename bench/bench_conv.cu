@@ -1,5 +1,5 @@
 // Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, in both math modes: fp32
-// (FFMA) and tf32 (Exec::tf32: operands rounded to TF32, tensor-core MMAs, fp32 sums).
+// (FFMA), tf32 and bf16 (Exec::math: operands rounded to TF32 or BF16, tensor-core MMAs, fp32 sums).
 //
 //   bench_conv [output-folder]      prints a table; with a folder also writes conv.csv there, which
 //                                   bench/conv_torch.py joins with PyTorch's (cuDNN) timings in the same
@@ -167,15 +167,16 @@ int main(int argc, char** argv) {
     };
     const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
     for (const auto& p : passes) {
-      for (const bool tf32 : {false, true}) {
-        exec.tf32 = tf32;
+      for (const int m : {kFp32, kTf32, kBf16}) {
+        using EngineMath = nt::kernels::Math;
+        exec.math = m == kTf32 ? EngineMath::tf32 : m == kBf16 ? EngineMath::bf16 : EngineMath::fp32;
         p.call();
         nt::kernels::synchronize(exec);
-        const double diff = relative_difference(p.out, refs.out[tf32][p.ref]);
+        const double diff = relative_difference(p.out, refs.out[m][p.ref]);
         const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
         const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
         const double gflops = flops / (us_graph * 1e3);
-        const char* math = tf32 ? "tf32" : "fp32";
+        const char* math = nt::profile::math_name(exec.math);
         std::printf("%-11s %-16s %-5s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, math, p.M, p.N, p.K, us,
                     us_graph, gflops, diff);
         char line[256];
@@ -184,7 +185,7 @@ int main(int argc, char** argv) {
         csv += line;
       }
     }
-    exec.tf32 = false;
+    exec.math = nt::kernels::Math::fp32;
     for (float* ptr : {x, w, dy, y, dx, dw, ws}) NT_CUDA_CHECK(cudaFree(ptr));
   }
 

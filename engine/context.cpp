@@ -59,7 +59,7 @@ Context::Context(const ContextOptions& options) {
   if (want_gpu) choice = choose_gpu(&device_, options.gpu);
   const bool gpu = choice.usable;
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", choice.why_not));
-  if (options.tf32 && !gpu)
+  if (options.math == kernels::Math::tf32 && !gpu)
     throw Error(
         cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? choice.why_not : "--device cpu was chosen"));
   if (!gpu) {
@@ -73,17 +73,18 @@ Context::Context(const ContextOptions& options) {
     kernels::cuda_set_device(device_.index);
     exec_.backend = kernels::Backend::cuda;
     exec_.stream = kernels::create_stream();
-    if (options.tf32 && !device_.has_tf32()) {
+    if (options.math != kernels::Math::fp32 && !device_.has_tf32()) {  // TF32 and BF16 MMAs both need sm_80 code
       const std::string arch = cat(device_.cc_major, device_.cc_minor);
-      throw Error(cat("--tf32: ", device_.name, " (sm_", arch, ") runs this build's ", device_.code_path(),
+      throw Error(cat(options.math == kernels::Math::tf32 ? "--tf32: " : "--bf16: ", device_.name, " (sm_", arch,
+                      ") runs this build's ", device_.code_path(),
                       device_.cc_major >= 8 ? "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + arch : ""));
     }
-    exec_.tf32 = options.tf32;
   } else {
     exec_.backend = kernels::Backend::cpu;
     pool_ = std::make_unique<kernels::ThreadPool>(options.threads);
     exec_.pool = pool_.get();
   }
+  exec_.math = options.math;  // BF16 on the CPU: its twin of the tensor cores' rounding (kernels/operand.h)
 }
 
 Context::~Context() {
@@ -95,10 +96,14 @@ std::string Context::describe() const {
   if (on_cuda()) {
     s << "cuda:" << device_.index << " " << device_.name << " (" << device_.sm_count << " SMs, " << std::fixed
       << std::setprecision(1) << static_cast<double>(device_.total_memory) / (1u << 30) << " GiB, sm_"
-      << device_.cc_major << device_.cc_minor << ")" << (exec_.tf32 ? ", TF32 convolutions" : "");
+      << device_.cc_major << device_.cc_minor << ")";
   } else {
     s << "cpu (" << pool_->size() << " threads)";
   }
+  if (exec_.math == kernels::Math::tf32) s << ", TF32 convolutions";
+  if (exec_.math == kernels::Math::bf16)
+    s << (on_cuda() ? ", BF16 convolutions and Linear layers"
+                    : ", BF16 convolution and Linear operands (rounded as the GPU's tensor cores take them)");
   return s.str();
 }
 

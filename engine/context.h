@@ -16,8 +16,10 @@ struct ContextOptions {
   int threads = 0;                  // CPU threads, 0 = all cores
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA: programmatic dependent launch (--no-pdl turns it off)
-  bool tf32 = false;                // CUDA sm_80+: convolutions on TF32 tensor cores (--tf32; kernels/conv.h)
-  int gpu = 0;                      // CUDA: which GPU (a data-parallel rank takes the one of its local rank)
+  // What the convolutions' and GEMMs' products see (kernels/operand.h): fp32; TF32 convolutions (--tf32, CUDA sm_80+);
+  // or BF16 convolution and Linear operands (--bf16: CUDA sm_80+ tensor cores, or the CPU's twin of them).
+  kernels::Math math = kernels::Math::fp32;
+  int gpu = 0;  // CUDA: which GPU (a data-parallel rank takes the one of its local rank)
 };
 
 class Context {
@@ -29,7 +31,7 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const kernels::Exec& exec() const { return exec_; }
-  bool tf32() const { return exec_.tf32; }  // the convolutions' math: TF32 tensor cores, else fp32
+  kernels::Math math() const { return exec_.math; }
   kernels::Backend backend() const { return exec_.backend; }
   bool on_cuda() const { return exec_.on_cuda(); }
   const kernels::DeviceInfo& device_info() const { return device_; }

@@ -9,11 +9,12 @@
 //   x, dx (N,C,H,W)   w, dw (K,C,R,S)   bias, dbias (K)   y, dy (N,K,P,Q), P = (H+2·pad−R)/stride + 1 (0 if negative)
 // Every output is written with `=` (never accumulated); the outputs must not alias the inputs.
 // Numerics: fp32 products summed in fp32, each output's sum in one fixed order on a given backend and device,
-// so results are bit-reproducible run to run (no atomics). With Exec::tf32 (CUDA, sm_80+; PyTorch's default
+// so results are bit-reproducible run to run (no atomics). With Exec::math TF32 (CUDA, sm_80+; PyTorch's default
 // for cuDNN convolutions, torch.backends.cudnn.allow_tf32) every product's two operands are first rounded to
 // TF32 (kernels/tf32.h: round_to_tf32) and the GEMM passes multiply on tensor cores; sums stay fp32, dbias
-// is an fp32 sum of the unrounded dy. The CPU backend always computes in fp32; its reference for a TF32
-// pass is the fp32 pass on operands rounded by round_to_tf32 (products of TF32 values are exact in fp32).
+// is an fp32 sum of the unrounded dy. With BF16 (--bf16) the operands are rounded to BF16 and dbias sums the
+// rounded dy (kernels/operand.h). The CPU twin of either mode is the fp32 pass on operands rounded the same way
+// (products of TF32 or BF16 values are exact in fp32).
 // Any sizes >= 0 (an empty output launches nothing; an empty sum writes 0, or the bias).
 //
 // Workspace: the CUDA passes split long sums (K of their GEMM) over several blocks and reduce the partial

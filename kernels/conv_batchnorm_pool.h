@@ -1,10 +1,10 @@
 // Fused convolution stem (conv_batchnorm_pool_*): a model's first convolution, when it has few taps and no
 // bias (conv_batchnorm_pool_fits: C·R·S <= 32 taps and a zero-padded image of at most 8192 values), then
 // batchnorm_pool_* (kernels/batchnorm.h) on its output, as one op that never writes that output (n, K, P, Q): the
-// GPU recomputes each value from x's C·R·S taps (the direct convolution's arithmetic, TF32 with Exec::tf32)
-// wherever the BatchNorm reads one, and takes the statistics and the weight gradient from moments of x's patches
-// (kernels/cuda/conv_batchnorm_pool.cu). With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx of
-// batchnorm_pool_backward:
+// GPU recomputes each value from x's C·R·S taps (the direct convolution's arithmetic, its operands rounded as
+// Exec::math says) wherever the BatchNorm reads one, and takes the statistics and the weight gradient from moments of
+// x's patches (kernels/cuda/conv_batchnorm_pool.cu). With conv = conv2d_forward(x, w) (kernels/conv.h) and dconv the dx
+// of batchnorm_pool_backward:
 //   forward_train / forward_eval  y, argmax = batchnorm_pool_*(conv): the statistics and running statistics
 //                  of conv, argmax an index into conv's (P, Q) plane
 //   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a

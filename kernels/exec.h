@@ -21,13 +21,18 @@ enum class Backend { cpu, cuda };
 
 class ThreadPool;
 
+using Math = profile::Math;
+
 struct Exec {
   Backend backend = Backend::cpu;
   void* stream = nullptr;           // cudaStream_t of the CUDA backend; unused on the CPU
   ThreadPool* pool = nullptr;       // CPU worker threads; nullptr runs on the calling thread alone
   bool debug_sync = false;          // CUDA: synchronize and check after every launch
   bool programmatic_launch = true;  // CUDA sm_90+: a kernel may launch while its predecessor runs (launch.cuh)
-  bool tf32 = false;  // CUDA sm_80+: convolutions round their operands to TF32 for tensor cores (kernels/conv.h)
+  // What the products of the convolutions and GEMMs see (kernels/operand.h): fp32; TF32 operands for the
+  // convolutions (CUDA sm_80+, tensor cores); or BF16 operands for the convolutions and GEMMs (mixed precision, as
+  // PyTorch's autocast: on CUDA sm_80+ tensor cores, on the CPU the same rounding as its twin). Sums stay fp32.
+  Math math = Math::fp32;
   profile::LaunchObserver* observer = nullptr;  // profiler hook; nullptr = profiling off
 
   bool on_cuda() const { return backend == Backend::cuda; }

@@ -1,7 +1,7 @@
 // TF32, the tensor cores' fp32 input format: fp32's sign and 8-bit exponent with 10 of its 23 mantissa bits.
 //
 // round_to_tf32 is the twin of PTX's cvt.rna.tf32.f32, which the CUDA convolutions apply to each operand
-// element under Exec::tf32 (kernels/cuda/mma_tf32.cuh; a GPU test checks that the two agree bit for bit):
+// element under Exec::math TF32 (kernels/cuda/mma_tf32.cuh; a GPU test checks that the two agree bit for bit):
 // round to nearest, ties away from zero, the result still an fp32 bit pattern whose low 13 bits are zero.
 // Adding half of the dropped range (0x1000) to the magnitude bits and truncating does exactly that, a carry
 // into the exponent included (the largest values round to infinity); infinities and NaNs pass unchanged.
@@ -18,7 +18,7 @@
 
 namespace nt::kernels {
 
-// Host and device (the CUDA kernels that multiply on the FMA units under Exec::tf32 round with it as well).
+// Host and device (the CUDA kernels that multiply on the FMA units under Exec::math TF32 round with it as well).
 #if defined(__CUDACC__)
 __host__ __device__
 #endif

@@ -18,12 +18,17 @@
 //   dw, dbias: per chunk of kQChunk output columns, lane j = q − q0 sums over (n, p) ascending; the lanes
 //       are then added j ascending and the chunks q0 ascending.
 // So the results do not depend on the thread count. The f64 ops are the same templates in double.
+// Exec::math TF32 or BF16 (the GPU's tensor-core formats): the same loops on rounded copies of x, w and dy
+// (kernels/cpu/rounded_operands.h). Under BF16 dbias then sums the rounded dy, as the GPU's does; under TF32 the
+// unrounded one (kernels/operand.h says why).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/conv.h"
 #include "kernels/cpu/op_scope.h"
+#include "kernels/cpu/rounded_operands.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace nt::kernels::cpu {
@@ -252,7 +257,8 @@ void bias_grad_task(const Conv2dShape& s, const T* dy, T* dbias, int k) {
 }
 
 template <class T>
-void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, T* dw, T* dbias) {
+void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, const T* dy, const T* dy_summed, T* dw,
+                          T* dbias) {
   if (s.k == 0) return;
   const int P = s.p(), Q = s.q();
   const double bytes =
@@ -264,24 +270,47 @@ void backward_weight_impl(const Exec& exec, const Conv2dShape& s, const T* x, co
       backward_weight_task(s, x, dy, dw, static_cast<int>(t / s.c) * kBlock, static_cast<int>(t % s.c));
     });
   }
-  if (dbias) parallel_for(exec.pool, s.k, [&](int64_t k) { bias_grad_task(s, dy, dbias, static_cast<int>(k)); });
+  if (dbias) parallel_for(exec.pool, s.k, [&](int64_t k) { bias_grad_task(s, dy_summed, dbias, static_cast<int>(k)); });
 }
 
 }  // namespace
 
+// The operands as the products see them: themselves (fp32, f64), or rounded copies (Exec::math TF32 or BF16).
+template <class T>
+struct Operands {
+  const T *x, *w, *dy;
+  const T* dy_summed;  // what dbias sums: the rounded dy under BF16, else dy itself
+};
+template <class T>
+Operands<T> operands(const Exec& exec, const Conv2dArgs<T>& a, bool x, bool w, bool dy) {
+  Operands<T> o{a.x, a.w, a.dy, a.dy};
+  if constexpr (std::is_same_v<T, float>) {
+    if (exec.math == Math::fp32) return o;
+    const Conv2dShape& s = a.shape;
+    if (x) o.x = rounded_copy(a.x, s.x_size(), exec.math, 0);
+    if (w) o.w = rounded_copy(a.w, s.w_size(), exec.math, 1);
+    if (dy) o.dy = rounded_copy(a.dy, s.y_size(), exec.math, 2);
+    if (exec.math == Math::bf16) o.dy_summed = o.dy;
+  }
+  return o;
+}
+
 // The workspace and the statistics are the GPU's (the CPU needs no workspace and leaves no statistics).
 template <class T>
 int conv2d_forward(const Exec& exec, const Conv2dArgs<T>& a) {
-  forward_impl(exec, a.shape, a.x, a.w, a.bias, a.y);
+  const Operands<T> o = operands(exec, a, /*x=*/true, /*w=*/true, /*dy=*/false);
+  forward_impl(exec, a.shape, o.x, o.w, a.bias, a.y);
   return 0;  // no statistics: the BatchNorm computes its own
 }
 template <class T>
 void conv2d_backward_data(const Exec& exec, const Conv2dArgs<T>& a) {
-  backward_data_impl(exec, a.shape, a.dy, a.w, a.dx);
+  const Operands<T> o = operands(exec, a, /*x=*/false, /*w=*/true, /*dy=*/true);
+  backward_data_impl(exec, a.shape, o.dy, o.w, a.dx);
 }
 template <class T>
 void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<T>& a) {
-  backward_weight_impl(exec, a.shape, a.x, a.dy, a.dw, a.dbias);
+  const Operands<T> o = operands(exec, a, /*x=*/true, /*w=*/false, /*dy=*/true);
+  backward_weight_impl(exec, a.shape, o.x, o.dy, o.dy_summed, a.dw, a.dbias);
 }
 template <class T>
 bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a) {

@@ -30,6 +30,8 @@
 // torch.relu; relu_mask selects (mask > 0 ? v : 0) rather than multiplying, so the gradient is exactly 0
 // where the ReLU was off. No -ffast-math: reassociation would break the fixed order and NaN handling.
 // C must not alias A, B, bias or mask.
+// Exec::math BF16 (kernels/operand.h): the same GEMM on rounded copies of A and B (kernels/cpu/rounded_operands.h),
+// so the row sums are of the rounded op(A), as the GPU's are.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "kernels/cpu/op_scope.h"
+#include "kernels/cpu/rounded_operands.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/gemm.h"
 
@@ -397,10 +400,22 @@ bool choose_transposed(const GemmDesc& d, const Variant& v) {
   return as_ct < as_c;
 }
 
+size_t stored_extent(int rows, int cols, int ld) { return rows == 0 || cols == 0 ? 0 : size_t(rows - 1) * ld + cols; }
+
 }  // namespace
 
 template <>
 void gemm(const Exec& exec, const GemmArgs<float>& d) {
+  if (gemm_rounds_operands(exec.math)) {
+    GemmArgs<float> rounded = d;
+    rounded.A =
+        rounded_copy(d.A, d.trans_a ? stored_extent(d.K, d.M, d.lda) : stored_extent(d.M, d.K, d.lda), exec.math, 0);
+    rounded.B =
+        rounded_copy(d.B, d.trans_b ? stored_extent(d.N, d.K, d.ldb) : stored_extent(d.K, d.N, d.ldb), exec.math, 1);
+    Exec fp32 = exec;
+    fp32.math = Math::fp32;
+    return cpu::gemm<float>(fp32, rounded);
+  }
   const double M = d.M, N = d.N, K = d.K;
   OpScope scope(exec, gemm_kernel_name(d.epilogue), {4 * (M * K + K * N + M * N), 2 * M * N * K});
   if (d.M == 0) return;

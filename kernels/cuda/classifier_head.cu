@@ -37,6 +37,11 @@
 // rank 0 adds the 8 blocks' losses and hits, in rank order, to the device-resident counters. A last
 // cluster barrier, so that no block leaves while another still reads its shared memory.
 //
+// BF16 (Exec::math, kernels/operand.h): x and W are rounded as they are staged, and each dlogit where the products
+// (and db) read it, so every product multiplies the operands the CPU twin's GEMMs round; the dlogits written, the
+// loss and the bias stay fp32. The dx mask then tests the rounded x, which differs from x's sign only below BF16's
+// smallest subnormal (2^-133).
+//
 // Limit: the shared memory grows with the rows per block (B/8); where it exceeds what a block can have,
 // the unfused ops run instead.
 #include <climits>
@@ -48,6 +53,7 @@
 #include "kernels/classifier_head.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/warp_reduce.cuh"
+#include "kernels/operand.h"
 
 // The kernel's helpers are unreferenced in the device passes for GPUs without clusters, where its body is a stub
 // (NT_CLUSTERS): nvcc's "declared but never referenced" there says nothing about the code that runs.
@@ -99,6 +105,15 @@ __device__ __forceinline__ float4 load_row4(const float* row, int k, int n, bool
   return v;
 }
 
+// Four staged values as the products see them: themselves, or rounded to BF16.
+template <bool RoundBf16>
+__device__ __forceinline__ float4 operand4(float4 v) {
+  if constexpr (RoundBf16)
+    return make_float4(round_to_bf16(v.x), round_to_bf16(v.y), round_to_bf16(v.z), round_to_bf16(v.w));
+  return v;
+}
+
+template <bool RoundBf16>
 __device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, int ldw, float* sW) {
   const int K = h.K, K4 = ldw / 4, total = (h.C + rows) * K4;
   const bool vec =
@@ -115,7 +130,7 @@ __device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, int 
 #pragma unroll
     for (int j = 0; j < kStageBatch; ++j) {
       const int e = base + j * kThreads;
-      if (e < total) s4[e] = v[j];
+      if (e < total) s4[e] = operand4<RoundBf16>(v[j]);
     }
   }
 }
@@ -138,7 +153,7 @@ __device__ __forceinline__ void store_row4(float* row, int k, int n, float4 v, b
 
 // Phase 1 for row b, by one warp (see the top of the file). xr: the row in shared memory (ldw floats);
 // dl: its dlogits slot (C floats). vec_dx: dx rows are 16-byte aligned.
-template <int MaxC>
+template <int MaxC, bool RoundBf16>
 __device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const float* sW, int ldw, const float* xr,
                          float* dl, bool vec_dx, RowTotals& totals) {
   const int K = h.K, C = h.C, K4 = ldw / 4;
@@ -186,11 +201,12 @@ __device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const flo
   if (!h.dlogits) return;
 
   const float d = in_row ? (e / s - (lane == label ? 1.f : 0.f)) / static_cast<float>(h.B) : 0.f;
-  if (in_row) h.dlogits[int64_t(b) * C + lane] = d, dl[lane] = d;
+  const float d_operand = RoundBf16 ? round_to_bf16(d) : d;  // what the products and db see
+  if (in_row) h.dlogits[int64_t(b) * C + lane] = d, dl[lane] = d_operand;
   if (!h.dx) return;
   float dls[MaxC];  // the row's dlogits, in every lane
 #pragma unroll
-  for (int c = 0; c < MaxC; ++c) dls[c] = __shfl_sync(kFullMask, d, c);
+  for (int c = 0; c < MaxC; ++c) dls[c] = __shfl_sync(kFullMask, d_operand, c);
   float* dx = h.dx + int64_t(b) * K;  // dx: (K) this row's input gradient
   for (int q = lane; q < K4; q += kWarpSize) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -230,7 +246,8 @@ struct BlockTotals {
   long long hits;
 };
 
-template <int MaxC>
+// RoundBf16: Exec::math BF16 (a template parameter, so that the fp32 kernel's code is what it was).
+template <int MaxC, bool RoundBf16>
 __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads)
     classifier_head_kernel(ClassifierHeadArgs h, StampRing stamps) {
   begin_dependent_kernel(stamps);
@@ -252,13 +269,13 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   float* sW = smem;                    // (C, ldw); in training later the partial dW (C, ldw)
   float* sx = smem + layout.w_floats;  // (r1 - r0, ldw)
   float* sdl = sx + layout.x_floats;   // (r1 - r0, C), then the partial db (C); training only
-  stage_inputs(h, r0, r1 - r0, ldw, sW);
+  stage_inputs<RoundBf16>(h, r0, r1 - r0, ldw, sW);
   __syncthreads();
 
   const bool vec_dx = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dx) % 16 == 0;
   RowTotals totals;
   for (int b = r0 + warp; b < r1; b += kWarps)
-    head_row<MaxC>(h, b, lane, sW, ldw, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
+    head_row<MaxC, RoundBf16>(h, b, lane, sW, ldw, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
   if (lane == 0) warp_loss[warp] = totals.loss, warp_hits[warp] = totals.hits;
   __syncthreads();  // sW is free; sdl and the warp totals are complete
 
@@ -321,8 +338,12 @@ void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   NT_CHECK(classifier_head_fits(h.C, h.K), "classifier head: ", h.C, " classes of ", h.K,
            " inputs; the CUDA kernel serves 1..", kHeadMaxClasses, " classes and (C*K + C)*4 <= ", kHeadMaxSharedBytes,
            " bytes");
-  auto kernel = h.C <= 16 ? classifier_head_kernel<16> : classifier_head_kernel<kHeadMaxClasses>;
-  static const bool runs = cluster_kernels_run(classifier_head_kernel<16>);
+  const bool bf16 = gemm_rounds_operands(exec.math);
+  auto kernel =
+      h.C <= 16
+          ? (bf16 ? classifier_head_kernel<16, true> : classifier_head_kernel<16, false>)
+          : (bf16 ? classifier_head_kernel<kHeadMaxClasses, true> : classifier_head_kernel<kHeadMaxClasses, false>);
+  static const bool runs = cluster_kernels_run(classifier_head_kernel<16, false>);
   const bool backward = h.dweight != nullptr;
   const size_t smem = HeadSmem(h.B, h.K, h.C, backward).bytes();
   // Where the kernel cannot run (no clusters) or a large batch's rows overflow shared memory: the unfused ops.

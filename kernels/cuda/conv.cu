@@ -1,5 +1,6 @@
-// 2-D convolution on the GPU as implicit GEMM, deterministic: fp32 SIMT (FFMA), or with Exec::tf32 TF32 tensor
-// cores (conv_mma_kernel; the direct kernels then round their operands the same way, kernels/tf32.h).
+// 2-D convolution on the GPU as implicit GEMM, deterministic: fp32 SIMT (FFMA), or with Exec::math TF32 or BF16 on
+// tensor cores (conv_mma_kernel, the channels-last kernel; the direct kernels then round their operands the same way,
+// kernels/operand.h).
 // The passes' operand gathers and stores, and ConvArgs, are in kernels/cuda/conv_passes.cuh (shared with
 // conv_direct.cu, the kernels of few taps). The ops take Conv2dArgs (kernels/conv.h) and fill a ConvArgs per pass.
 //
@@ -68,6 +69,7 @@
 #include <optional>
 #include <utility>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda/conv_channels_last.cuh"
 #include "kernels/cuda/conv_epilogue.cuh"
 #include "kernels/cuda/conv_halo.cuh"
@@ -98,7 +100,7 @@ using ConvNarrowGrouped = TileConfig<32, 64, 32, 4, 4, 3, 2>;  // 256 threads, 2
 using ConvSmallGrouped = TileConfig<32, 32, 64, 4, 4, 3, 4>;   // 256 threads, 36.9 KB: Small's warps x 4 k-groups
 using ConvTallGrouped = TileConfig<64, 32, 48, 8, 4, 3, 3>;    // 192 threads, 39.9 KB: 8x4 per thread, 3 k-groups
 using ConvWideGrouped = TileConfig<32, 64, 48, 4, 8, 3, 3>;    // 192 threads, 39.9 KB: 4x8 per thread, 3 k-groups
-// TF32 tensor-core tiles (Exec::tf32), 4 warps each, BK 32: warp pieces 32×32, 32×16, 16×32, 16×16.
+// Tensor-core tiles (Exec::math TF32 or BF16), 4 warps each, BK 32: warp pieces 32×32, 32×16, 16×32, 16×16.
 using ConvMma64x64 = mma_tf32::MmaConfig<64, 64, 2, 2>;  // 36.9 KB smem
 using ConvMma64x32 = mma_tf32::MmaConfig<64, 32, 2, 2>;  // 27.6 KB
 using ConvMma32x64 = mma_tf32::MmaConfig<32, 64, 2, 2>;  // 27.6 KB
@@ -255,13 +257,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) conv_gemm_kern
   if (row_sums && m0 + threadIdx.x < a.M) store_row_sum(a, part, m0 + threadIdx.x, row_sum);
 }
 
-// ---- the TF32 tensor-core kernel (Exec::tf32) ----------------------------------------------------------------
+// ---- the tensor-core kernel (Exec::math TF32 or BF16) ---------------------------------------------------------
 
 // The same GEMM, operand addressing, two-stage register prefetch and epilogue as conv_gemm_kernel; the slabs are
 // stored as rows of k (As[m][k], Bs[n][k], row stride Cfg::kLd: a loader warp writes 32 consecutive k of one
 // row, 32 banks) and multiplied by m16n8k8 TF32 MMAs (kernels/cuda/mma_tf32.cuh). The MMAs make the multiply
 // nearly free, so what is left is the gathers and their latency (docs/conv.md: tried with cp.async, slower).
-template <class Cfg, class Pass>
+// kMath: the operands rounded to TF32 as the fragments are loaded, or to BF16 (Exec::math) as the slabs are stored
+// (once per element and block, and what backward_weight's dbias sums), then multiplied exactly by the same TF32 MMAs.
+template <class Cfg, class Pass, Math kMath>
 __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a, StampRing stamps) {
   begin_kernel(a.overlaps_previous, stamps);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads, kLd = Cfg::kLd;
@@ -299,19 +303,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) conv_mma_kernel(ConvArgs a, Sta
   auto store_slab = [&](int st) {
     float* As = stage_a(st);
     float* Bs = stage_b(st);
+    constexpr bool kBf16 = kMath == Math::bf16;
 #pragma unroll
-    for (int j = 0; j < kElemsA; ++j) As[(rl + j * kRowStep) * kLd + kl] = a_next[j];
+    for (int j = 0; j < kElemsA; ++j) As[(rl + j * kRowStep) * kLd + kl] = kBf16 ? round_to_bf16(a_next[j]) : a_next[j];
 #pragma unroll
-    for (int j = 0; j < kElemsB; ++j) Bs[(rl + j * kRowStep) * kLd + kl] = b_next[j];
+    for (int j = 0; j < kElemsB; ++j) Bs[(rl + j * kRowStep) * kLd + kl] = kBf16 ? round_to_bf16(b_next[j]) : b_next[j];
   };
 
   run_two_stages(slab_begin, n_slabs, load_slab, store_slab, [&](int cur) {
     const float* As = stage_a(cur);
-    if (row_sums) {  // dbias in fp32, from the unrounded dy
+    if (row_sums) {  // dbias in fp32, from dy as the slab holds it: rounded under BF16, not under TF32 (operand.h)
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) row_sum += As[threadIdx.x * kLd + kk];
     }
-    mma_tf32::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
+    constexpr auto kFragments = kMath == Math::bf16 ? mma_tf32::Rounding::staged : mma_tf32::Rounding::tf32;
+    mma_tf32::multiply_slab<Cfg, kFragments>(acc, As, stage_b(cur), wm, wn);
   });
   end_kernel(a.overlaps_previous, stamps);
 
@@ -552,7 +558,10 @@ Plan choose_mma_plan(int M, int N, int K) {
   return plan;
 }
 
-Plan choose_plan(int M, int N, int K, bool tf32) { return tf32 ? choose_mma_plan(M, N, K) : choose_fp32_plan(M, N, K); }
+// Under TF32 and BF16 alike the MMA tiles (their operands rounded as Exec::math says); else the FFMA tiles.
+Plan choose_plan(int M, int N, int K, Math math) {
+  return math == Math::fp32 ? choose_fp32_plan(M, N, K) : choose_mma_plan(M, N, K);
+}
 
 // The three GEMMs of a shape.
 struct PassGemm {
@@ -564,21 +573,22 @@ PassGemm backward_weight_gemm(const Conv2dShape& s) {
   return {.M = s.k, .N = s.c * s.r * s.s, .K = s.n * s.p() * s.q()};
 }
 
-// Either math mode's plan: the workspace serves both (Exec::tf32 is the caller's to change between calls).
+// Every math mode's plan: the workspace serves them all (Exec::math is the caller's to change between calls).
 size_t split_floats(const PassGemm& g, int extra_rows) {
   if (g.M == 0 || g.N + extra_rows == 0) return 0;
-  const int split = std::max(choose_plan(g.M, g.N, g.K, false).split, choose_plan(g.M, g.N, g.K, true).split);
+  const int split =
+      std::max(choose_plan(g.M, g.N, g.K, Math::fp32).split, choose_plan(g.M, g.N, g.K, Math::tf32).split);
   return split > 1 ? size_t(split) * (size_t(g.M) * g.N + size_t(extra_rows)) : 0;
 }
 
 ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g);
 
 // ---- the channels-last plan (kernels/cuda/conv_channels_last.cu) -------------------------------------------
-// With TF32, a forward whose input channels are a multiple of 4 (and that is no direct kernel's), and a backward_data
-// at stride 1 whose output channels are, run on the channels-last kernel: its operands staged channels-last by one
-// kernel, then 16-byte copies in a 4-stage pipeline (docs/conv.md, 'Tensor cores that are fed'). It has no split-K,
-// so it is taken only where its tiles give every SM a block (channels_last::kMinTiles); fewer tiles keep the implicit
-// GEMM, which splits Kg to fill the GPU. Like every plan here, this depends on the shape only.
+// With TF32 (BF16), a forward whose input channels are a multiple of 4 (8) and that is no direct kernel's, and a
+// backward_data at stride 1 whose output channels are, run on the channels-last kernel in that format: its operands
+// staged channels-last by one kernel, then 16-byte copies in a 4-stage pipeline (docs/conv.md, 'Tensor cores that are
+// fed'). It has no split-K, so it is taken only where its tiles give every SM a block (channels_last::kMinTiles); fewer
+// tiles keep the implicit GEMM, which splits Kg to fill the GPU. Like every plan here, this depends on the shape only.
 
 // The forward convolution the channels-last kernel runs for a pass: the forward itself, or backward_data at stride 1
 // as the forward of dy (N, K, P, Q) with the flipped filters (C, K, R, S) and pads R−1−pad and S−1−pad, whose
@@ -593,18 +603,21 @@ ConvArgs channels_last_args(const Exec& exec, const Conv2dShape& s, bool backwar
   return a;
 }
 
-std::optional<channels_last::Tile> channels_last_plan(const Conv2dShape& s, bool backward_data) {
-  if (backward_data ? s.stride != 1 : direct_taps(s)) return std::nullopt;
+std::optional<channels_last::Tile> channels_last_plan(const Conv2dShape& s, bool backward_data, Math math) {
+  if (math == Math::fp32 || (backward_data ? s.stride != 1 : direct_taps(s))) return std::nullopt;
+  const auto format = math == Math::bf16 ? channels_last::Format::bf16 : channels_last::Format::tf32;
   const ConvArgs f = channels_last_args(Exec{}, s, backward_data);
-  if (!channels_last::serves(f)) return std::nullopt;
-  const channels_last::Tile tile = channels_last::choose_tile(f.M, f.N);
+  if (!channels_last::serves(f, format)) return std::nullopt;
+  channels_last::Tile tile = channels_last::choose_tile(f.M, f.N);
   if (channels_last::tiles(tile, f.M, f.N) < channels_last::kMinTiles) return std::nullopt;
+  tile.format = format;
   return tile;
 }
 
-// The staged operands' floats where the plan takes the channels-last kernel for the pass (with TF32), else 0.
+// The staged operands' floats where the plan takes the channels-last kernel for the pass in some math mode, else 0
+// (TF32's: BF16 stages the same operands in half the bytes, and serves fewer shapes).
 size_t channels_last_floats(const Conv2dShape& s, bool backward_data) {
-  return channels_last_plan(s, backward_data)
+  return channels_last_plan(s, backward_data, Math::tf32)
              ? channels_last::staging_floats(channels_last_args(Exec{}, s, backward_data))
              : 0;
 }
@@ -636,7 +649,7 @@ void check_shape(const Conv2dShape& s) {
 
 ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g) {
   ConvArgs a{};
-  a.tf32 = exec.tf32;
+  a.math = exec.math;
   a.n = s.n, a.c = s.c, a.h = s.h, a.w = s.w, a.k = s.k, a.r = s.r, a.s = s.s, a.stride = s.stride, a.pad = s.pad;
   a.p = s.p(), a.q = s.q();
   a.hw = s.h * s.w, a.pq = a.p * a.q, a.rs = s.r * s.s, a.chw = s.c * a.hw, a.kpq = s.k * a.pq;
@@ -670,7 +683,9 @@ void launch_mma_tile(const Exec& exec, const char* name, const profile::OpCost& 
   require_tf32_code(name);
   Exec placed = exec;
   placed.programmatic_launch = exec.programmatic_launch && a.overlaps_previous;
-  launch(placed, name, cost, conv_mma_kernel<Cfg, Pass>, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
+  const auto kernel =
+      exec.math == Math::bf16 ? conv_mma_kernel<Cfg, Pass, Math::bf16> : conv_mma_kernel<Cfg, Pass, Math::tf32>;
+  launch(placed, name, cost, kernel, tile_grid<Cfg>(a), dim3(Cfg::kThreads), 0, a);
 }
 
 // ---- stride 1 on TF32 tensor cores from a halo tile (kernels/cuda/conv_halo.cuh) ------------------------------
@@ -694,7 +709,7 @@ halo::Args halo_backward_data_args(const Conv2dShape& s, const float* dy, const 
 // The halo kernel serves a pass in TF32 at stride 1 where its padded source row fits the tile (halo_plan). The
 // kernel lab's only: slower than the implicit GEMM at the cnn's shapes (conv_halo.cuh, docs/conv.md).
 halo::Plan halo_plan_for(const Exec& exec, const Conv2dShape& s, const halo::Args& a, int bm = 0) {
-  if (!exec.tf32 || s.stride != 1) return {};
+  if (exec.math != Math::tf32 || s.stride != 1) return {};
   return halo::halo_plan(a, bm);
 }
 
@@ -729,7 +744,7 @@ void launch_split_reduce(const Exec& exec, const char* reduce_name, const ConvAr
 template <class Pass>
 ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, double flops, double bytes,
                      float* workspace, const Plan* forced = nullptr) {
-  const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K, exec.tf32);
+  const Plan plan = forced ? *forced : choose_plan(a.M, a.N, a.K, exec.math);
   const int slabs = (a.K + slab_depth(plan.tile) - 1) / slab_depth(plan.tile);
   a.split = plan.split;
   a.slabs_per_split = (slabs + plan.split - 1) / plan.split;
@@ -739,7 +754,9 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
   const bool tensor_cores = plan.tile >= Tile::mma_64x64;  // the MMA and halo tiles
   const profile::OpCost cost{.bytes = bytes,
                              .flops = flops,
-                             .math = tensor_cores ? profile::Math::tf32 : profile::Math::fp32,
+                             .math = !tensor_cores             ? Math::fp32
+                                     : exec.math == Math::bf16 ? Math::bf16
+                                                               : Math::tf32,
                              .overlaps_previous = a.overlaps_previous};
   switch (plan.tile) {
     case Tile::medium:
@@ -805,11 +822,11 @@ void run_pass(const Exec& exec, const char* name, const char* reduce_name, ConvA
 
 // The chunks of the forward's epilogue statistics for one math mode: the plan's column tiles, where it runs
 // the implicit GEMM without a split; else 0.
-int statistics_chunks(const Conv2dShape& s, bool tf32) {
+int statistics_chunks(const Conv2dShape& s, Math math) {
   const PassGemm g = forward_gemm(s);
   if (direct_taps(s) || g.M == 0 || g.N == 0) return 0;
-  if (const auto tile = tf32 ? channels_last_plan(s, false) : std::nullopt) return (g.N + tile->bn - 1) / tile->bn;
-  const Plan plan = choose_plan(g.M, g.N, g.K, tf32);
+  if (const auto tile = channels_last_plan(s, false, math)) return (g.N + tile->bn - 1) / tile->bn;
+  const Plan plan = choose_plan(g.M, g.N, g.K, math);
   if (plan.split != 1) return 0;
   return (g.N + tile_extent(plan.tile).second - 1) / tile_extent(plan.tile).second;
 }
@@ -832,8 +849,10 @@ double conv_flops(const Conv2dShape& s) { return 2.0 * s.n * s.k * s.p() * s.q()
 double conv_bytes(const Conv2dShape& s) {
   return 4.0 * (double(s.n) * s.c * s.h * s.w + double(s.k) * s.c * s.r * s.s + double(s.n) * s.k * s.p() * s.q());
 }
-profile::OpCost tf32_cost(const Conv2dShape& s) {
-  return profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s), .math = profile::Math::tf32};
+profile::OpCost tensor_core_cost(const Conv2dShape& s, channels_last::Format format) {
+  return profile::OpCost{.bytes = conv_bytes(s),
+                         .flops = conv_flops(s),
+                         .math = format == channels_last::Format::bf16 ? Math::bf16 : Math::tf32};
 }
 
 // One forward (or, flipped, backward_data) on the channels-last kernel: its operands staged into `workspace`, then
@@ -865,8 +884,8 @@ void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const
   float *x_cl = workspace + layout.input_at, *dy_cl = workspace + layout.source_at;
   channels_last::stage(exec, channels_last_args(exec, s, true), kTf32, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x,
                        x_cl);
-  channels_last::weight_gradient(exec, "conv2d_backward_weight", tf32_cost(s), make_args(exec, s, forward_gemm(s)),
-                                 dy_cl, x_cl, dw, workspace, plan);
+  channels_last::weight_gradient(exec, "conv2d_backward_weight", tensor_core_cost(s, kTf32),
+                                 make_args(exec, s, forward_gemm(s)), dy_cl, x_cl, dw, workspace, plan);
   const PassGemm gw = backward_weight_gemm(s);
   ConvArgs wa = make_args(exec, s, gw);
   wa.out = dw, wa.split = plan.split, wa.partial = workspace, wa.partial_stride = gw.M * gw.N;
@@ -877,7 +896,9 @@ void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const
 
 size_t conv2d_statistics_floats(const Conv2dShape& s) {
   return most_over_batches(s, [](const Conv2dShape& t) {  // either math mode
-    return size_t(3) * size_t(t.k) * std::max(statistics_chunks(t, false), statistics_chunks(t, true));
+    return size_t(3) * size_t(t.k) *
+           std::max(
+               {statistics_chunks(t, Math::fp32), statistics_chunks(t, Math::tf32), statistics_chunks(t, Math::bf16)});
   });
 }
 
@@ -894,10 +915,11 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
     launch_direct_forward(exec, profile::OpCost{.bytes = conv_bytes(s), .flops = conv_flops(s)}, a);
     return 0;
   }
-  const int chunks = args.statistics ? statistics_chunks(s, exec.tf32) : 0;
+  const int chunks = args.statistics ? statistics_chunks(s, exec.math) : 0;
   a.stats = chunks > 0 ? args.statistics : nullptr;
-  if (const auto tile = exec.tf32 ? channels_last_plan(s, false) : std::nullopt) {
-    run_channels_last(exec, tf32_cost(s), a, args.x, args.w, /*flipped=*/false, args.workspace, *tile);
+  if (const auto tile = channels_last_plan(s, false, exec.math)) {
+    run_channels_last(exec, tensor_core_cost(s, tile->format), a, args.x, args.w, /*flipped=*/false, args.workspace,
+                      *tile);
     return chunks;
   }
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
@@ -910,10 +932,11 @@ void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   check_shape(s);
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
-  if (const auto tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt) {
+  if (const auto tile = channels_last_plan(s, true, exec.math)) {
     ConvArgs f = channels_last_args(exec, s, true);
     f.out = args.dx;
-    return run_channels_last(exec, tf32_cost(s), f, args.dy, args.w, /*flipped=*/true, args.workspace, *tile);
+    return run_channels_last(exec, tensor_core_cost(s, tile->format), f, args.dy, args.w, /*flipped=*/true,
+                             args.workspace, *tile);
   }
   ConvArgs a = make_args(exec, s, g);
   a.a_src = args.w, a.b_src = args.dy, a.out = args.dx;
@@ -961,12 +984,12 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   float* data_workspace = workspace ? workspace + align4(split_floats(gw, s.k)) : nullptr;
   // backward_data on the channels-last kernel: its operands are staged first, before backward_weight's GEMM, so that
   // what runs beside that GEMM reads only what kernels before it wrote.
-  const auto channels_last_tile = exec.tf32 ? channels_last_plan(s, true) : std::nullopt;
+  const auto channels_last_tile = channels_last_plan(s, true, exec.math);
   ConvArgs flipped{};
   if (channels_last_tile) {
     flipped = channels_last_args(exec, s, true);
     flipped.out = dx;
-    channels_last::stage(exec, flipped, kTf32, dy, w, /*flipped=*/true, data_workspace);
+    channels_last::stage(exec, flipped, channels_last_tile->format, dy, w, /*flipped=*/true, data_workspace);
   }
   ConvArgs wa = make_args(exec, s, gw);
   wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
@@ -975,7 +998,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   if (channels_last_tile) {
     flipped.overlaps_previous =
         exec.programmatic_launch && channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
-    profile::OpCost cost = tf32_cost(s);
+    profile::OpCost cost = tensor_core_cost(s, channels_last_tile->format);
     cost.overlaps_previous = flipped.overlaps_previous;
     channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile);
     finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
@@ -984,7 +1007,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
   // other's blocks (the cnn at batch 256, whose backward_data has 1568 blocks, was slower side by side; batch 64
   // gained: docs/conv.md, 'The two backward passes side by side').
-  const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.tf32);
+  const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.math);
   const auto [bm, bn] = tile_extent(data_plan.tile);
   const bool beside = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
   ConvArgs da = make_args(exec, s, gd);
@@ -1021,7 +1044,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   if (plan.tile == Tile::halo_64 || plan.tile == Tile::halo_32) {
     NT_CHECK(pass != 2, "conv lab: the halo kernel has no backward_weight");
     Exec tf32 = exec;
-    tf32.tf32 = true;
+    tf32.math = Math::tf32;
     const halo::Args a = pass == 0 ? halo_forward_args(s, x, w, out) : halo_backward_data_args(s, dy, w, out);
     const halo::Plan halo_plan = halo_plan_for(tf32, s, a, plan.tile == Tile::halo_64 ? 64 : 32);
     NT_CHECK(halo_plan.fits, "conv lab: the halo kernel does not serve this shape");
@@ -1030,19 +1053,18 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   }
   if (plan.tile >= Tile::channels_last_64x64) {
     NT_CHECK(pass == 0 || pass == 2 || s.stride == 1, "conv lab: the channels-last backward_data needs stride 1");
-    Exec tf32 = exec;
-    tf32.tf32 = true;
     const channels_last::Tile tile = channels_last_tile_of(plan.tile);
+    Exec tensor_cores = exec;
+    tensor_cores.math = tile.format == kTf32 ? Math::tf32 : Math::bf16;
     if (pass == 2) {
       NT_CHECK(tile.format == kTf32, "conv lab: the channels-last backward_weight is TF32 only");
-      return channels_last_backward_weight(tf32, s, x, dy, out, workspace,
+      return channels_last_backward_weight(tensor_cores, s, x, dy, out, workspace,
                                            channels_last::WeightPlan{.tile = tile, .split = split});
     }
-    ConvArgs f = channels_last_args(tf32, s, pass == 1);
+    ConvArgs f = channels_last_args(tensor_cores, s, pass == 1);
     f.out = out;
-    const profile::OpCost cost{
-        .bytes = bytes, .flops = flops, .math = tile.format == kTf32 ? profile::Math::tf32 : profile::Math::bf16};
-    return run_channels_last(tf32, cost, f, pass == 0 ? x : dy, w, /*flipped=*/pass == 1, workspace, tile);
+    return run_channels_last(tensor_cores, tensor_core_cost(s, tile.format), f, pass == 0 ? x : dy, w,
+                             /*flipped=*/pass == 1, workspace, tile);
   }
   if (pass == 0) {
     ConvArgs a = make_args(exec, s, forward_gemm(s));

@@ -4,8 +4,8 @@
 // The pooled BatchNorm whose input is conv2d_forward(x, w) of a first layer with few taps, never written: each
 // kernel recomputes a value from x's C·R·S taps where batchnorm_pool.cu's kernels would read it. Block (g, p) serves
 // channels [g·Kb, (g+1)·Kb) (Kb = stem_channels: 4 for up to 9 taps, else 1) over images [p·I, (p+1)·I)
-// (StemGeometry): it stages those images of x in shared memory, zero-padded (and rounded to TF32 under
-// Exec::tf32, as the direct convolution rounds its operands), keeps its channels' filters in registers, and
+// (StemGeometry): it stages those images of x in shared memory, zero-padded (and rounded to TF32 or BF16 under
+// Exec::math, as the direct convolution rounds its operands), keeps its channels' filters in registers, and
 // for each conv output position loads the taps once and runs Kb dot products on them. Each sum is the direct
 // forward kernel's chain (conv.cu: fmaf over taps t = (c·R + r)·S + s ascending, from 0).
 //
@@ -22,7 +22,7 @@
 // The moments are sums of v - K with K = x's first value (inside the data: a large mean does not swamp the
 // spread), kept per chunk of images in double: s_t = Σ (v_t - K), s_tu = Σ (v_t - K)(v_u - K), from which
 // X_t = s_t + count·K and Cm_tu = s_tu - s_t·s_u / count.
-// With TF32 the taps and filters are the rounded ones, as in every other pass; dconv itself is not rounded
+// With TF32 or BF16 the taps and filters are the rounded ones, as in every other pass; dconv itself is not rounded
 // (the direct weight-gradient kernel rounds it as an operand): the formula never forms the products.
 //
 // Launches:
@@ -45,7 +45,7 @@
 #include "kernels/cuda/batchnorm_params.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/tf32.h"
+#include "kernels/operand.h"
 
 namespace nt::kernels::cuda {
 
@@ -63,7 +63,7 @@ struct StemConv {
   int channels, in_h, in_w, r, s, stride, pad, taps;
   int padded_h, padded_w;           // H + 2·pad, W + 2·pad: a staged plane
   FastDivmod by_in_plane, by_in_w;  // x's H·W and W: element -> (image·C + c, h, w)
-  bool tf32;
+  Math math;                        // the operands' rounding (kernels/operand.h)
 };
 
 struct StemGeometry {
@@ -82,7 +82,7 @@ struct StemGeometry {
 };
 
 // Every thread of the block: the block's images of x into `staged` ([image][c][padded_h][padded_w], zeros in the
-// padding), rounded to TF32 with tf32. First the whole area is zeroed, then x's values (consecutive, so the loads
+// padding), rounded as math says. First the whole area is zeroed, then x's values (consecutive, so the loads
 // coalesce; kUnroll in flight per thread) land inside it. The caller synchronizes.
 __device__ void stage_images(const StemConv& cv, int first_image, int images, float* staged) {
   const int padded_plane = cv.padded_h * cv.padded_w, area = images * cv.channels * padded_plane;
@@ -101,7 +101,7 @@ __device__ void stage_images(const StemConv& cv, int first_image, int images, fl
       int plane, e, h, w;
       cv.by_in_plane.divmod(i, plane, e);
       cv.by_in_w.divmod(e, h, w);
-      staged[plane * padded_plane + (h + cv.pad) * cv.padded_w + w + cv.pad] = cv.tf32 ? round_to_tf32(v[u]) : v[u];
+      staged[plane * padded_plane + (h + cv.pad) * cv.padded_w + w + cv.pad] = round_operand(v[u], cv.math);
     }
   }
 }
@@ -112,7 +112,7 @@ __device__ __forceinline__ bool tap_in_use(int t, int taps) {
   return Taps != kConvBatchNormPoolMaxTaps || t < taps;
 }
 
-// The block's channels' filters (TF32 with tf32; 0 past K) and each tap's offset in a staged image: loaded once
+// The block's channels' filters (rounded as math says; 0 past K) and each tap's offset in a staged image: loaded once
 // per block into shared memory (fill_filters), then copied into every thread's registers; each thread loading
 // and rounding its own copy cost as much as its share of the work (docs/batchnorm.md, 'Before the moments').
 template <int Taps>
@@ -122,10 +122,10 @@ struct StemFilters {
   int offset[Taps];  // c·padded_h·padded_w + r·padded_w + s
 };
 
-// Tap t < taps of channel k's filter as the convolution uses it (TF32 with tf32).
+// Tap t < taps of channel k's filter as the convolution uses it (rounded as math says).
 __device__ __forceinline__ float filter_tap(const StemConv& cv, int64_t k, int t) {
   const float v = __ldg(cv.filters + k * cv.taps + t);
-  return cv.tf32 ? round_to_tf32(v) : v;
+  return round_operand(v, cv.math);
 }
 
 // Every thread of the block: the filters into `table` (threads i < Kb·Taps load one weight each, threads t < taps
@@ -248,7 +248,7 @@ __device__ __forceinline__ void each_tile(const F& f, std::integer_sequence<int,
 // The shift K of the moments: x's first value, rounded as the staged taps are.
 __device__ __forceinline__ float moment_shift(const StemConv& cv) {
   const float k = __ldg(cv.x);
-  return cv.tf32 ? round_to_tf32(k) : k;
+  return round_operand(k, cv.math);
 }
 
 // Lane l ends with Σ over the warp's 32 lanes of v[l]: at each step a lane keeps one half of its values and
@@ -625,7 +625,7 @@ Stem make_stem(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
            padded_w,
            FastDivmod(cs.h * cs.w),
            FastDivmod(cs.w),
-           exec.tf32};
+           exec.math};
   st.smem = size_t(sg.per_block) * padded_image_floats(cs) * sizeof(float);
   st.values = double(bn.n * bn.hw) * double(bn.c);
   st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();

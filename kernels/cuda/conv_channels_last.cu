@@ -70,7 +70,7 @@ struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna),
   template <class Cfg>
   __device__ static void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const Element* As,
                                        const Element* Bs, int wm, int wn) {
-    mma_tf32::multiply_slab<Cfg, /*kRounded=*/true>(acc, As, Bs, wm, wn);
+    mma_tf32::multiply_slab<Cfg, mma_tf32::Rounding::staged>(acc, As, Bs, wm, wn);
   }
 };
 
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
       [&](int stage) {
         const float* As = smem + stage * Layout::kStageFloats;
-        mma_tf32::multiply_slab<Cfg, /*kRounded=*/true, Layout>(acc, As, As + BK * kLdA, wm, wn);
+        mma_tf32::multiply_slab<Cfg, mma_tf32::Rounding::staged, Layout>(acc, As, As + BK * kLdA, wm, wn);
       });
   end_kernel(f.overlaps_previous, stamps);
 

@@ -1,8 +1,7 @@
 // The channels-last convolution (kernels/cuda/conv_channels_last.cu), internal to kernels/cuda/conv.cu, which plans it
-// with TF32 and calls it for the forward and for backward_data at stride 1 (as the forward of dy with the filters
-// flipped: docs/conv.md, 'Tensor cores that are fed'). Its BF16 format, and backward_weight on the same staged
-// operands (weight_gradient, TF32), are built and tested, but the kernel lab alone runs them: BF16 awaits the engine's
-// --bf16 mode, and backward_weight was slower than conv.cu's TF32 backward_weight.
+// with TF32 or BF16 (Exec::math) and calls it for the forward and for backward_data at stride 1 (as the forward of dy
+// with the filters flipped: docs/conv.md, 'Tensor cores that are fed'). backward_weight on the same staged operands
+// (weight_gradient, TF32) is built and tested, but the kernel lab alone runs it: it was slower than conv.cu's.
 //
 // One forward convolution y = src ⊛ w, src (N, C, H, W) with C a multiple of the format's vector (4 TF32 or 8 BF16
 // values: 16 bytes), runs as two kernels:
@@ -25,7 +24,7 @@
 namespace nt::kernels::cuda::channels_last {
 
 // The operands' format: TF32 (fp32 bit patterns rounded as cvt.rna.tf32 rounds, m16n8k8 MMAs; what the planner
-// takes with Exec::tf32), or BF16 (rounded to nearest even, m16n8k16 MMAs; the kernel lab only, so far). Both sum in
+// takes with Exec::math TF32), or BF16 (rounded to nearest even, m16n8k16 MMAs; with Exec::math BF16). Both sum in
 // fp32, and both need sm_80 code.
 enum class Format { tf32, bf16 };
 

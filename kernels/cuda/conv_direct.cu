@@ -9,14 +9,14 @@
 //                    split-K reduction (conv_split_reduce_kernel) adds them in a fixed order and writes (=) dw, dbias.
 // Layouts: x (N,C,H,W); w, dw (K,C,R,S); y, dy (N,K,P,Q); bias, dbias (K).
 // Numerics: the gathers, the stores and the sums' order are the forward GEMM's (ForwardPass, conv_passes.cuh):
-// the forward's FMA chain is the implicit GEMM's (taps ascending, bias last), so the same bits; with Exec::tf32
-// every product's operands are rounded by round_to_tf32 (the tensor-core kernels' cvt.rna) and summed in fp32,
-// dbias from the unrounded dy. Fixed grids and fixed orders, no atomics: bit-reproducible run to run.
+// the forward's FMA chain is the implicit GEMM's (taps ascending, bias last), so the same bits; with Exec::math TF32
+// or BF16 every product's operands are rounded as the tensor-core kernels round them (kernels/operand.h) and summed
+// in fp32, dbias from the unrounded dy. Fixed grids and fixed orders, no atomics: bit-reproducible run to run.
 #include <cstdint>
 
 #include "kernels/cuda/conv_passes.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/tf32.h"
+#include "kernels/operand.h"
 
 namespace nt::kernels::cuda {
 
@@ -43,8 +43,7 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
   const int ntaps = a.K;  // the GEMM's depth: C·R·S
   for (int t = threadIdx.x; t < ntaps; t += kDirectThreads) taps[t] = ForwardPass::k_info(a, t);
   begin_dependent_kernel(stamps);  // the weights (and x) may come from the kernels before
-  for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads)
-    sw[i] = a.tf32 ? round_to_tf32(__ldg(&a.a_src[i])) : __ldg(&a.a_src[i]);
+  for (int i = threadIdx.x; i < a.M * ntaps; i += kDirectThreads) sw[i] = round_operand(__ldg(&a.a_src[i]), a.math);
   __syncthreads();
   const int pixel = blockIdx.x * kDirectThreads + threadIdx.x;
   if (pixel >= a.N) return;
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_forward_kernel(Con
     x[t] = 0.f;
     if (Taps != kDirectTaps || t < ntaps) {
       x[t] = load_or_zero(ForwardPass::b_at(a, taps[t], col));
-      if (a.tf32) x[t] = round_to_tf32(x[t]);
+      x[t] = round_operand(x[t], a.math);
     }
   }
   for (int m = 0; m < a.M; ++m) {
@@ -111,16 +110,16 @@ __global__ void __launch_bounds__(kDirectThreads) conv_direct_backward_weight_ke
 #pragma unroll
     for (int t = 0; t < Taps; ++t) {
       x[t] = Taps != kDirectTaps || t < ntaps ? load_or_zero(ForwardPass::b_at(a, taps[t], col)) : 0.f;
-      if (a.tf32) x[t] = round_to_tf32(x[t]);
+      x[t] = round_operand(x[t], a.math);
     }
 #pragma unroll
     for (int c = 0; c < Channels; ++c) {
       const int m = m0 + c;
       const float g = m < a.M ? __ldg(&a.a_src[col.w + m * a.pq]) : 0.f;  // dy[img, m, pq]
-      const float gm = a.tf32 ? round_to_tf32(g) : g;                     // what the products see
+      const float gm = round_operand(g, a.math);                          // what the products see
 #pragma unroll
       for (int t = 0; t < Taps; ++t) acc[c][t] = fmaf(gm, x[t], acc[c][t]);
-      acc[c][Taps] += g;  // dbias: fp32
+      acc[c][Taps] += a.math == Math::bf16 ? gm : g;  // dbias: fp32 sums of dy, as BF16 rounds it (operand.h)
     }
   }
 

@@ -24,7 +24,7 @@ struct ConvArgs {
   int M, N, K;                                 // the pass's GEMM (K = Kg)
   int split, slabs_per_split;                  // split-K: S and L (S == 1: no split)
   int partial_stride;                          // floats per split in the workspace
-  bool tf32;                                   // the direct kernels: round the operands of every product
+  Math math;                                   // the direct kernels: round the operands of every product
   bool overlaps_previous;                      // runs beside its predecessor (launch.cuh; conv2d_backward)
   const float* a_src;                          // forward: w   backward_data: w   backward_weight: dy
   const float* b_src;                          // forward: x   backward_data: dy  backward_weight: x

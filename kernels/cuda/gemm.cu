@@ -1,4 +1,5 @@
-// CUDA GEMM with fused epilogues: fp32 SIMT (FFMA only, no TF32), deterministic.
+// CUDA GEMM with fused epilogues: fp32 SIMT (FFMA only, no TF32), deterministic. Under Exec::math BF16 the operands
+// are rounded to BF16 as each slab is staged (round_slab) and multiplied on the same FFMA tiles.
 //
 // Math (contract in kernels/gemm.h):
 //   C(M,N) = epilogue(op(A)(M,K) · op(B)(K,N)), written with `=`;
@@ -70,6 +71,7 @@
 
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/operand.h"
 
 namespace nt::kernels::cuda {
 
@@ -194,6 +196,18 @@ __device__ __forceinline__ void reduce_and_store(float* const (&parts)[S], int r
 
 // ---- the block's work ------------------------------------------------------------------------------
 
+// RoundBf16 (Exec::math BF16, a template parameter so that the fp32 kernels' code is what it was): a slab's values are
+// rounded in registers on their way to shared memory, once per block rather than once per use. The row sums then read
+// the rounded op(A), as the CPU twin's do.
+template <bool RoundBf16, int N>
+__device__ __forceinline__ void round_slab(float4 (&v)[N]) {
+  if constexpr (RoundBf16) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      v[j] = make_float4(round_to_bf16(v[j].x), round_to_bf16(v[j].y), round_to_bf16(v[j].z), round_to_bf16(v[j].w));
+  }
+}
+
 // Shared memory after the K loop: with cluster split-K (S > 1) the block's partial tile and its row sums,
 // then the k-groups' parked tiles; the pipeline's stages before that.
 template <class Cfg, int S>
@@ -216,7 +230,7 @@ __device__ __forceinline__ void tile_of_block(const KernelArgs& p, int& tile_m, 
 // C tile (or, with S != 1, this block's partial of it over K-range `split`) for the tile (tile_m, tile_n).
 // S: 1 (no split), 2..8 (the blocks of a cluster), kWorkspaceSplit (gridDim.z blocks, partials to
 // p.partial). smem: Cfg::kPipelineFloats floats (and BM·BN + BM with S > 1), 16-byte aligned.
-template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
+template <class Cfg, bool TransA, bool TransB, bool Vec, int S, bool RoundBf16>
 __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epilogue epilogue, int split) {
   using LoadA = SlabLoader<Cfg::BM, Cfg::BK, Cfg::kThreads, !TransA, Vec>;  // op(A) as (M, K)
   using LoadB = SlabLoader<Cfg::BN, Cfg::BK, Cfg::kThreads, TransB, Vec>;   // op(B)ᵀ as (N, K)
@@ -258,6 +272,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
   if (n_slabs > 0) {
     LoadA::load(a_next, p.A, p.lda, p.M, k_end, m0, k_begin);
     LoadB::load(b_next, p.B, p.ldb, p.N, k_end, n0, k_begin);
+    round_slab<RoundBf16>(a_next), round_slab<RoundBf16>(b_next);
     LoadA::store(stage_a(0), a_next);
     LoadB::store(stage_b(0), b_next);
   }
@@ -281,6 +296,7 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
     }
     if (t * Cfg::KG + group < n_steps) multiply_slab<Cfg>(acc, As, stage_b(cur), a_off, b_off, group);
     if (has_next) {
+      round_slab<RoundBf16>(a_next), round_slab<RoundBf16>(b_next);
       LoadA::store(stage_a(cur ^ 1), a_next);
       LoadB::store(stage_b(cur ^ 1), b_next);
     }
@@ -346,24 +362,25 @@ __device__ __forceinline__ void gemm_block(const KernelArgs& p, float* smem, Epi
 // ---- kernels ---------------------------------------------------------------------------------------
 
 // grid: (tiles_m · tiles_n); one block per output tile.
-template <class Cfg, bool TransA, bool TransB, bool Vec>
+template <class Cfg, bool TransA, bool TransB, bool Vec, bool RoundBf16>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
   begin_kernel(p.overlaps_previous, stamps);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, 1>];
-  gemm_block<Cfg, TransA, TransB, Vec, 1>(p, smem, epilogue, 0);
+  gemm_block<Cfg, TransA, TransB, Vec, 1, RoundBf16>(p, smem, epilogue, 0);
   end_kernel(p.overlaps_previous, stamps);
 }
 
 // grid: (tiles_m · tiles_n, 1, S); the S blocks of a cluster share one output tile and split K.
-template <class Cfg, bool TransA, bool TransB, bool Vec, int S>
+template <class Cfg, bool TransA, bool TransB, bool Vec, int S, bool RoundBf16>
 __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
     gemm_splitk_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
   begin_kernel(p.overlaps_previous, stamps);
   static_assert(S >= 2 && S <= kMaxSplitK, "split-K factor must fit a portable cluster (2..8)");
 #if NT_CLUSTERS
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, S>];
-  gemm_block<Cfg, TransA, TransB, Vec, S>(p, smem, epilogue, static_cast<int>(cg::this_cluster().block_rank()));
+  gemm_block<Cfg, TransA, TransB, Vec, S, RoundBf16>(p, smem, epilogue,
+                                                     static_cast<int>(cg::this_cluster().block_rank()));
   end_kernel(p.overlaps_previous, stamps);
 #else
   __trap();  // clusters need sm_90; the launcher never picks split-K where this image would run
@@ -371,12 +388,12 @@ __global__ void NT_CLUSTER_DIMS(1, 1, S) __launch_bounds__(Cfg::kThreads)
 }
 
 // grid: (tiles_m · tiles_n, 1, S); block z writes its partial over K-range z to the workspace.
-template <class Cfg, bool TransA, bool TransB, bool Vec>
+template <class Cfg, bool TransA, bool TransB, bool Vec, bool RoundBf16>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     gemm_workspace_split_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
   begin_kernel(p.overlaps_previous, stamps);
   __shared__ __align__(16) float smem[kBlockSmemFloats<Cfg, kWorkspaceSplit>];
-  gemm_block<Cfg, TransA, TransB, Vec, kWorkspaceSplit>(p, smem, epilogue, static_cast<int>(blockIdx.z));
+  gemm_block<Cfg, TransA, TransB, Vec, kWorkspaceSplit, RoundBf16>(p, smem, epilogue, static_cast<int>(blockIdx.z));
   end_kernel(p.overlaps_previous, stamps);
 }
 
@@ -412,7 +429,7 @@ int tiles_for(int M, int N, int bm, int bn) { return div_up(M, bm) * std::max(di
 
 // Whether the split-K kernels can run here: a cluster-capable device and an image compiled for one.
 bool clusters_available() {
-  static const bool available = cluster_kernels_run(gemm_splitk_kernel<SmallTile, false, false, true, 2>);
+  static const bool available = cluster_kernels_run(gemm_splitk_kernel<SmallTile, false, false, true, 2, false>);
   return available;
 }
 
@@ -456,47 +473,48 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 using KernelFn = void (*)(KernelArgs, Epilogue, StampRing);
 
-template <class Cfg, bool TransA, bool TransB, bool Vec>
+template <class Cfg, bool TransA, bool TransB, bool Vec, bool R>
 KernelFn pick_split(int split_k, bool through_workspace) {
   if constexpr (std::is_same_v<Cfg, SmallTile> || std::is_same_v<Cfg, SmallGroupedTile>) {
-    if (through_workspace) return gemm_workspace_split_kernel<Cfg, TransA, TransB, Vec>;
+    if (through_workspace) return gemm_workspace_split_kernel<Cfg, TransA, TransB, Vec, R>;
     switch (split_k) {
       case 2:
-        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2>;
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 2, R>;
       case 4:
-        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4>;
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 4, R>;
       case 8:
-        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 8>;
+        return gemm_splitk_kernel<Cfg, TransA, TransB, Vec, 8, R>;
       default:
         break;
     }
   }
   NT_CHECK(split_k == 1 && !through_workspace, "gemm: split-K ", split_k, " is not instantiated for this tile");
-  return gemm_kernel<Cfg, TransA, TransB, Vec>;
+  return gemm_kernel<Cfg, TransA, TransB, Vec, R>;
 }
 
-template <class Cfg>
+// R: the operands rounded to BF16 (Exec::math BF16).
+template <class Cfg, bool R>
 KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   const int variant = (trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0);
   const int s = plan.split_k;
   const bool ws = plan.through_workspace;
   switch (variant) {
     case 0:
-      return pick_split<Cfg, false, false, false>(s, ws);
+      return pick_split<Cfg, false, false, false, R>(s, ws);
     case 1:
-      return pick_split<Cfg, false, false, true>(s, ws);
+      return pick_split<Cfg, false, false, true, R>(s, ws);
     case 2:
-      return pick_split<Cfg, false, true, false>(s, ws);
+      return pick_split<Cfg, false, true, false, R>(s, ws);
     case 3:
-      return pick_split<Cfg, false, true, true>(s, ws);
+      return pick_split<Cfg, false, true, true, R>(s, ws);
     case 4:
-      return pick_split<Cfg, true, false, false>(s, ws);
+      return pick_split<Cfg, true, false, false, R>(s, ws);
     case 5:
-      return pick_split<Cfg, true, false, true>(s, ws);
+      return pick_split<Cfg, true, false, true, R>(s, ws);
     case 6:
-      return pick_split<Cfg, true, true, false>(s, ws);
+      return pick_split<Cfg, true, true, false, R>(s, ws);
     default:
-      return pick_split<Cfg, true, true, true>(s, ws);
+      return pick_split<Cfg, true, true, true, R>(s, ws);
   }
 }
 
@@ -538,8 +556,9 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, const Plan& plan) {
 
   const dim3 grid(static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n), 1,
                   static_cast<unsigned>(plan.split_k));
-  launch(exec, gemm_kernel_name(d.epilogue), cost, pick_kernel<Cfg>(d.trans_a, d.trans_b, vec, plan), grid,
-         dim3(Cfg::kThreads), 0, p, d.epilogue);
+  const KernelFn kernel = gemm_rounds_operands(exec.math) ? pick_kernel<Cfg, true>(d.trans_a, d.trans_b, vec, plan)
+                                                          : pick_kernel<Cfg, false>(d.trans_a, d.trans_b, vec, plan);
+  launch(exec, gemm_kernel_name(d.epilogue), cost, kernel, grid, dim3(Cfg::kThreads), 0, p, d.epilogue);
   if (!plan.through_workspace) return;
   const int total = d.M * d.N + (d.a_row_sums ? d.M : 0);
   const profile::OpCost reduce_cost{4.0 * total * (plan.split_k + 1), double(total) * plan.split_k};

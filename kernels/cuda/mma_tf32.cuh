@@ -1,4 +1,4 @@
-// TF32 tensor-core pieces of the implicit-GEMM convolution (kernels/cuda/conv.cu, Exec::tf32): the tile
+// TF32 tensor-core pieces of the implicit-GEMM convolution (kernels/cuda/conv.cu, Exec::math TF32 or BF16): the tile
 // configuration, the operand rounding, the m16n8k8 MMA and its fragment loads from shared memory.
 //
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80+): D(16×8) = A(16×8)·B(8×8) + C for one warp,
@@ -13,8 +13,9 @@
 // all 32 distinct; and a loader warp storing 32 consecutive k of one row is conflict-free as well.
 //
 // Rounding: every operand element is rounded to TF32 (cvt.rna: to nearest, ties away from zero; 10 mantissa
-// bits) as its fragment is loaded. A product of two TF32 values is exact in fp32, so the GPU differs from the
-// CPU's fp32 sums of the rounded operands (kernels/tf32.h) only by the order of the fp32 additions.
+// bits) as its fragment is loaded, or to BF16 (to nearest even; 7 bits) under Exec::math BF16. A product of two
+// TF32 (or BF16) values is exact in fp32, so the GPU differs from the CPU's fp32 sums of the rounded operands
+// (kernels/operand.h) only by the order of the fp32 additions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,10 +69,14 @@ __device__ __forceinline__ void mma_16x8x8(float (&d)[4], const uint32_t (&a)[4]
 #endif
 }
 
-// An operand element as the MMA takes it: rounded to TF32 here, or (kRounded) already rounded where it was staged.
-template <bool kRounded>
+// How a slab's fp32 element becomes an MMA operand: rounded to TF32 here, or taken as it is, rounded already where it
+// was staged (the channels-last kernels; BF16 values in conv.cu's MMA kernel, which the TF32 MMA multiplies exactly
+// since a BF16 value is a TF32 value: kernels/bf16.h).
+enum class Rounding { tf32, staged };
+
+template <Rounding kRounding>
 __device__ __forceinline__ uint32_t operand(float v) {
-  if constexpr (kRounded) {
+  if constexpr (kRounding == Rounding::staged) {
     return __float_as_uint(v);
   } else {
     return to_tf32(v);
@@ -109,9 +114,8 @@ __device__ __forceinline__ void zero(float (&acc)[kTilesM][kTilesN][4]) {
 }
 
 // acc += A·Bᵀ over one BK-deep slab of As and Bs, laid out as Layout says. wm, wn: the warp's first row and column
-// in the block tile. kRounded: the slabs hold TF32 values already (the channels-last kernels' operands are rounded as
-// they are staged).
-template <class Cfg, bool kRounded = false, class Layout = RowsOfK<Cfg>>
+// in the block tile. kRounding: how an element becomes an operand (above).
+template <class Cfg, Rounding kRounding = Rounding::tf32, class Layout = RowsOfK<Cfg>>
 __device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const float* As,
                                               const float* Bs, int wm, int wn) {
   const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -121,13 +125,13 @@ __device__ __forceinline__ void multiply_slab(float (&acc)[Cfg::kTilesM][Cfg::kT
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i) {
       const int m = wm + 16 * i + g, k = kk + t;
-      a[i][0] = operand<kRounded>(As[Layout::a(m, k)]), a[i][1] = operand<kRounded>(As[Layout::a(m + 8, k)]),
-      a[i][2] = operand<kRounded>(As[Layout::a(m, k + 4)]), a[i][3] = operand<kRounded>(As[Layout::a(m + 8, k + 4)]);
+      a[i][0] = operand<kRounding>(As[Layout::a(m, k)]), a[i][1] = operand<kRounding>(As[Layout::a(m + 8, k)]),
+      a[i][2] = operand<kRounding>(As[Layout::a(m, k + 4)]), a[i][3] = operand<kRounding>(As[Layout::a(m + 8, k + 4)]);
     }
 #pragma unroll
     for (int j = 0; j < Cfg::kTilesN; ++j) {
       const int n = wn + 8 * j + g, k = kk + t;
-      b[j][0] = operand<kRounded>(Bs[Layout::b(n, k)]), b[j][1] = operand<kRounded>(Bs[Layout::b(n, k + 4)]);
+      b[j][0] = operand<kRounding>(Bs[Layout::b(n, k)]), b[j][1] = operand<kRounding>(Bs[Layout::b(n, k + 4)]);
     }
 #pragma unroll
     for (int i = 0; i < Cfg::kTilesM; ++i)

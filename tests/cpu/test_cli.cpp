@@ -46,6 +46,7 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --shift 9", "--shift"},
       {"train --shift -1", "--shift"},
       {"train --tf32 --device cpu", "--tf32"},
+      {"train --tf32 --bf16", "--bf16 and --tf32"},
       {"train --model linear:128,relu,linear:10,", "stray comma"},
       {"train --model conv:4:4294967299,flatten,linear:10", "4294967299"},  // no truncation to int
       {"train --model maxpool:4294967298,flatten,linear:10", "4294967298"},
@@ -105,6 +106,13 @@ TEST_CASE("train --tf32 without a usable GPU is one clear line", "[cpu][cli]") {
   CHECK(r.exit_code == 1);
   CHECK(line_count(r.out) == 1);
   CHECK(r.out.find("--tf32") != std::string::npos);
+}
+
+TEST_CASE("train --bf16 on the CPU runs its twin of the tensor cores' rounding and says so", "[cpu][cli][bf16]") {
+  auto r = nanotrain("train --device cpu --bf16 --model cnn --epochs 1 --train-limit 640 --log-level info");
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("BF16 convolution and Linear operands") != std::string::npos);
 }
 
 TEST_CASE("the device choice is logged with its reason, and devices says what auto would choose", "[cpu][cli]") {

@@ -328,18 +328,18 @@ TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda
 struct GivenCase {
   kernels::Conv2dShape conv;
   bool bias;
-  bool gives;  // its plans (fp32 and TF32) run without a split
+  bool gives;  // its plans (in every math mode) run without a split
 };
 
-void check_given_statistics(const Exec& cuda, const GivenCase& k, bool tf32, bool pooled, bool relu) {
+void check_given_statistics(const Exec& cuda, const GivenCase& k, kernels::Math math, bool pooled, bool relu) {
   const kernels::Conv2dShape& cs = k.conv;
   const BatchNormShape s{cs.n, cs.k, int64_t(cs.p()) * cs.q(), Layout::nchw};
   const kernels::BatchNormPool pool{cs.p(), cs.q(), 2};
   INFO("conv n=" << cs.n << " c=" << cs.c << " " << cs.h << "x" << cs.w << " k=" << cs.k << " " << cs.r << "x" << cs.s
-                 << " stride " << cs.stride << " pad " << cs.pad << (k.bias ? " bias" : "") << (tf32 ? " tf32" : "")
+                 << " stride " << cs.stride << " pad " << cs.pad << (k.bias ? " bias" : "") << " " << math_name(math)
                  << (pooled ? " pooled" : "") << (relu ? " relu" : ""));
   Exec gpu = cuda;
-  gpu.tf32 = tf32;
+  gpu.math = math;
   BatchNormHyper h;
   h.relu = relu;
   const size_t C = static_cast<size_t>(cs.k);
@@ -420,9 +420,9 @@ TEST_CASE("a convolution's epilogue statistics feed the BatchNorm after it on CU
                              {{64, 32, 14, 14, 64, 3, 3, 1, 1}, false, true},
                              {{3, 16, 9, 7, 7, 3, 3, 1, 1}, false, false}};
   for (const GivenCase& k : cases)
-    for (bool tf32 : tf32_modes())
+    for (kernels::Math math : math_modes())
       for (bool pooled : {false, true})
-        for (bool relu : {false, true}) check_given_statistics(cuda.exec, k, tf32, pooled, relu);
+        for (bool relu : {false, true}) check_given_statistics(cuda.exec, k, math, pooled, relu);
 }
 
 TEST_CASE("batchnorm on CUDA at the benchmark shape matches the CPU twin", "[cuda][batchnorm]") {

@@ -58,7 +58,7 @@ struct HeadOutputs {
 constexpr double kLossBefore = 0.25;  // the counters already hold an earlier batch
 constexpr int64_t kCorrectBefore = 3;
 
-HeadOutputs run_cpu(const HeadCase& c) {
+HeadOutputs run_cpu(const HeadCase& c, kernels::Math math = kernels::Math::fp32) {
   HeadOutputs o;
   o.logits.assign(size_t(c.B) * c.C, kPoison);
   o.dlogits.assign(size_t(c.B) * c.C, kPoison);
@@ -74,7 +74,9 @@ HeadOutputs run_cpu(const HeadCase& c) {
     h.dlogits = o.dlogits.data(), h.dweight = o.dweight.data(), h.dbias = c.bias ? o.dbias.data() : nullptr;
     h.dx = c.dx ? o.dx.data() : nullptr, h.mask_dx = c.dx && c.mask;
   }
-  kernels::classifier_head(Exec{}, h);
+  Exec cpu;
+  cpu.math = math;
+  kernels::classifier_head(cpu, h);
   return o;
 }
 
@@ -99,7 +101,8 @@ HeadOutputs run_cuda(const Exec& gpu, const HeadCase& c) {
           dx.download(),     loss.download()[0], correct.download()[0]};
 }
 
-void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& want) {
+void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& want,
+                kernels::Math math = kernels::Math::fp32) {
   // logits: K-term dot products summed in different orders (lane-strided + butterfly vs blocked); the
   // rounding scales with the terms' magnitudes, not with the logit, which may be their cancellation.
   const double logit_terms = max_term_sum(
@@ -125,24 +128,28 @@ void check_head(const HeadCase& c, const HeadOutputs& got, const HeadOutputs& wa
   NT_REQUIRE_CLOSE(got.dlogits, want.dlogits,
                    (Tolerance{dl_abs, 8 * std::sqrt(double(c.C)) * kEps,
                               "dlogits: 2*delta/B from the logits, sqrt(C)*eps from the exp sum"}));
+  // What the products see of a dlogit: under BF16 it is rounded, and two dlogits that differ by dl_abs may round to
+  // neighbouring BF16 values, one BF16 step (2^-7 relative) apart.
+  const double dl_operand = dl_abs + (math == kernels::Math::bf16 ? std::ldexp(1.0, -7) * max_abs(want.dlogits) : 0.0);
   // dW = dlogitsᵀ·x over B rows: each dlogit's error times |x| <= 1, B times; plus the B-term sum's rounding,
   // relative to its terms' magnitudes.
   const double dw_terms = max_term_sum(
       c.C, c.K, c.B, [&](int j, int b) { return want.dlogits[size_t(b) * c.C + j]; },
       [&](int k, int b) { return c.x[size_t(b) * c.K + k]; });
   NT_REQUIRE_CLOSE(got.dweight, want.dweight,
-                   (Tolerance{c.B * dl_abs * max_abs(c.x) + fp32_dot(c.B).rel_tol * dw_terms, fp32_dot(c.B).rel_tol,
+                   (Tolerance{c.B * dl_operand * max_abs(c.x) + fp32_dot(c.B).rel_tol * dw_terms, fp32_dot(c.B).rel_tol,
                               "dW: B dlogit errors times max|x|, and a B-term fp32 sum of its terms' magnitude"}));
   if (c.bias)
-    NT_REQUIRE_CLOSE(got.dbias, want.dbias,
-                     (Tolerance{c.B * dl_abs, fp32_dot(c.B).rel_tol, "db: B dlogit errors, and a B-term fp32 sum"}));
+    NT_REQUIRE_CLOSE(
+        got.dbias, want.dbias,
+        (Tolerance{c.B * dl_operand, fp32_dot(c.B).rel_tol, "db: B dlogit errors, and a B-term fp32 sum"}));
   if (c.dx) {
     const double dx_terms = max_term_sum(
         c.B, c.K, c.C, [&](int b, int j) { return want.dlogits[size_t(b) * c.C + j]; },
         [&](int k, int j) { return c.weight[size_t(j) * c.K + k]; });
     NT_REQUIRE_CLOSE(
         got.dx, want.dx,
-        (Tolerance{c.C * dl_abs * max_abs(c.weight) + fp32_dot(c.C).rel_tol * dx_terms, fp32_dot(c.C).rel_tol,
+        (Tolerance{c.C * dl_operand * max_abs(c.weight) + fp32_dot(c.C).rel_tol * dx_terms, fp32_dot(c.C).rel_tol,
                    "dx: C dlogit errors times max|W|, and a C-term fp32 sum of its terms' magnitude"}));
   }
 }
@@ -161,6 +168,26 @@ TEST_CASE("classifier_head on CUDA matches the CPU twin (the unfused ops)", "[cu
                     << (dx ? (mask ? " dx masked" : " dx") : ""));
           check_head(c, run_cuda(cuda.exec, c), run_cpu(c));
         }
+}
+
+TEST_CASE("classifier_head on CUDA with BF16 operands matches the CPU twin in BF16", "[cuda][head]") {
+  // Exec::math BF16: x, W and each dlogit are rounded where the products read them, in the kernel and in the twin's
+  // GEMMs alike (kernels/operand.h), so the tolerances are fp32's, plus a BF16 step where a dlogit's rounding flips.
+  if (!cuda_device().has_tf32()) return check_context_refuses(kernels::Math::bf16);
+  CudaExec cuda;
+  Exec gpu = cuda.exec;
+  gpu.math = kernels::Math::bf16;
+  for (int B : {1, 7, 64, 256})
+    for (int K : {1, 33, 784})
+      for (int C : {2, 10, 17}) {
+        const bool bias = (B + C) % 2 == 1, dx = K != 33, mask = (B + K) % 2 == 0;
+        HeadCase c(B, K, C, bias, /*backward=*/true, dx, mask, HeadInput::uniform);
+        INFO("B=" << B << " K=" << K << " C=" << C << (bias ? " bias" : "")
+                  << (dx ? (mask ? " dx masked" : " dx") : ""));
+        const HeadOutputs got = run_cuda(gpu, c), want = run_cpu(c, kernels::Math::bf16);
+        check_head(c, got, want, kernels::Math::bf16);
+        if (K == 784 && B == 64) REQUIRE_FALSE(same_bits(want.logits, run_cpu(c).logits));  // the rounding shows
+      }
 }
 
 TEST_CASE("classifier_head on CUDA in evaluation: logits, loss and count only", "[cuda][head]") {

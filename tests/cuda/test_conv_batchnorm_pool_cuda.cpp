@@ -2,15 +2,15 @@
 // forward_eval, backward): against the CPU ops it fuses, for bit-reproducibility (also beside a gradient-only
 // kernel), and that training refuses a single value per channel.
 //
-// Tolerances: the CPU twin is built from the stem's parts: conv2d_forward gives the BatchNorm's input (with TF32,
-// of rounded x and w: the products are exact, kernels/tf32.h), run_cpu_pool the pooled BatchNorm on it, and
-// conv2d_backward_weight the dw of its dx (rounded too with TF32). Tolerances are the pooled BatchNorm test's
+// Tolerances: the CPU twin is built from the stem's parts: conv2d_forward gives the BatchNorm's input (with TF32 or
+// BF16, of rounded x and w: the products are exact, kernels/operand.h), run_cpu_pool the pooled BatchNorm on it, and
+// conv2d_backward_weight the dw of its dx (rounded too with TF32 or BF16). Tolerances are the pooled BatchNorm test's
 // (test_batchnorm_cuda.cpp; y's in support/batchnorm_checks.h) with the convolution's own error added: the GPU
 // and CPU sum the C·R·S products in different orders (fp32_dot of the taps, times max |conv|), which moves the
 // statistics and y by that much times the scale; dw is a sum over the count of dconv·x, checked as dgamma's sums
-// are; with TF32 the CPU rounds each dconv to TF32 (as the direct weight-gradient kernel does) and the GPU's
-// moment formula never forms dconv, a relative difference of at most 2^-11 per term with random sign:
-// 2^-10·sqrt(count) of the terms' bound is allowed for that.
+// are; with TF32 (BF16) the CPU rounds each dconv (as the direct weight-gradient kernel does) and the GPU's
+// moment formula never forms dconv, a relative difference of at most 2^-11 (2^-8) per term with random sign:
+// 2^-10·sqrt(count) (2^-7·sqrt(count)) of the terms' bound is allowed for that.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -20,7 +20,7 @@
 #include "kernels/batchnorm.h"
 #include "kernels/conv.h"
 #include "kernels/conv_batchnorm_pool.h"
-#include "kernels/tf32.h"
+#include "kernels/operand.h"
 #include "support/batchnorm_checks.h"
 #include "support/test_support.h"
 
@@ -32,17 +32,17 @@ struct StemCase {
   float offset = 0;  // added to x: a mean far from 0 (the GPU's moments are shifted sums)
 };
 
-void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, bool tf32) {
+void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, kernels::Math math) {
   const kernels::Conv2dShape cs{k.n, k.c, k.h, k.w, k.k, k.kernel, k.kernel, k.stride, k.pad};
   const kernels::ConvBatchNormPoolShape stem{cs, k.window};
   const BatchNormShape s = stem.batchnorm();
   const kernels::BatchNormPool pool = stem.pool();
   INFO("n=" << k.n << " c=" << k.c << " " << k.h << "x" << k.w << " k=" << k.k << " " << k.kernel << "x" << k.kernel
             << " stride " << k.stride << " pad " << k.pad << " window " << k.window << (relu ? " relu" : "")
-            << (affine ? "" : " no affine") << (tf32 ? " tf32" : "") << " x offset " << k.offset);
+            << (affine ? "" : " no affine") << " " << math_name(math) << " x offset " << k.offset);
   const float bound = 1.f / std::sqrt(float(stem.taps()));  // nn.Conv2d's init range
   const auto x = random_floats(cs.x_size(), k.offset - 1, k.offset + 1), w = random_floats(cs.w_size(), -bound, bound);
-  const auto xm = tf32 ? kernels::rounded_to_tf32(x) : x, wm = tf32 ? kernels::rounded_to_tf32(w) : w;
+  const auto xm = kernels::rounded_operands(x, math), wm = kernels::rounded_operands(w, math);
   BatchNormHyper h;
   h.relu = relu;
 
@@ -55,13 +55,13 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   const auto dy = random_floats(pooled);
   const PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);
   std::vector<float> dw_cpu(cs.w_size());
-  const auto dconv = tf32 ? kernels::rounded_to_tf32(cpu.r.dx) : cpu.r.dx;
+  const auto dconv = kernels::rounded_operands(cpu.r.dx, math);
   kernels::conv2d_backward_weight(
       Exec{}, kernels::Conv2dArgs<float>{.shape = cs, .x = xm.data(), .dy = dconv.data(), .dw = dw_cpu.data()});
 
   // The GPU, every output poisoned; the backward from the CPU's argmax, pooled y and statistics.
   Exec gpu = cuda;
-  gpu.tf32 = tf32;
+  gpu.math = math;
   const size_t C = static_cast<size_t>(s.c);
   DeviceBuffer<float> image(gpu, x), filters(gpu, w), dy_dev(gpu, dy);
   DeviceBuffer<float> y(gpu, poisoned(pooled + 1)), y_eval(gpu, poisoned(pooled + 1)), y_cpu(gpu, cpu.r.y);
@@ -133,9 +133,12 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
   check_choices(s, pool, h, in, cpu, g, y_tol, eval_tol);
 
   const double count = double(s.n * s.hw), dconv_unit = max_abs(cpu.r.dx), xs = max_abs(x);
+  const double rounding_flips = math == kernels::Math::tf32   ? std::ldexp(1.0, -10)
+                                : math == kernels::Math::bf16 ? std::ldexp(1.0, -7)
+                                                              : 0.0;
   const Tolerance dw_tol{
-      64 * std::sqrt(count) * kEps * dconv_unit * xs + (tf32 ? std::ldexp(std::sqrt(count), -10) * dconv_unit * xs : 0),
-      8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 rounding flips)"};
+      64 * std::sqrt(count) * kEps * dconv_unit * xs + rounding_flips * std::sqrt(count) * dconv_unit * xs,
+      8 * std::sqrt(count) * kEps, "dw: fp32 sums of count dconv*x terms (+ TF32 or BF16 rounding flips)"};
   NT_REQUIRE_CLOSE(dw_all, dw_cpu, dw_tol);
   if (affine) {
     double xhat = 1;
@@ -154,7 +157,7 @@ void check_stem(const Exec& cuda, const StemCase& k, bool relu, bool affine, boo
 TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU ops it fuses", "[cuda][batchnorm]") {
   // Odd planes and channel counts, 27 taps (the guarded tap path) with window 3, 5x5 stride 2, stride 2 without
   // padding (18 taps), 7 planes that a window of 2 does not cover, x around 40 (padding zeros far from the data),
-  // and the cnn's first layer; fp32 and TF32.
+  // and the cnn's first layer; fp32, TF32 and BF16.
   CudaExec cuda;
   const StemCase cases[] = {{3, 1, 9, 7, 5, 3, 1, 1, 2},    {2, 3, 8, 9, 4, 3, 1, 1, 3},
                             {2, 1, 11, 10, 3, 5, 2, 2, 2},  {4, 2, 7, 7, 6, 3, 2, 0, 2},
@@ -163,7 +166,7 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
   for (const StemCase& k : cases)
     for (bool relu : {false, true})
       for (bool affine : {true, false})
-        for (bool tf32 : tf32_modes()) check_stem(cuda.exec, k, relu, affine, tf32);
+        for (kernels::Math math : math_modes()) check_stem(cuda.exec, k, relu, affine, math);
 }
 
 TEST_CASE(

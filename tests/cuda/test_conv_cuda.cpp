@@ -1,14 +1,16 @@
 // CUDA tests of the conv2d family against the CPU twin, on fresh random inputs: random shapes (odd sizes,
 // strides 1-3, paddings 0-2, kernels 1x1 to 5x5), shapes that split the GEMM's K over blocks, and the cnn's
-// shapes, in both math modes. Every output and the workspace are poisoned (NaN) before each run, so an element
+// shapes, in every math mode. Every output and the workspace are poisoned (NaN) before each run, so an element
 // the kernels forgot to write, or a partial they forgot to produce, fails. Tolerance: fp32_dot(K of the pass's
-// GEMM), since both backends sum the same K products in fp32 in different fixed orders. TF32 (Exec::tf32): the
-// reference is the CPU's fp32 pass on operands rounded by round_to_tf32 (exact products, kernels/tf32.h), so
-// the same tolerance holds; dbias stays an fp32 sum of the unrounded dy. Determinism: each pass run twice gives
+// GEMM), since both backends sum the same K products in fp32 in different fixed orders. TF32 and BF16 (Exec::math):
+// the reference is the CPU twin in the same mode, the fp32 pass on operands rounded as kernels/operand.h says (exact
+// products), so the same tolerance holds; dbias sums dy as that mode has it (unrounded under TF32, rounded under
+// BF16). Determinism: each pass run twice gives
 // the same bits, and conv2d_backward (both backward passes, overlapped) the bits of the two passes. Workspace:
 // sized for the full batch, enough for a partial one. The kernel lab's halo tile (not chosen by the engine) is
 // checked the same way through its lab entry.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -17,6 +19,7 @@
 #include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
+#include "kernels/operand.h"
 #include "kernels/tf32.h"
 #include "support/test_support.h"
 
@@ -68,46 +71,43 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
   return r;
 }
 
-// v with its low 13 bits replaced by exactly half of their range: a tie for the rounding to TF32.
-float with_tie_bits(float v) {
+// v with its low `dropped` bits replaced by exactly half of their range: a tie for the rounding to TF32 (13 bits
+// dropped) or BF16 (16).
+float with_tie_bits(float v, int dropped) {
   uint32_t u = 0;
   std::memcpy(&u, &v, sizeof u);
-  u = (u & 0xffffe000u) | 0x1000u;
+  u = (u & ~((1u << dropped) - 1)) | (1u << (dropped - 1));
   std::memcpy(&v, &u, sizeof v);
   return v;
 }
 
-void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias, bool tf32 = false) {
+void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias,
+                       kernels::Math math = kernels::Math::fp32) {
   INFO("n=" << s.n << " c=" << s.c << " h=" << s.h << " w=" << s.w << " k=" << s.k << " r=" << s.r << " s=" << s.s
-            << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias << " tf32=" << tf32);
+            << " stride=" << s.stride << " pad=" << s.pad << " bias=" << with_bias << " " << math_name(math));
   const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), bias = random_floats(size_t(s.k));
   const auto dy = random_floats(s.y_size());
   const std::vector<float>* b = with_bias ? &bias : nullptr;
-  // What the products see: the operands themselves, or rounded to TF32 (the bias is added in fp32).
-  const auto xm = tf32 ? kernels::rounded_to_tf32(x) : x, wm = tf32 ? kernels::rounded_to_tf32(w) : w;
-  const auto dym = tf32 ? kernels::rounded_to_tf32(dy) : dy;
 
   std::vector<float> y = poisoned(s.y_size()), dx = poisoned(s.x_size()), dw = poisoned(s.w_size()),
-                     db = poisoned(with_bias ? size_t(s.k) : 0), unused = poisoned(s.w_size());
-  const Exec cpu;
+                     db = poisoned(with_bias ? size_t(s.k) : 0);
+  Exec cpu;
+  cpu.math = math;  // the twin rounds the operands as the GPU does
   const Conv2dArgs<float> ref{.shape = s,
-                              .x = xm.data(),
-                              .w = wm.data(),
+                              .x = x.data(),
+                              .w = w.data(),
                               .bias = b ? bias.data() : nullptr,
                               .y = y.data(),
-                              .dy = dym.data(),
+                              .dy = dy.data(),
                               .dx = dx.data(),
-                              .dw = dw.data()};
+                              .dw = dw.data(),
+                              .dbias = b ? db.data() : nullptr};
   kernels::conv2d_forward(cpu, ref);
   kernels::conv2d_backward_data(cpu, ref);
   kernels::conv2d_backward_weight(cpu, ref);
-  // dbias from the unrounded dy (the GPU sums it in fp32 whatever the math mode)
-  if (with_bias)
-    kernels::conv2d_backward_weight(
-        cpu, Conv2dArgs<float>{.shape = s, .x = x.data(), .dy = dy.data(), .dw = unused.data(), .dbias = db.data()});
 
   Exec gpu = cuda;
-  gpu.tf32 = tf32;
+  gpu.math = math;
   const size_t ws = kernels::conv2d_workspace_floats(kernels::Backend::cuda, s);
   const GpuResults first = run_gpu(gpu, s, x, w, b, dy, ws);
   NT_REQUIRE_CLOSE(first.y, y, fp32_dot(s.c * s.r * s.s));
@@ -143,10 +143,10 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
       Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1},  // cnn conv2, batch 64
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},   // a partial last batch
   };
-  for (const bool tf32 : tf32_modes()) {
+  for (const kernels::Math math : math_modes()) {
     for (const auto& s : shapes) {
-      check_against_cpu(cuda.exec, s, false, tf32);
-      check_against_cpu(cuda.exec, s, true, tf32);
+      check_against_cpu(cuda.exec, s, false, math);
+      check_against_cpu(cuda.exec, s, true, math);
     }
   }
 }
@@ -160,7 +160,8 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on random shapes", "[cuda][conv]"
     const Conv2dShape s{pick(1, 5),     pick(1, 40),    pick(1, 20), pick(1, 20), pick(1, 70),
                         ks[pick(0, 3)], ks[pick(0, 3)], pick(1, 3),  pick(0, 2)};
     if (s.p() == 0 || s.q() == 0) continue;
-    check_against_cpu(cuda.exec, s, checked % 2 == 1, checked % 4 >= 2 && cuda_device().has_tf32());
+    const std::vector<kernels::Math> maths = math_modes();  // fp32, TF32 and BF16 in turn where the GPU has them
+    check_against_cpu(cuda.exec, s, checked % 2 == 1, maths[size_t(checked / 2) % maths.size()]);
     ++checked;
   }
 }
@@ -343,15 +344,18 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
       kernels::rounded_to_bf16);  // no backward_weight in BF16
 }
 
-TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", "[cuda][conv]") {
+TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32 or round_to_bf16 does",
+          "[cuda][conv]") {
   // A 1x1 convolution over 40 channels (a GEMM, not the direct kernel) of which only channel 0 is non-zero:
-  // y = x0·w0 exactly, so the GPU's product must equal round_to_tf32(x0)·round_to_tf32(w0) bit for bit.
-  // x0 holds random values and values whose dropped 13 bits are exactly half (ties: away from zero).
+  // y = x0·w0 exactly, so the GPU's product must equal round(x0)·round(w0) bit for bit. x0 holds random values and
+  // values whose dropped bits are exactly half of their range (ties: away from zero in TF32, to even in BF16).
+  const kernels::Math math = GENERATE(kernels::Math::tf32, kernels::Math::bf16);
+  INFO(math_name(math));
   CudaExec cuda;
   Exec gpu = cuda.exec;
-  gpu.tf32 = true;
+  gpu.math = math;
   const Conv2dShape s{1, 40, 16, 16, 3, 1, 1, 1, 0};
-  if (!cuda_device().has_tf32()) {  // without TF32 code the tensor-core kernels refuse, naming what they need
+  if (!cuda_device().has_tf32()) {  // without sm_80 code the tensor-core kernels refuse, naming what they need
     DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
     DeviceBuffer<float> d_y(gpu, poisoned(s.y_size()));
     CHECK_THROWS_WITH(
@@ -359,13 +363,15 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
         Contains("need sm_80 code"));
     return;
   }
+  const int dropped = math == kernels::Math::tf32 ? 13 : 16;  // the mantissa bits the format drops
   std::vector<float> x(s.x_size(), 0.f), w(s.w_size(), 0.f);
   const auto values = random_floats(256);
   for (int i = 0; i < 256; ++i) {
     x[size_t(i)] = values[size_t(i)];  // channel 0 of image 0
-    if (i % 4 == 0) x[size_t(i)] = with_tie_bits(x[size_t(i)]);
+    if (i % 4 == 0) x[size_t(i)] = with_tie_bits(x[size_t(i)], dropped);
   }
-  const float w0[3] = {1.f + 0x1.0p-11f, -1.f - 0x1.8p-11f, 0.7f};  // a tie, a round-up, a random-ish one
+  // a tie, a round-up, a random-ish one
+  const float w0[3] = {1.f + std::ldexp(1.f, -(24 - dropped)), -1.f - std::ldexp(1.5f, -(24 - dropped)), 0.7f};
   for (int k = 0; k < 3; ++k) w[size_t(k) * 40] = w0[k];
   DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_y(gpu, poisoned(s.y_size()));
   DeviceBuffer<float> d_ws(gpu, at_least_one(poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s))));
@@ -375,7 +381,8 @@ TEST_CASE("conv2d on CUDA with TF32 rounds each operand as round_to_tf32 does", 
   std::vector<float> want(s.y_size());
   for (int k = 0; k < 3; ++k)
     for (int i = 0; i < 256; ++i)
-      want[size_t(k) * 256 + size_t(i)] = kernels::round_to_tf32(x[size_t(i)]) * kernels::round_to_tf32(w0[k]);
+      want[size_t(k) * 256 + size_t(i)] =
+          kernels::round_operand(x[size_t(i)], math) * kernels::round_operand(w0[k], math);
   CHECK(same_bits(y, want));
   CHECK_FALSE(same_bits(want, [&] {  // the rounding is visible: fp32 products differ
     std::vector<float> exact(s.y_size());
@@ -404,10 +411,11 @@ TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[c
       DeviceBuffer<float> d_y(gpu, poisoned(s.y_size())), d_dx(gpu, poisoned(s.x_size())),
           d_dw(gpu, poisoned(s.w_size()));
       DeviceBuffer<float> d_db(gpu, poisoned(size_t(s.k)));
-      for (const bool tf32 : {true, false}) {  // fp32 last: its dw is checked below
-        if (tf32 && !cuda_device().has_tf32()) continue;
+      std::vector<kernels::Math> maths = math_modes();
+      std::reverse(maths.begin(), maths.end());  // fp32 last: its dw is checked below
+      for (const kernels::Math math : maths) {
         Exec mode = gpu;
-        mode.tf32 = tf32;
+        mode.math = math;
         const Conv2dArgs<float> args{.shape = s,
                                      .x = d_x.get(),
                                      .w = d_w.get(),

@@ -24,6 +24,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_lab.h"
+#include "kernels/operand.h"
 #include "kernels/runtime.h"
 #include "support/test_support.h"
 
@@ -200,17 +201,19 @@ int stray_writes(const Problem& p, const std::vector<float>& c) {
   return stray;
 }
 
+// `reference`: the inputs the reference multiplies (`in` itself, or its operands as Exec::math rounds them).
 void check_problem(const Exec& exec, const Problem& p, const Inputs& in, const std::vector<double>& product,
-                   const GemmFn& gemm) {
+                   const GemmFn& gemm, const Inputs* reference = nullptr) {
   INFO(p.describe());
+  const Inputs& ref = reference ? *reference : in;
   const Outputs out = run_gemm(exec, p, in, gemm);
   const auto tol = nt::test::fp32_dot(p.K);
   const std::vector<float> got = dense(p, out.C);
-  const std::vector<double> want = reference_output(p, in, product);
+  const std::vector<double> want = reference_output(p, ref, product);
   NT_REQUIRE_CLOSE(std::span<const float>(got), std::span<const double>(want), tol);
   REQUIRE(stray_writes(p, out.C) == 0);
   if (p.row_sums) {
-    const std::vector<double> sums = reference_row_sums(p, in);
+    const std::vector<double> sums = reference_row_sums(p, ref);
     NT_REQUIRE_CLOSE(std::span<const float>(out.row_sums), std::span<const double>(sums), tol);
   } else {
     REQUIRE(std::all_of(out.row_sums.begin(), out.row_sums.end(), [](float v) { return std::isnan(v); }));
@@ -341,6 +344,39 @@ TEST_CASE("the split through a workspace matches the reference for every factor,
         p.pad_a = 1, p.pad_b = 3, p.pad_c = 2;
         p.epilogue = Epilogue::bias_relu;
         check_problem(cuda.exec, p, forced_workspace(tile, v.split));
+      }
+}
+
+TEST_CASE("cuda gemm with BF16 operands matches the reference of the rounded operands in every configuration",
+          "[cuda][gemm]") {
+  // Exec::math BF16 (kernels/operand.h): A and B are rounded to BF16 as each slab is staged. The reference is the
+  // double product of the rounded operands, exact products, and the row sums of the rounded op(A), so the tolerance
+  // is the GPU's fp32 sums alone, as above. Every tile, cluster and workspace split, layout and epilogue.
+  CudaExec cuda;
+  Exec bf16 = cuda.exec;
+  bf16.math = nt::kernels::Math::bf16;
+  std::vector<GemmFn> variants = {kAuto,        forced(0, 1), forced(1, 1),
+                                  forced(2, 1), forced(3, 1), forced_workspace(3, 5)};
+  if (nt::test::cuda_device().has_clusters()) variants.insert(variants.end(), {forced(2, 4), forced(3, 8)});
+  for (const Shape& s : {Shape{131, 199, 259}, Shape{64, 128, 3136}, Shape{33, 7, 10}})
+    for (size_t v = 0; v < variants.size(); ++v)
+      for (int t = 0; t < 4; ++t) {
+        INFO("variant " << v);
+        Problem p;
+        p.M = s.M, p.N = s.N, p.K = s.K;
+        p.trans_a = t & 1, p.trans_b = t & 2;
+        p.workspace_split = v == 5 ? 5 : 0;  // forced_workspace(3, 5)
+        const Inputs in = make_inputs(p);
+        Inputs rounded = in;
+        rounded.A = nt::kernels::rounded_operands(in.A, nt::kernels::Math::bf16);
+        rounded.B = nt::kernels::rounded_operands(in.B, nt::kernels::Math::bf16);
+        const std::vector<double> product = reference_product(p, rounded);
+        for (Epilogue e : kEpilogues) {
+          p.epilogue = e;
+          check_problem(bf16, p, in, product, variants[v], &rounded);
+        }
+        // The rounding shows: the fp32 product of the same inputs is another.
+        REQUIRE(std::abs(product[0] - reference_product(p, in)[0]) > 0);
       }
 }
 

@@ -1231,9 +1231,9 @@ TEST_CASE("every op on CUDA matches its CPU twin, with and without programmatic 
   Exec with_pdl = cuda.exec, without_pdl = cuda.exec;
   with_pdl.programmatic_launch = true;
   with_pdl.debug_sync = false;  // a sync after every launch would leave programmatic launch nothing to overlap
-  with_pdl.tf32 = false;
+  with_pdl.math = kernels::Math::fp32;
   without_pdl.programmatic_launch = false;  // debug_sync stays on: a fault names its kernel
-  without_pdl.tf32 = false;
+  without_pdl.math = kernels::Math::fp32;
   const Exec cpu{};
   if (!cuda_device().has_programmatic_launch())
     WARN("programmatic launch not on this code path (" << cuda_device().name << " runs " << cuda_device().code_path()

@@ -33,7 +33,7 @@ TrainOptions train_options(const RigOptions& o) {
 }  // namespace
 
 Rig::Rig(const data::Dataset& train, const RigOptions& o)
-    : ctx({o.device, o.threads, false, true, o.tf32}),
+    : ctx({o.device, o.threads, false, true, o.math}),
       model(layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes)),
       train_data(ctx, train, true, o.seed),
       optimizer(make_optimizer(ctx.exec(), initialized(*model, ctx, o.seed).params(), optimizer_config(o))),

@@ -24,8 +24,8 @@ struct RigOptions {
   OptimizerConfig optimizer{};             // used when its name is not "sgd"
   int threads = 0;
   bool use_graphs = true;
-  bool fuse_head = true;  // TrainOptions::fuse_head
-  bool tf32 = false;      // ContextOptions::tf32: the convolutions on TF32 tensor cores (CUDA)
+  bool fuse_head = true;                     // TrainOptions::fuse_head
+  kernels::Math math = kernels::Math::fp32;  // ContextOptions::math: TF32 or BF16 operands (kernels/operand.h)
   std::function<void(const EpochProgress&)> on_progress;  // TrainOptions::on_progress
 };
 

@@ -116,12 +116,13 @@ const kernels::DeviceInfo& cuda_device() {
   return info;
 }
 
-void check_context_refuses_tf32() {
+void check_context_refuses(kernels::Math math) {
   INFO(cuda_device().name << " runs " << cuda_device().code_path());
   ContextOptions options;
   options.device = "cuda";
-  options.tf32 = true;
-  CHECK_THROWS_WITH(Context(options), Contains("--tf32") && Contains("compute_"));
+  options.math = math;
+  CHECK_THROWS_WITH(Context(options),
+                    Contains(math == kernels::Math::tf32 ? "--tf32" : "--bf16") && Contains("compute_"));
 }
 
 void check_divergence_stops_the_run(const std::string& device) {
@@ -270,10 +271,10 @@ void check_resume_is_exact(const std::string& device) {
   }
 }
 
-std::vector<bool> tf32_modes() {
-  if (cuda_device().has_tf32()) return {false, true};
-  WARN("TF32 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
-  return {false};
+std::vector<kernels::Math> math_modes() {
+  if (cuda_device().has_tf32()) return {kernels::Math::fp32, kernels::Math::tf32, kernels::Math::bf16};
+  WARN("TF32 and BF16 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
+  return {kernels::Math::fp32};
 }
 
 std::string mnist_dir() {

@@ -202,11 +202,12 @@ struct StreamExec {
 // Device 0 as the CUDA tests find it: what the code this binary runs there can do (kernels/runtime.h). A test of
 // a feature that the code path lacks checks what the engine does instead, or skips with the reason.
 const kernels::DeviceInfo& cuda_device();
-// The convolutions' maths a test covers: fp32, and TF32 where the code path has it (else a warning says it is not).
-std::vector<bool> tf32_modes();
-// On a code path without TF32 (compute_75 code), what a TF32 run meets instead: the context refuses --tf32 with the
-// reason, before anything runs. Checks that, for a test whose TF32 half cannot run here.
-void check_context_refuses_tf32();
+// The maths a test covers (Exec::math): fp32, and TF32 and BF16 where the code path has them (else a warning says they
+// are not).
+std::vector<kernels::Math> math_modes();
+// On a code path without TF32 and BF16 MMAs (compute_75 code), what such a run meets instead: the context refuses
+// --tf32 or --bf16 with the reason, before anything runs. Checks that, for a test whose half cannot run here.
+void check_context_refuses(kernels::Math math);
 // A run that diverges (--lr 1e6) on `device` stops after the first epoch with exit code 3 and one line naming the
 // epoch, keeps the checkpoint at --save, writes JSON metrics (null for NaN); with --allow-nonfinite it goes on, and
 // eval refuses the checkpoint it saved.
