@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   try {
     const auto split = data::load_dataset_dir(data_dir, "mnist");
     const auto& train = split.train;
-    Context ctx({device, 0, false, true, false});
+    Context ctx({device, 0, false, true, kernels::Math::fp32});  // fp32: the trajectory PyTorch recomputes
     const auto& exec = ctx.exec();
     auto model = layers::build_model(model_name, Shape{train.channels, train.rows, train.cols}, train.classes);
     model->init_params(ctx, seed);
