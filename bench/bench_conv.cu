@@ -1,4 +1,4 @@
-// Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, in both math modes: fp32
+// Conv kernel lab: nanotrain's implicit-GEMM conv2d passes at the cnn's shapes, in every math mode: fp32
 // (FFMA), tf32 and bf16 (Exec::math: operands rounded to TF32 or BF16, tensor-core MMAs, fp32 sums).
 //
 //   bench_conv [output-folder]      prints a table; with a folder also writes conv.csv there, which
@@ -9,8 +9,8 @@
 // Shapes: conv1 x(N,1,28,28) w(32,1,3,3) pad 1 and conv2 x(N,32,14,14) w(64,32,3,3) pad 1, N = 64 and 256;
 // passes forward, backward_data (dx; the cnn never needs conv1's), backward_weight (dw, no bias: the cnn's
 // convs feed BatchNorm). Method: random inputs in [-1, 1]; each pass is first checked against the CPU twin
-// (max |diff| / max |cpu|; for tf32, the CPU's fp32 pass on operands rounded by round_to_tf32; for the lab's bf16_
-// rows, by round_to_bf16). Timing: the median of
+// (max |diff| / max |cpu|; for tf32 and bf16, and the lab's mma_ and bf16_ rows, the CPU twin in that math mode: the
+// fp32 pass on rounded operands). Timing: the median of
 // 50 repetitions of an event-timed loop of 100 back-to-back calls after warm-up, divided by 100 ("us", what
 // conv_torch.py measures for cuDNN the same way), and the same from a CUDA graph of 100 calls ("us graph", no host
 // launch cost: the engine's training step). GFLOP/s counts 2·N·K·P·Q·C·R·S per pass. Operands stay L2-resident between
@@ -22,25 +22,23 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_timing.h"
 #include "core/cuda_check.h"
-#include "kernels/bf16.h"
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/runtime.h"
-#include "kernels/tf32.h"
 
 namespace {
 
 using nt::kernels::Conv2dArgs;
 using nt::kernels::Conv2dShape;
 using nt::kernels::Exec;
-using nt::kernels::rounded_to_tf32;
 
 constexpr int kReps = 50;
 constexpr int kCalls = 100;
@@ -56,32 +54,31 @@ Conv2dShape conv_shape(int n, int c, int hw, int k) {
   return s;
 }
 
-// The CPU twin's three passes (fp32) of one shape, out[math][pass] (pass as the lab's: y, dx, dw; math 0 fp32, 1 TF32,
-// 2 BF16): for TF32 and BF16, on the operands rounded by round_to_tf32 or round_to_bf16.
-enum Math : int { kFp32 = 0, kTf32 = 1, kBf16 = 2 };
+// The CPU twin's three passes of one shape in each math mode, out[math][pass] (pass as the lab's: y, dx, dw): for
+// TF32 and BF16, the twin on operands rounded as the GPU rounds them (kernels/operand.h).
+using nt::kernels::Math;
+constexpr Math kMaths[] = {Math::fp32, Math::tf32, Math::bf16};
 struct References {
-  std::vector<float> out[3][3];
+  std::vector<float> out[std::size(kMaths)][3];
 };
 References cpu_passes(const Exec& cpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
                       const std::vector<float>& dy) {
   References r;
-  for (const int math : {kFp32, kTf32, kBf16}) {
-    const auto rounded = [&](const std::vector<float>& v) {
-      return math == kTf32 ? rounded_to_tf32(v) : math == kBf16 ? nt::kernels::rounded_to_bf16(v) : v;
-    };
-    const auto xm = rounded(x), wm = rounded(w), dym = rounded(dy);
-    auto& out = r.out[math];
+  for (const Math math : kMaths) {
+    Exec twin = cpu;
+    twin.math = math;
+    auto& out = r.out[static_cast<int>(math)];
     out[0].resize(s.y_size()), out[1].resize(s.x_size()), out[2].resize(s.w_size());
     const Conv2dArgs<float> args{.shape = s,
-                                 .x = xm.data(),
-                                 .w = wm.data(),
+                                 .x = x.data(),
+                                 .w = w.data(),
                                  .y = out[0].data(),
-                                 .dy = dym.data(),
+                                 .dy = dy.data(),
                                  .dx = out[1].data(),
                                  .dw = out[2].data()};
-    nt::kernels::conv2d_forward(cpu, args);
-    nt::kernels::conv2d_backward_data(cpu, args);
-    nt::kernels::conv2d_backward_weight(cpu, args);
+    nt::kernels::conv2d_forward(twin, args);
+    nt::kernels::conv2d_backward_data(twin, args);
+    nt::kernels::conv2d_backward_weight(twin, args);
   }
   return r;
 }
@@ -167,12 +164,11 @@ int main(int argc, char** argv) {
     };
     const double flops = 2.0 * s.n * s.k * P * Q * double(s.c) * s.r * s.s;
     for (const auto& p : passes) {
-      for (const int m : {kFp32, kTf32, kBf16}) {
-        using EngineMath = nt::kernels::Math;
-        exec.math = m == kTf32 ? EngineMath::tf32 : m == kBf16 ? EngineMath::bf16 : EngineMath::fp32;
+      for (const Math math : kMaths) {
+        exec.math = math;
         p.call();
         nt::kernels::synchronize(exec);
-        const double diff = relative_difference(p.out, refs.out[m][p.ref]);
+        const double diff = relative_difference(p.out, refs.out[static_cast<int>(math)][p.ref]);
         const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
         const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
         const double gflops = flops / (us_graph * 1e3);
@@ -185,7 +181,7 @@ int main(int argc, char** argv) {
         csv += line;
       }
     }
-    exec.math = nt::kernels::Math::fp32;
+    exec.math = Math::fp32;
     for (float* ptr : {x, w, dy, y, dx, dw, ws}) NT_CUDA_CHECK(cudaFree(ptr));
   }
 
@@ -280,8 +276,10 @@ int main(int argc, char** argv) {
       auto call = [&] { lab::conv2d_variant(exec, v.pass, args, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
-      const int math = v.tile >= lab::channels_last_bf16_64x64_8w ? kBf16 : v.tile >= lab::mma_64x64 ? kTf32 : kFp32;
-      const double diff = relative_difference(out, refs.out[math][v.pass]);
+      const Math math = v.tile >= lab::channels_last_bf16_64x64_8w ? Math::bf16
+                        : v.tile >= lab::mma_64x64                 ? Math::tf32
+                                                                   : Math::fp32;
+      const double diff = relative_difference(out, refs.out[static_cast<int>(math)][v.pass]);
       const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
       std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,
                   us_graph, diff);

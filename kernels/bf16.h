@@ -15,8 +15,9 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
+
+#include "kernels/float_bits.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -33,24 +34,13 @@ __host__ __device__
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   return __bfloat162float(__float2bfloat16_rn(v));  // cvt.rn.bf16.f32: the same rounding in one instruction
 #else
-#if defined(__CUDA_ARCH__)
-  uint32_t u = __float_as_uint(v);
-#else
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-#endif
+  uint32_t u = bits_of(v);
   if ((u & 0x7f800000u) == 0x7f800000u) {  // infinity, or NaN made quiet (its payload's high bits may all be 0)
     if (u & 0x007fffffu) u |= 0x00400000u;
   } else {
     u += 0x7fffu + ((u >> 16) & 1u);
   }
-  u &= 0xffff0000u;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-#endif
+  return float_of(u & 0xffff0000u);
 #endif
 }
 

@@ -11,10 +11,10 @@
 // the order of their fp32 additions (the tolerance of an fp32 sum).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <vector>
+
+#include "kernels/float_bits.h"
 
 namespace nt::kernels {
 
@@ -24,20 +24,9 @@ __host__ __device__
 #endif
     inline float
     round_to_tf32(float v) {
-#if defined(__CUDA_ARCH__)
-  uint32_t u = __float_as_uint(v);
-#else
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-#endif
+  const uint32_t u = bits_of(v);
   if ((u & 0x7f800000u) == 0x7f800000u) return v;
-  u = (u + 0x1000u) & 0xffffe000u;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-#endif
+  return float_of((u + 0x1000u) & 0xffffe000u);
 }
 
 // A copy of `values`, each rounded (the operands a CPU reference multiplies).

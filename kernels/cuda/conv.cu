@@ -384,6 +384,7 @@ enum class Tile {
   mma_32x32,  // TF32 MMA
   halo_64,
   halo_32,  // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
+  // The channels-last tiles, last (is_channels_last):
   channels_last_64x64,
   channels_last_64x32,
   channels_last_32x64,
@@ -396,6 +397,9 @@ enum class Tile {
 };
 
 constexpr auto kTf32 = channels_last::Format::tf32;
+
+// The channels-last tiles come last in Tile: conv_channels_last.cu's kernel, not this file's implicit GEMM.
+bool is_channels_last(Tile tile) { return tile >= Tile::channels_last_64x64; }
 
 // The channels-last kernel's tile of a lab tile (channels_last_*): rows, columns, warps and the operands' format.
 channels_last::Tile channels_last_tile_of(Tile tile) {
@@ -456,6 +460,10 @@ int64_t tiles_for(int64_t M, int64_t N, int64_t bm, int64_t bn) {
 
 // The tile's rows and columns (BM, BN).
 std::pair<int, int> tile_extent(Tile tile) {
+  if (is_channels_last(tile)) {
+    const channels_last::Tile t = channels_last_tile_of(tile);
+    return {t.bm, t.bn};
+  }
   switch (tile) {
     case Tile::medium:
       return {ConvMedium::BM, ConvMedium::BN};
@@ -483,20 +491,9 @@ std::pair<int, int> tile_extent(Tile tile) {
       return {64, halo::kTileColumns};
     case Tile::halo_32:
       return {32, halo::kTileColumns};
-    case Tile::channels_last_64x64:
-    case Tile::channels_last_64x32:
-    case Tile::channels_last_32x64:
-    case Tile::channels_last_32x32:
-    case Tile::channels_last_64x64_8w:
-    case Tile::channels_last_32x64_8w:
-    case Tile::channels_last_bf16_64x64_8w:
-    case Tile::channels_last_bf16_32x64_8w:
-    case Tile::channels_last_bf16_64x32: {
-      const channels_last::Tile t = channels_last_tile_of(tile);
-      return {t.bm, t.bn};
-    }
+    default:  // the channels-last tiles, above
+      return {1, 1};
   }
-  return {1, 1};
 }
 
 // The small tile holds one warp per SM quadrant at the cnn's sizes (a few hundred blocks of 64 threads), too few
@@ -792,17 +789,7 @@ ConvArgs launch_pass(const Exec& exec, const char* name, ConvArgs a, int rows, d
     case Tile::mma_32x32:
       launch_mma_tile<ConvMma32x32, Pass>(exec, name, cost, a);
       break;
-    case Tile::halo_64:
-    case Tile::halo_32:
-    case Tile::channels_last_64x64:
-    case Tile::channels_last_64x32:
-    case Tile::channels_last_32x64:
-    case Tile::channels_last_32x32:
-    case Tile::channels_last_64x64_8w:
-    case Tile::channels_last_32x64_8w:
-    case Tile::channels_last_bf16_64x64_8w:
-    case Tile::channels_last_bf16_32x64_8w:
-    case Tile::channels_last_bf16_64x32:
+    default:
       NT_CHECK(false, name, ": the halo and channels-last tiles are not this file's implicit GEMM");
       break;
   }
@@ -1051,7 +1038,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     return launch_halo(tf32, pass == 0 ? "conv2d_forward" : "conv2d_backward_data",
                        profile::OpCost{.bytes = bytes, .flops = flops, .math = profile::Math::tf32}, halo_plan);
   }
-  if (plan.tile >= Tile::channels_last_64x64) {
+  if (is_channels_last(plan.tile)) {
     NT_CHECK(pass == 0 || pass == 2 || s.stride == 1, "conv lab: the channels-last backward_data needs stride 1");
     const channels_last::Tile tile = channels_last_tile_of(plan.tile);
     Exec tensor_cores = exec;

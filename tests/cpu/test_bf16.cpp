@@ -97,7 +97,8 @@ TEST_CASE("the CPU convolution under TF32 or BF16 is the fp32 one on rounded ope
   }
 }
 
-TEST_CASE("the CPU GEMM under BF16 is the fp32 one on rounded operands; TF32 leaves it fp32", "[cpu][bf16][gemm]") {
+TEST_CASE("the CPU GEMM under BF16 is the fp32 one on rounded operands, and under TF32 stays fp32",
+          "[cpu][bf16][gemm]") {
   using kernels::Math;
   const int M = 7, N = 13, K = 37;
   const auto a = random_floats(size_t(K) * M), b = random_floats(size_t(N) * K), bias = random_floats(size_t(N));
