@@ -172,11 +172,11 @@ int main(int argc, char** argv) {
         const double us = nt::bench::time_loop_us(stream, kCalls, kReps, p.call);
         const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, p.call);
         const double gflops = flops / (us_graph * 1e3);
-        const char* math = nt::profile::math_name(exec.math);
-        std::printf("%-11s %-16s %-5s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, math, p.M, p.N, p.K, us,
+        const char* name = nt::profile::math_name(math);
+        std::printf("%-11s %-16s %-5s %6d %7d %6d %9.2f %9.2f %9.0f %9.1e\n", c.name, p.name, name, p.M, p.N, p.K, us,
                     us_graph, gflops, diff);
         char line[256];
-        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, math, p.M, p.N, p.K,
+        std::snprintf(line, sizeof line, "%s,%s,%s,%d,%d,%d,%.3f,%.3f,%.1f,%.3e\n", c.name, p.name, name, p.M, p.N, p.K,
                       us, us_graph, gflops, diff);
         csv += line;
       }
