@@ -30,6 +30,7 @@
 #include "engine/trainer.h"
 #include "layers/builder.h"
 #include "layers/softmax_xent.h"
+#include "profile/launch_observer.h"
 #include "profile/launch_stamps.h"
 
 namespace nt::app {
@@ -178,7 +179,12 @@ struct RunFlag {
   std::string (*get)(const TrainCommand&);
   void (*set)(TrainCommand&, const std::string&);
   const char* before = nullptr;  // a flag added later: its value in checkpoints written before it existed
+  bool is_switch = false;        // a flag without a value (--flip): recorded as 1 or 0, shown as given or not
 };
+std::string shown(const RunFlag& f, const std::string& value) {
+  if (!f.is_switch) return cat(f.flag, " ", value);
+  return value == "1" ? std::string(f.flag) : cat("no ", f.flag);
+}
 const std::vector<RunFlag>& run_flags() {
   static const std::vector<RunFlag> flags{
       {"--model", [](const TrainCommand& t) { return t.workload.model; },
@@ -214,11 +220,16 @@ const std::vector<RunFlag>& run_flags() {
       {"--train-limit", [](const TrainCommand& t) { return std::to_string(t.train_limit); },
        [](TrainCommand& t, const std::string& v) { t.train_limit = std::stoll(v); }},
       {"--flip", [](const TrainCommand& t) { return std::string(t.flip ? "1" : "0"); },
-       [](TrainCommand& t, const std::string& v) { t.flip = v == "1"; }},
+       [](TrainCommand& t, const std::string& v) { t.flip = v == "1"; }, nullptr, true},
       {"--classes", [](const TrainCommand& t) { return std::to_string(t.workload.classes); },
        [](TrainCommand& t, const std::string& v) { t.workload.classes = std::stoi(v); }},
       {"--sync-bn", [](const TrainCommand& t) { return std::string(t.sync_bn ? "1" : "0"); },
-       [](TrainCommand& t, const std::string& v) { t.sync_bn = v == "1"; }, "0"},
+       [](TrainCommand& t, const std::string& v) { t.sync_bn = v == "1"; }, "0", true},
+      // The math mode: a run resumed in another would not be the run it continues (docs/bf16.md).
+      {"--tf32", [](const TrainCommand& t) { return std::string(t.common.tf32 ? "1" : "0"); },
+       [](TrainCommand& t, const std::string& v) { t.common.tf32 = v == "1"; }, "0", true},
+      {"--bf16", [](const TrainCommand& t) { return std::string(t.common.bf16 ? "1" : "0"); },
+       [](TrainCommand& t, const std::string& v) { t.common.bf16 = v == "1"; }, "0", true},
   };
   return flags;
 }
@@ -260,8 +271,9 @@ std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd)
     if (cmd.count(f.flag) == 0) {
       f.set(out, recorded);
     } else if (f.get(t) != recorded && std::string_view(f.flag) != "--epochs") {
-      throw UsageError(cat("--resume: '", t.resume_from, "' was trained with ", f.flag, " ", recorded,
-                           ", this command gives ", f.get(t), " (leave the flag out to go on as it was)"));
+      throw UsageError(cat("--resume: '", t.resume_from, "' was trained with ", shown(f, recorded),
+                           ", this command gives ", f.is_switch ? shown(f, f.get(t)) : f.get(t),
+                           " (leave the flag out to go on as it was)"));
     }
   }
   const int trained = std::stoi(field("epochs_trained"));
@@ -319,7 +331,9 @@ class CheckpointDir {
 // the file on disk is always complete.
 class MetricsFile {
  public:
-  explicit MetricsFile(std::string path) : path_(std::move(path)) {}  // checked with the other outputs
+  // `math`: the run's math mode, on every line, so that runs in different modes are told apart.
+  MetricsFile(std::string path, kernels::Math math)  // the path is checked with the other outputs
+      : path_(std::move(path)), math_(profile::math_name(math)) {}
   // A resumed run appends: the file's lines up to `epoch` are kept (later ones, of epochs the run trains again,
   // are not). A file that is not there starts empty.
   void resume_after(int epoch) {
@@ -338,7 +352,7 @@ class MetricsFile {
     // JSON has no NaN or infinity: such a loss is written as null, and the line says why.
     const bool nonfinite = !std::isfinite(m.train_loss) || !std::isfinite(m.test_loss);
     lines_ +=
-        cat("{\"epoch\": ", m.epoch, ", \"train_loss\": ", number(m.train_loss, 6),
+        cat("{\"epoch\": ", m.epoch, ", \"math\": \"", math_, "\", \"train_loss\": ", number(m.train_loss, 6),
             ", \"train_acc\": ", number(m.train_acc, 6), ", \"test_loss\": ", number(m.test_loss, 6),
             ", \"test_acc\": ", number(m.test_acc, 6), ", \"epoch_ms\": ", number(m.epoch_ms, 3),
             ", \"eval_ms\": ", number(m.eval_ms, 3), ", \"capture_ms\": ", number(m.capture_ms + m.eval_capture_ms, 3),
@@ -355,6 +369,7 @@ class MetricsFile {
   }
 
   std::string path_;
+  std::string math_;
   std::string lines_;
 };
 
@@ -461,7 +476,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   const bool leader = place.leader();  // prints and writes; the other ranks only compute
   setup_logging(t.common);
   if (!leader) spdlog::set_level(spdlog::level::err);
-  MetricsFile metrics(leader ? t.metrics_path : "");
+  MetricsFile metrics(leader ? t.metrics_path : "", t.common.math());
   if (trained > 0) metrics.resume_after(trained);
 
   // Everything a user can get wrong is checked before the first log line, so an error is one line.

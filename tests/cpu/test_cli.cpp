@@ -194,18 +194,21 @@ TEST_CASE("help and version work on every subcommand", "[cpu][cli]") {
 TEST_CASE("train writes complete metrics lines", "[cpu][cli]") {
   const std::string path = "cli_metrics_test.jsonl";
   std::remove(path.c_str());
-  auto r = nanotrain("train --device cpu --epochs 2 --train-limit 640 --metrics " + path);
-  INFO(r.out);
-  REQUIRE(r.exit_code == 0);
-  std::ifstream in(path);
-  std::string line;
-  int lines = 0;
-  while (std::getline(in, line)) {
-    ++lines;
-    for (const char* key : {"\"epoch\"", "\"train_loss\"", "\"train_acc\"", "\"test_acc\"", "\"epoch_ms\""})
-      CHECK(line.find(key) != std::string::npos);
+  for (const auto& [flags, math] : {std::pair{"", "fp32"}, std::pair{" --bf16", "bf16"}}) {
+    auto r = nanotrain(cat("train --device cpu --epochs 2 --train-limit 640", flags, " --metrics ", path));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    std::ifstream in(path);
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      ++lines;
+      for (const char* key : {"\"epoch\"", "\"train_loss\"", "\"train_acc\"", "\"test_acc\"", "\"epoch_ms\""})
+        CHECK(line.find(key) != std::string::npos);
+      CHECK(line.find(cat("\"math\": \"", math, "\"")) != std::string::npos);
+    }
+    CHECK(lines == 2);
   }
-  CHECK(lines == 2);
   std::remove(path.c_str());
 }
 

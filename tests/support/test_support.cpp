@@ -211,7 +211,7 @@ void check_resume_is_exact(const std::string& device) {
     const char* name;
     std::string flags;
   };
-  const Recipe recipes[] = {
+  std::vector<Recipe> recipes = {
       {"sgd-momentum", " --model mlp --lr 0.05 --momentum 0.9"},
       // A small convolution, BatchNorm (running statistics) and dropout (its draw counter).
       {"adam-cosine-shift",
@@ -219,6 +219,9 @@ void check_resume_is_exact(const std::string& device) {
        " --optimizer adam --lr 0.002 --lr-schedule cosine --shift 2"},
       // A per-step schedule: its step count is optimizer state, restored with the rest.
       {"sgd-one-cycle", " --model mlp --lr 0.1 --momentum 0.9 --lr-schedule one-cycle --warmup 0.4"}};
+  // The math mode is part of the run: the resume, given no --bf16, must go on in BF16 to end in the same bits.
+  if (device == "cpu" || cuda_device().has_tf32())
+    recipes.push_back({"bf16", " --model conv:4:3,bn,relu,maxpool:2,flatten,linear:10 --optimizer adam --bf16"});
   for (const auto& r : recipes) {
     INFO(r.name);
     const std::string whole = dir.file(cat(r.name, "-whole.safetensors")),
@@ -262,7 +265,8 @@ void check_resume_is_exact(const std::string& device) {
   };
   for (const Change c : {Change{" --batch 32", "--batch 64, this command gives 32"},
                          Change{" --model linear:10", "--model mlp, this command gives linear:10"},
-                         Change{" --optimizer adam", "--optimizer sgd, this command gives adam"}}) {
+                         Change{" --optimizer adam", "--optimizer sgd, this command gives adam"},
+                         Change{" --bf16", "no --bf16, this command gives --bf16"}}) {
     const auto r =
         run_command(cat(cli_path(), " train --device ", device, " --data ", mnist_dir(), " --resume ", point, c.flags));
     INFO(r.out);
