@@ -28,8 +28,8 @@ void add_common_options(CLI::App& cmd, CommonOptions& o) {
   cmd.add_flag("--no-fused-head", o.no_fused_head,
                "Run the last Linear and the softmax cross-entropy as separate ops instead of one classifier head");
   cmd.add_flag("--tf32", o.tf32,
-               "GPU: convolutions round their operands to TF32 and multiply on tensor cores, sums in fp32 "
-               "(PyTorch's default for cuDNN convolutions); off: fp32 throughout");
+               "Convolutions round their operands to TF32 (GPU: tensor cores; CPU: the same rounding, no faster), "
+               "sums in fp32 (PyTorch's default for cuDNN convolutions); off: fp32 throughout");
   cmd.add_flag("--bf16", o.bf16,
                "Mixed precision as PyTorch's autocast to bfloat16: convolution and Linear operands rounded to BF16 "
                "(GPU: tensor cores; CPU: the same rounding, no faster), sums, weights, optimizer, BatchNorm and loss "
@@ -58,8 +58,6 @@ void validate_common(const CommonOptions& o) {
   if (o.threads < 0 || o.threads > 1024) throw UsageError(cat("--threads: must be in [0, 1024], got ", o.threads));
   if (o.tf32 && o.bf16)
     throw UsageError("--bf16 and --tf32 are two math modes: give one (--bf16 also covers the convolutions)");
-  if (o.tf32 && o.device == "cpu")
-    throw UsageError("--tf32: TF32 tensor cores are a GPU's; the CPU computes in fp32 (drop --tf32 or --device cpu)");
   if (spdlog::level::from_str(o.log_level) == spdlog::level::off && o.log_level != "off")
     throw UsageError(cat("--log-level: unknown level '", o.log_level, "' (trace, debug, info, warn, error, off)"));
 }

@@ -59,9 +59,6 @@ Context::Context(const ContextOptions& options) {
   if (want_gpu) choice = choose_gpu(&device_, options.gpu);
   const bool gpu = choice.usable;
   if (options.device == "cuda" && !gpu) throw Error(cat("--device cuda: ", choice.why_not));
-  if (options.math == kernels::Math::tf32 && !gpu)
-    throw Error(
-        cat("--tf32: TF32 tensor cores need a GPU, and ", want_gpu ? choice.why_not : "--device cpu was chosen"));
   if (!gpu) {
     why_cpu_ = want_gpu ? choice.why_not : "--device cpu";
     gpu_unusable_ = choice.gpu_present;
@@ -84,7 +81,7 @@ Context::Context(const ContextOptions& options) {
     pool_ = std::make_unique<kernels::ThreadPool>(options.threads);
     exec_.pool = pool_.get();
   }
-  exec_.math = options.math;  // BF16 on the CPU: its twin of the tensor cores' rounding (kernels/operand.h)
+  exec_.math = options.math;  // TF32 or BF16 on the CPU: its twin of the tensor cores' rounding (kernels/operand.h)
 }
 
 Context::~Context() {
@@ -100,7 +97,9 @@ std::string Context::describe() const {
   } else {
     s << "cpu (" << pool_->size() << " threads)";
   }
-  if (exec_.math == kernels::Math::tf32) s << ", TF32 convolutions";
+  if (exec_.math == kernels::Math::tf32)
+    s << (on_cuda() ? ", TF32 convolutions"
+                    : ", TF32 convolution operands (rounded as the GPU's tensor cores take them)");
   if (exec_.math == kernels::Math::bf16)
     s << (on_cuda() ? ", BF16 convolutions and Linear layers"
                     : ", BF16 convolution and Linear operands (rounded as the GPU's tensor cores take them)");

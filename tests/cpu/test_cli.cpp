@@ -45,7 +45,6 @@ TEST_CASE("bad flags exit non-zero with one line naming the flag", "[cpu][cli]")
       {"train --log-level loud", "--log-level"},
       {"train --shift 9", "--shift"},
       {"train --shift -1", "--shift"},
-      {"train --tf32 --device cpu", "--tf32"},
       {"train --tf32 --bf16", "--bf16 and --tf32"},
       {"train --model linear:128,relu,linear:10,", "stray comma"},
       {"train --model conv:4:4294967299,flatten,linear:10", "4294967299"},  // no truncation to int
@@ -99,20 +98,15 @@ TEST_CASE("train --device cuda without a usable GPU is one clear line", "[cpu][c
   CHECK(r.out.find("--device cuda") != std::string::npos);
 }
 
-TEST_CASE("train --tf32 without a usable GPU is one clear line", "[cpu][cli]") {
-  if (kernels::cuda_device_count() > 0) return;   // this machine has a GPU: the case cannot arise
-  auto r = nanotrain("train --tf32 --epochs 1");  // --device auto falls back to the CPU, which has no TF32
-  INFO(r.out);
-  CHECK(r.exit_code == 1);
-  CHECK(line_count(r.out) == 1);
-  CHECK(r.out.find("--tf32") != std::string::npos);
-}
-
-TEST_CASE("train --bf16 on the CPU runs its twin of the tensor cores' rounding and says so", "[cpu][cli][bf16]") {
-  auto r = nanotrain("train --device cpu --bf16 --model cnn --epochs 1 --train-limit 640 --log-level info");
-  INFO(r.out);
-  CHECK(r.exit_code == 0);
-  CHECK(r.out.find("BF16 convolution and Linear operands") != std::string::npos);
+TEST_CASE("train --tf32 or --bf16 on the CPU runs its twin of the tensor cores' rounding and says so",
+          "[cpu][cli][bf16]") {
+  for (const auto& [flag, says] : {std::pair{"--tf32", "TF32 convolution operands (rounded as"},
+                                   std::pair{"--bf16", "BF16 convolution and Linear operands (rounded as"}}) {
+    auto r = nanotrain(cat("train --device cpu ", flag, " --model cnn --epochs 1 --train-limit 640 --log-level info"));
+    INFO(r.out);
+    CHECK(r.exit_code == 0);
+    CHECK(r.out.find(says) != std::string::npos);
+  }
 }
 
 TEST_CASE("the device choice is logged with its reason, and devices says what auto would choose", "[cpu][cli]") {
