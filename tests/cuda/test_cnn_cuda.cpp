@@ -56,8 +56,8 @@ constexpr int kMaxBranchSteps = 12;  // of 50; measured 3 on the CPU against f64
 // H100 over the 50 steps (docs/bf16.md, "Tests"), TF32 / BF16: loss 1.4e-6 / 9.2e-5, running statistics 1.0e-6 /
 // 2.4e-7, gradients and updates 5.1e-3 / 8.3e-3 (1 and 4 steps past 1e-2: kBranch's). The bounds are 3-7x those.
 // For scale, the CPU alone from one state, fp32 against TF32 / BF16: loss 2.2e-5 / 1.9e-4, gradients 0.067 / 0.11.
-// So the gradients' bound still fails a backward in the wrong math mode; the BF16 loss's cannot (rounding flips in
-// the 3136-wide Linear layer move it half as far), which the ops' own tests against their twins cover exactly.
+// So the gradients' bound still fails a backward in the wrong math mode; the BF16 loss's cannot (the flips move it
+// half as far), which the ops' own tests against their twins cover exactly.
 struct RoundedStepBounds {
   double loss, buffers, gradients;
 };
@@ -156,8 +156,8 @@ double relative_gap(const std::vector<float>& got, const std::vector<float>& wan
 // one unit of the operand's format: a rounding flip. An operand flips with a chance of about twice the backends'
 // difference over the format's unit, small per operand, but a step of the cnn rounds millions of operands, so unlike
 // fp32's branches flips happen at every step; each moves a sum by one unit (2^-8 relative in BF16) of one term, and
-// the next layer's operands then differ by more, so they flip more often: over the 3136 inputs of the cnn's first
-// Linear layer in BF16 they move its outputs by about 1e-4, which reaches the loss.
+// the next layer's operands then differ by more, so they flip more often (in BF16 the Linear layers round too: the
+// first has 3136 inputs per output).
 // `bounds`: kTf32Step, kBf16Step; kBranch still covers a ReLU or max-pool tie broken the other way.
 void compare_rounded_steps(kernels::Math math, int steps, const RoundedStepBounds& bounds) {
   const char* why = "TF32/BF16 rounding flips: 3-7x the largest measured";
