@@ -250,12 +250,32 @@ int main(int argc, char** argv) {
       {lab::forward, lab::channels_last_bf16_64x32, 1},
       {lab::backward_data, lab::channels_last_bf16_32x64_8w, 1},
       {lab::backward_data, lab::channels_last_bf16_64x64_8w, 1},
+      {lab::forward, lab::channels_last_64x96_12w, 1},
+      {lab::forward, lab::channels_last_64x48_6w, 1},
+      {lab::backward_data, lab::channels_last_32x96_12w, 1},
+      {lab::backward_data, lab::channels_last_32x48_6w, 1},
+      {lab::forward, lab::channels_last_bf16_64x96_12w, 1},
+      {lab::forward, lab::channels_last_bf16_64x48_6w, 1},
+      {lab::backward_data, lab::channels_last_bf16_32x96_12w, 1},
+      {lab::backward_data, lab::channels_last_bf16_32x48_6w, 1},
+      {lab::backward_data, lab::channels_last_bf16_64x96_12w, 1},
+      {lab::forward, lab::channels_last_64x128_16w, 1},
+      {lab::forward, lab::channels_last_64x96_8w, 1},
+      {lab::backward_data, lab::channels_last_32x128_16w, 1},
+      {lab::forward, lab::channels_last_bf16_64x128_16w, 1},
+      {lab::forward, lab::channels_last_bf16_64x96_8w, 1},
+      {lab::backward_data, lab::channels_last_bf16_32x128_16w, 1},
+      {lab::backward_data, lab::channels_last_bf16_64x128_16w, 1},
   };
-  const char* tile_names[] = {"medium",        "narrow",       "narrow_grouped", "small",       "small_grouped",
-                              "tall_grouped",  "wide_grouped", "mma_64x64",      "mma_64x32",   "mma_32x64",
-                              "mma_32x32",     "halo_64",      "halo_32",        "cl_64x64",    "cl_64x32",
-                              "cl_32x64",      "cl_32x32",     "cl_64x64_8w",    "cl_32x64_8w", "bf16_64x64_8w",
-                              "bf16_32x64_8w", "bf16_64x32"};
+  const char* tile_names[] = {"medium",        "narrow",         "narrow_grouped", "small",           "small_grouped",
+                              "tall_grouped",  "wide_grouped",   "mma_64x64",      "mma_64x32",       "mma_32x64",
+                              "mma_32x32",     "halo_64",        "halo_32",        "cl_64x64",        "cl_64x32",
+                              "cl_32x64",      "cl_32x32",       "cl_64x64_8w",    "cl_32x64_8w",     "cl_64x96_12w",
+                              "cl_64x48_6w",   "cl_32x96_12w",   "cl_32x48_6w",    "cl_64x128_16w",   "cl_32x128_16w",
+                              "cl_64x96_8w",   "bf16_64x64_8w",  "bf16_32x64_8w",  "bf16_64x32",      "bf16_64x96_12w",
+                              "bf16_64x48_6w", "bf16_32x96_12w", "bf16_32x48_6w",  "bf16_64x128_16w", "bf16_32x128_16w",
+                              "bf16_64x96_8w"};  // in lab::ConvTile's order
+  static_assert(std::size(tile_names) == lab::channels_last_bf16_64x96_8w + 1, "a name for every lab tile");
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",

@@ -16,10 +16,13 @@ enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // forward and backward_data, split ignored; kernels/cuda/conv_halo.cuh) with 64 or 32 rows: halo_64, halo_32; the
 // channels-last TF32 kernels (forward, backward_data at stride 1, split ignored; backward_weight with `split` parts of
 // the pixels; kernels/cuda/conv_channels_last.cu) with their four tiles on 4 warps, channels_last_64x64 ...
-// channels_last_32x32, and two on 8 warps, channels_last_64x64_8w and channels_last_32x64_8w (they need the pass's
-// source channels a multiple of 4, and backward_weight both x's and dy's); the same kernel with BF16 operands
-// (rounded to nearest even, fp32 sums; forward and backward_data; source channels a multiple of 8):
-// channels_last_bf16_64x64_8w, channels_last_bf16_32x64_8w, channels_last_bf16_64x32.
+// channels_last_32x32, two on 8 warps, channels_last_64x64_8w and channels_last_32x64_8w, and four whose 96 or 48
+// pixels give 12544 pixels (the cnn's conv2 at batch 64) one block an SM or two, channels_last_64x96_12w,
+// channels_last_64x48_6w, channels_last_32x96_12w, channels_last_32x48_6w, and wider or on fewer warps,
+// channels_last_64x128_16w, channels_last_32x128_16w, channels_last_64x96_8w (they need the pass's source channels a
+// multiple of 4, and backward_weight both x's and dy's); the same kernel with BF16 operands (rounded to nearest even,
+// fp32 sums; forward and backward_data; source channels a multiple of 8): channels_last_bf16_64x64_8w,
+// channels_last_bf16_32x64_8w, channels_last_bf16_64x32 and the seven above.
 enum ConvTile : int {
   medium,
   narrow,
@@ -40,9 +43,23 @@ enum ConvTile : int {
   channels_last_32x32,
   channels_last_64x64_8w,
   channels_last_32x64_8w,
+  channels_last_64x96_12w,
+  channels_last_64x48_6w,
+  channels_last_32x96_12w,
+  channels_last_32x48_6w,
+  channels_last_64x128_16w,
+  channels_last_32x128_16w,
+  channels_last_64x96_8w,
   channels_last_bf16_64x64_8w,
   channels_last_bf16_32x64_8w,
-  channels_last_bf16_64x32
+  channels_last_bf16_64x32,
+  channels_last_bf16_64x96_12w,
+  channels_last_bf16_64x48_6w,
+  channels_last_bf16_32x96_12w,
+  channels_last_bf16_32x48_6w,
+  channels_last_bf16_64x128_16w,
+  channels_last_bf16_32x128_16w,
+  channels_last_bf16_64x96_8w
 };
 
 // The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;

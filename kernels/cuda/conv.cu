@@ -391,9 +391,23 @@ enum class Tile {
   channels_last_32x32,  // TF32 on channels-last operands (conv_channels_last.cu): forward, backward_data at stride 1
   channels_last_64x64_8w,
   channels_last_32x64_8w,  // the same on 8 warps
+  channels_last_64x96_12w,
+  channels_last_64x48_6w,
+  channels_last_32x96_12w,
+  channels_last_32x48_6w,  // a block an SM, or two, for 12544 pixels (kernel lab)
+  channels_last_64x128_16w,
+  channels_last_32x128_16w,
+  channels_last_64x96_8w,
   channels_last_bf16_64x64_8w,
   channels_last_bf16_32x64_8w,
-  channels_last_bf16_64x32  // BF16 operands (kernel lab only)
+  channels_last_bf16_64x32,  // BF16 operands
+  channels_last_bf16_64x96_12w,
+  channels_last_bf16_64x48_6w,
+  channels_last_bf16_32x96_12w,
+  channels_last_bf16_32x48_6w,
+  channels_last_bf16_64x128_16w,
+  channels_last_bf16_32x128_16w,
+  channels_last_bf16_64x96_8w
 };
 
 constexpr auto kTf32 = channels_last::Format::tf32;
@@ -423,6 +437,34 @@ channels_last::Tile channels_last_tile_of(Tile tile) {
       return {.bm = 32, .bn = 64, .warps = 8, .format = kBf16};
     case Tile::channels_last_bf16_64x32:
       return {.bm = 64, .bn = 32, .warps = 4, .format = kBf16};
+    case Tile::channels_last_64x96_12w:
+      return {.bm = 64, .bn = 96, .warps = 12};
+    case Tile::channels_last_64x48_6w:
+      return {.bm = 64, .bn = 48, .warps = 6};
+    case Tile::channels_last_32x96_12w:
+      return {.bm = 32, .bn = 96, .warps = 12};
+    case Tile::channels_last_32x48_6w:
+      return {.bm = 32, .bn = 48, .warps = 6};
+    case Tile::channels_last_bf16_64x96_12w:
+      return {.bm = 64, .bn = 96, .warps = 12, .format = kBf16};
+    case Tile::channels_last_bf16_64x48_6w:
+      return {.bm = 64, .bn = 48, .warps = 6, .format = kBf16};
+    case Tile::channels_last_bf16_32x96_12w:
+      return {.bm = 32, .bn = 96, .warps = 12, .format = kBf16};
+    case Tile::channels_last_bf16_32x48_6w:
+      return {.bm = 32, .bn = 48, .warps = 6, .format = kBf16};
+    case Tile::channels_last_64x128_16w:
+      return {.bm = 64, .bn = 128, .warps = 16};
+    case Tile::channels_last_32x128_16w:
+      return {.bm = 32, .bn = 128, .warps = 16};
+    case Tile::channels_last_64x96_8w:
+      return {.bm = 64, .bn = 96, .warps = 8};
+    case Tile::channels_last_bf16_64x128_16w:
+      return {.bm = 64, .bn = 128, .warps = 16, .format = kBf16};
+    case Tile::channels_last_bf16_32x128_16w:
+      return {.bm = 32, .bn = 128, .warps = 16, .format = kBf16};
+    case Tile::channels_last_bf16_64x96_8w:
+      return {.bm = 64, .bn = 96, .warps = 8, .format = kBf16};
     default:
       NT_CHECK(false, "conv lab: tile ", static_cast<int>(tile), " is no channels-last tile");
       return {};
@@ -584,8 +626,9 @@ ConvArgs make_args(const Exec& exec, const Conv2dShape& s, const PassGemm& g);
 // With TF32 (BF16), a forward whose input channels are a multiple of 4 (8) and that is no direct kernel's, and a
 // backward_data at stride 1 whose output channels are, run on the channels-last kernel in that format: its operands
 // staged channels-last by one kernel, then 16-byte copies in a 4-stage pipeline (docs/conv.md, 'Tensor cores that are
-// fed'). It has no split-K, so it is taken only where its tiles give every SM a block (channels_last::kMinTiles); fewer
-// tiles keep the implicit GEMM, which splits Kg to fill the GPU. Like every plan here, this depends on the shape only.
+// fed'). It has no split-K, so it is taken only where its tiles give about every SM a block (channels_last::kMinTiles);
+// fewer tiles keep the implicit GEMM, which splits Kg to fill the GPU. Like every plan here, this depends on the shape
+// only.
 
 // The forward convolution the channels-last kernel runs for a pass: the forward itself, or backward_data at stride 1
 // as the forward of dy (N, K, P, Q) with the flipped filters (C, K, R, S) and pads R−1−pad and S−1−pad, whose
@@ -1024,7 +1067,7 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   float* workspace = args.workspace;
   check_shape(s);
   NT_CHECK(
-      pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_bf16_64x32) && split >= 1,
+      pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_bf16_64x96_8w) && split >= 1,
       "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
   const Plan plan{.tile = static_cast<Tile>(tile), .split = split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);

@@ -259,6 +259,15 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 // (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it is 4 consecutive m of dy_cl,
 // or 4 channels of one tap of x_cl, one 16-byte copy each. The column a thread copies is the same in every slab, so
 // its tap and channel are found once.
+// Whether every thread of a Cfg block copies the same number of rows of each k-major slab (the weight kernel's
+// copies need it; the tiles of 6 and 12 warps do not divide BK's 32 rows).
+template <class Cfg>
+constexpr bool copies_whole_weight_slabs() {
+  constexpr int kVector = vector_of(Format::tf32), kChunksA = Cfg::BM / kVector, kChunksB = Cfg::BN / kVector;
+  return Cfg::kThreads % kChunksA == 0 && Cfg::kThreads % kChunksB == 0 && Cfg::BK % (Cfg::kThreads / kChunksA) == 0 &&
+         Cfg::BK % (Cfg::kThreads / kChunksB) == 0;
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads)
     conv_channels_last_weight_kernel(ConvArgs f, const float* dy_cl, const float* x_cl, float* out, StampRing stamps) {
@@ -375,6 +384,13 @@ void with_config(const Tile& tile, const char* name, F&& f) {
   if (is(32, 64, 4)) return f(ConfigTag<typename T::template Config<32, 64, 4>>{});
   if (is(32, 32, 4)) return f(ConfigTag<typename T::template Config<32, 32, 4>>{});
   if (is(64, 64, 8)) return f(ConfigTag<typename T::template Config<64, 64, 8>>{});
+  if (is(64, 96, 12)) return f(ConfigTag<typename T::template Config<64, 96, 12>>{});
+  if (is(64, 48, 6)) return f(ConfigTag<typename T::template Config<64, 48, 6>>{});
+  if (is(32, 96, 12)) return f(ConfigTag<typename T::template Config<32, 96, 12>>{});
+  if (is(32, 48, 6)) return f(ConfigTag<typename T::template Config<32, 48, 6>>{});
+  if (is(64, 128, 16)) return f(ConfigTag<typename T::template Config<64, 128, 16>>{});
+  if (is(32, 128, 16)) return f(ConfigTag<typename T::template Config<32, 128, 16>>{});
+  if (is(64, 96, 8)) return f(ConfigTag<typename T::template Config<64, 96, 8>>{});
   NT_CHECK(is(32, 64, 8), name, ": no channels-last tile ", tile.bm, "x", tile.bn, " on ", tile.warps, " warps");
   return f(ConfigTag<typename T::template Config<32, 64, 8>>{});
 }
@@ -407,8 +423,10 @@ int64_t tiles(const Tile& tile, int M, int N) {
 
 Tile choose_tile(int M, int N) {
   const int bm = M > 32 ? 64 : 32;
-  const bool wide = tiles(Tile{.bm = bm, .bn = 64}, M, N) >= kMinTiles;
-  return Tile{.bm = bm, .bn = wide ? 64 : 32, .warps = wide ? 8 : 4};
+  for (const Tile tile : {Tile{.bm = bm, .bn = 128, .warps = 16}, Tile{.bm = bm, .bn = 96, .warps = 12},
+                          Tile{.bm = bm, .bn = 64, .warps = 8}})
+    if (tiles(tile, M, N) >= kMinTiles) return tile;
+  return Tile{.bm = bm, .bn = 32, .warps = 4};
 }
 
 size_t staging_floats(const ConvArgs& a, Format format) {
@@ -485,13 +503,18 @@ void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& 
   if (f.M == 0 || f.K == 0) return;
   with_config<Operands<Format::tf32>>(plan.tile, name, [&](auto tag) {
     using Cfg = typename decltype(tag)::type;
-    constexpr auto kernel = conv_channels_last_weight_kernel<Cfg>;
-    constexpr size_t smem = size_t(kStages) * mma_tf32::KMajor<Cfg>::kStageFloats * sizeof(float);
-    allow_shared_bytes<kernel>(smem);
-    const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
-                    static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
-    launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f, dy_cl, x_cl,
-           plan.split > 1 ? partials : dw);
+    if constexpr (!copies_whole_weight_slabs<Cfg>()) {
+      NT_CHECK(false, name, ": no channels-last backward_weight on ", Cfg::BM, "x", Cfg::BN, " tiles of ",
+               Cfg::kThreads / 32, " warps");
+    } else {
+      constexpr auto kernel = conv_channels_last_weight_kernel<Cfg>;
+      constexpr size_t smem = size_t(kStages) * mma_tf32::KMajor<Cfg>::kStageFloats * sizeof(float);
+      allow_shared_bytes<kernel>(smem);
+      const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
+                      static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
+      launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f, dy_cl, x_cl,
+             plan.split > 1 ? partials : dw);
+    }
   });
 }
 

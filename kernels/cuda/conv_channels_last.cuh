@@ -28,7 +28,8 @@ namespace nt::kernels::cuda::channels_last {
 // fp32, and both need sm_80 code.
 enum class Format { tf32, bf16 };
 
-// A block's tile of C: BM output channels × BN output pixels (64 or 32 each), on 4 warps (2 × 2) or 8 (2 × 4).
+// A block's tile of C: BM output channels (64 or 32) × BN output pixels (the planner's 128, 96, 64 or 32; the lab's
+// also 48), on 2 × (BN / 16) warps in the planner's tiles (4 warps for 32 columns).
 struct Tile {
   int bm = 64, bn = 64, warps = 4;
   Format format = Format::tf32;
@@ -37,11 +38,13 @@ struct Tile {
 // The forward convolution `a` describes (conv.cu's ConvArgs of a forward, or backward_data's flipped forward): its
 // source channels allow 16-byte copies (a multiple of 4 in TF32, of 8 in BF16), and its GEMM has any work.
 bool serves(const ConvArgs& a, Format format = Format::tf32);
-// The kernel has no split-K: the planner (conv.cu) takes it only where its tiles give each SM of a 132-SM H100 or
-// H200 a block at least. Fixed, so that plans do not depend on the device (the same bits on every GPU).
-constexpr int64_t kMinTiles = 132;
-// The tile: 64 rows where M exceeds 32; 64 columns where that still gives kMinTiles tiles, else 32; 64 columns on 8
-// warps (at the cnn's conv2 the wider tiles were faster in both passes, and 8 warps as fast or faster: docs/conv.md).
+// The kernel has no split-K: the planner (conv.cu) takes it only where its tiles give about every SM of a 132-SM H100
+// or H200 a block (128 tiles: 12544 pixels make 131 of 96). Fixed, so that plans do not depend on the device (the
+// same bits on every GPU).
+constexpr int64_t kMinTiles = 128;
+// The tile: 64 rows where M exceeds 32; the widest of 128 columns on 16 warps, 96 on 12, 64 on 8 and 32 on 4 that
+// still gives kMinTiles tiles (at the cnn's conv2 the widest were the fastest in both passes and both formats, at
+// batch 64 and 256: docs/conv.md, 'Wider tiles').
 Tile choose_tile(int M, int N);
 int64_t tiles(const Tile& tile, int M, int N);
 // Floats of workspace the staged operands take: the source channels-last, then the filters (half in BF16).

@@ -325,6 +325,11 @@ TEST_CASE("conv2d's channels-last TF32 kernel (kernel lab) matches the CPU twin"
                             {lab::channels_last_64x64, lab::channels_last_64x32, lab::channels_last_32x64,
                              lab::channels_last_32x32, lab::channels_last_64x64_8w, lab::channels_last_32x64_8w},
                             4, kernels::rounded_to_tf32, /*weight_splits=*/{1, 3});
+  check_channels_last_tiles(shapes,
+                            {lab::channels_last_64x96_12w, lab::channels_last_64x48_6w, lab::channels_last_32x96_12w,
+                             lab::channels_last_32x48_6w, lab::channels_last_64x128_16w, lab::channels_last_32x128_16w,
+                             lab::channels_last_64x96_8w},
+                            4, kernels::rounded_to_tf32);  // no backward_weight on these tiles
 }
 
 TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches the CPU twin", "[cuda][conv]") {
@@ -340,8 +345,12 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
   };
   check_channels_last_tiles(
-      shapes, {lab::channels_last_bf16_64x64_8w, lab::channels_last_bf16_32x64_8w, lab::channels_last_bf16_64x32}, 8,
-      kernels::rounded_to_bf16);  // no backward_weight in BF16
+      shapes,
+      {lab::channels_last_bf16_64x64_8w, lab::channels_last_bf16_32x64_8w, lab::channels_last_bf16_64x32,
+       lab::channels_last_bf16_64x96_12w, lab::channels_last_bf16_64x48_6w, lab::channels_last_bf16_32x96_12w,
+       lab::channels_last_bf16_32x48_6w, lab::channels_last_bf16_64x128_16w, lab::channels_last_bf16_32x128_16w,
+       lab::channels_last_bf16_64x96_8w},
+      8, kernels::rounded_to_bf16);  // no backward_weight in BF16
 }
 
 TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32 or round_to_bf16 does",
