@@ -23,6 +23,7 @@ enum ConvPass : int { forward = 0, backward_data = 1, backward_weight = 2 };
 // multiple of 4, and backward_weight both x's and dy's); the same kernel with BF16 operands (rounded to nearest even,
 // fp32 sums; forward and backward_data; source channels a multiple of 8): channels_last_bf16_64x64_8w,
 // channels_last_bf16_32x64_8w, channels_last_bf16_64x32 and the seven above.
+// conv.cu's plan picks among the same tiles (its Tile is this enum), so the lab and the engine name each one once.
 enum ConvTile : int {
   medium,
   narrow,
@@ -30,13 +31,14 @@ enum ConvTile : int {
   small,
   small_grouped,
   tall_grouped,
-  wide_grouped,
+  wide_grouped,  // fp32 FFMA
   mma_64x64,
   mma_64x32,
   mma_32x64,
-  mma_32x32,
+  mma_32x32,  // TF32 or BF16 MMA
   halo_64,
-  halo_32,
+  halo_32,  // TF32, stride 1: kernel lab only (conv_halo.cuh)
+  // The channels-last tiles, last (conv.cu's is_channels_last), TF32 then BF16:
   channels_last_64x64,
   channels_last_64x32,
   channels_last_32x64,

@@ -63,6 +63,7 @@
 // The K-loop is not gemm.cu's: the slab loaders gather through the passes, and sharing the loop would risk
 // the bits and the speed of both.
 #include "kernels/conv.h"
+#include "kernels/conv_lab.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -370,45 +371,7 @@ __global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows)
 
 // ---- launchers -----------------------------------------------------------------------------------------------
 
-enum class Tile {
-  medium,
-  narrow,
-  narrow_grouped,
-  small,
-  small_grouped,
-  tall_grouped,
-  wide_grouped,  // fp32 FFMA
-  mma_64x64,
-  mma_64x32,
-  mma_32x64,
-  mma_32x32,  // TF32 MMA
-  halo_64,
-  halo_32,  // TF32, stride 1, halo tile: kernel lab only (conv_halo.cuh)
-  // The channels-last tiles, last (is_channels_last):
-  channels_last_64x64,
-  channels_last_64x32,
-  channels_last_32x64,
-  channels_last_32x32,  // TF32 on channels-last operands (conv_channels_last.cu): forward, backward_data at stride 1
-  channels_last_64x64_8w,
-  channels_last_32x64_8w,  // the same on 8 warps
-  channels_last_64x96_12w,
-  channels_last_64x48_6w,
-  channels_last_32x96_12w,
-  channels_last_32x48_6w,  // a block an SM, or two, for 12544 pixels (kernel lab)
-  channels_last_64x128_16w,
-  channels_last_32x128_16w,
-  channels_last_64x96_8w,
-  channels_last_bf16_64x64_8w,
-  channels_last_bf16_32x64_8w,
-  channels_last_bf16_64x32,  // BF16 operands
-  channels_last_bf16_64x96_12w,
-  channels_last_bf16_64x48_6w,
-  channels_last_bf16_32x96_12w,
-  channels_last_bf16_32x48_6w,
-  channels_last_bf16_64x128_16w,
-  channels_last_bf16_32x128_16w,
-  channels_last_bf16_64x96_8w
-};
+using Tile = lab::ConvTile;  // the tiles the plan picks among and the lab forces (kernels/conv_lab.h)
 
 constexpr auto kTf32 = channels_last::Format::tf32;
 
