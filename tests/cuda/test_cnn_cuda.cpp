@@ -55,14 +55,16 @@ constexpr int kMaxBranchSteps = 12;  // of 50; measured 3 on the CPU against f64
 // One step in TF32 or BF16 from one state (compare_rounded_steps), relative to each tensor's scale. Measured on the
 // H100 over the 50 steps (docs/bf16.md, "Tests"), TF32 / BF16: loss 1.5e-6 / 9.2e-5, running statistics 1.0e-6 /
 // 2.8e-7, gradients and updates 5.1e-3 / 2.4e-2 (8.3e-3 before conv2's tiles, and with them the BatchNorm statistics'
-// chunks, widened: which operands flip depends on every fp32 sum's order). The bounds are 2.5x to 7x the largest.
+// chunks, widened: which operands flip depends on every fp32 sum's order), and in each mode one step past the
+// gradients' bound, which counts as a branch (kBranch: BF16's was 5.0e-2). The loss and statistics bounds are 5x to
+// 7x the largest, the gradients' 4x and 1.25x: a step past them is a branch, of which kMaxBranchSteps may happen.
 // For scale, the CPU alone from one state, fp32 against TF32 / BF16: loss 2.2e-5 / 1.9e-4, gradients 0.067 / 0.11.
 // So the gradients' bound still fails a backward in the wrong math mode; the BF16 loss's cannot (the flips move it
 // half as far), which the ops' own tests against their twins cover exactly.
 struct RoundedStepBounds {
   double loss, buffers, gradients;
 };
-constexpr RoundedStepBounds kTf32Step{1e-5, 5e-6, 2e-2}, kBf16Step{5e-4, 5e-6, 6e-2};
+constexpr RoundedStepBounds kTf32Step{1e-5, 5e-6, 2e-2}, kBf16Step{5e-4, 5e-6, 3e-2};
 
 std::vector<float> host(const Tensor& t, const test::Rig& rig) { return t.to_host<float>(rig.ctx.exec()); }
 
@@ -187,7 +189,7 @@ void compare_steps_from_one_state(const OptimizerConfig& optimizer, int steps) {
 // first has 3136 inputs per output).
 // `bounds`: kTf32Step, kBf16Step; kBranch still covers a ReLU or max-pool tie broken the other way.
 void compare_rounded_steps(kernels::Math math, int steps, const RoundedStepBounds& bounds) {
-  const char* why = "TF32/BF16 rounding flips: 2.5-7x the largest measured";
+  const char* why = "TF32/BF16 rounding flips (kTf32Step, kBf16Step: measured)";
   const test::Tolerance buffer_tol{1e-30, bounds.buffers, why}, grad_tol{1e-30, bounds.gradients, why};
   test::RigOptions o = cnn_options(kSgd);
   o.math = math;
