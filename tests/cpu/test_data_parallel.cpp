@@ -186,7 +186,7 @@ TEST_CASE("mpirun: ranks refuse what would not be the same run", "[cpu][parallel
   const auto synced = run_command(cat(mpirun(2), train_command(2), " --batch 32 --sync-bn --resume ", checkpoint));
   INFO(synced.out);
   CHECK(synced.exit_code != 0);
-  CHECK(synced.out.find("--resume: '" + checkpoint + "' was trained with --sync-bn 0, this command gives 1") !=
+  CHECK(synced.out.find("--resume: '" + checkpoint + "' was trained with no --sync-bn, this command gives --sync-bn") !=
         std::string::npos);
   // --gpus under mpirun: two launchers.
   const auto both = run_command(cat(mpirun(2), train_command(), " --gpus 2"));
