@@ -10,13 +10,23 @@ using namespace nt;
 
 namespace {
 
+// One run on both backends: options `o` on the CPU and on the GPU, over the first `steps` batches of MNIST.
+struct Backends {
+  Backends(const test::RigOptions& o, int64_t steps)
+      : train(data::subset(test::mnist().train, 0, steps * o.batch)), cpu(train, o), gpu(train, on_gpu(o)) {}
+  static test::RigOptions on_gpu(test::RigOptions o) {
+    o.device = "cuda";
+    return o;
+  }
+  data::Dataset train;  // first: the rigs read it
+  test::Rig cpu, gpu;
+};
+
 // Runs `steps` steps on both backends from the same weights and data order; returns the worst relative
 // loss difference and requires each step within `bound`.
 double compare_backends(test::RigOptions o, int steps, double bound) {
-  auto train = data::subset(test::mnist().train, 0, steps * o.batch);
-  test::RigOptions g = o;
-  g.device = "cuda";
-  test::Rig cpu(train, o), gpu(train, g);
+  Backends backends(o, steps);
+  test::Rig &cpu = backends.cpu, &gpu = backends.gpu;
   REQUIRE(cpu.weights() == gpu.weights());
   double worst = 0;
   for (int64_t s = 0; s < steps; ++s) {
@@ -125,10 +135,8 @@ GradientCheck compare_gradients(const test::Rig& cpu, const test::Rig& gpu, cons
 // while the optimizers' state agrees (the engine keeps that state out of a test's reach).
 void compare_steps_from_one_state(const OptimizerConfig& optimizer, int steps) {
   const test::RigOptions o = cnn_options(optimizer);
-  auto train = data::subset(test::mnist().train, 0, steps * o.batch);
-  test::RigOptions g = o;
-  g.device = "cuda";
-  test::Rig cpu(train, o), gpu(train, g);
+  Backends backends(o, steps);
+  test::Rig &cpu = backends.cpu, &gpu = backends.gpu;
   auto& pc = cpu.model->params();
   auto& pg = gpu.model->params();
   // Plain SGD has no state. Momentum's velocity agrees until a step branches, and sums the rounding of
@@ -193,10 +201,8 @@ void compare_rounded_steps(kernels::Math math, int steps, const RoundedStepBound
   const test::Tolerance buffer_tol{1e-30, bounds.buffers, why}, grad_tol{1e-30, bounds.gradients, why};
   test::RigOptions o = cnn_options(kSgd);
   o.math = math;
-  auto train = data::subset(test::mnist().train, 0, steps * o.batch);
-  test::RigOptions g = o;
-  g.device = "cuda";
-  test::Rig cpu(train, o), gpu(train, g);
+  Backends backends(o, steps);
+  test::Rig &cpu = backends.cpu, &gpu = backends.gpu;
   auto& pc = cpu.model->params();
   auto& pg = gpu.model->params();
   double worst_loss = 0, worst_buffer = 0, worst_grad = 0, worst_update = 0;
