@@ -252,10 +252,18 @@ struct RunRecord {
   }
 };
 
+// A run as it goes on from a resumable checkpoint: the command, the epochs trained, and the file, read once, so that
+// the flags checked and the tensors loaded are the same file's.
+struct Resumed {
+  TrainCommand command;
+  int trained = 0;
+  std::optional<SafetensorsFile> checkpoint;
+};
+
 // The command as --resume continues it: each run flag from the checkpoint unless given, and then the same; the
 // epochs it has trained. Throws UsageError naming what differs.
-std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd) {
-  const auto file = SafetensorsFile::read(t.resume_from);
+Resumed resumed(const TrainCommand& t, const CLI::App& cmd) {
+  SafetensorsFile file = SafetensorsFile::read(t.resume_from);
   const auto& meta = file.metadata();
   auto field = [&](const std::string& key, const char* before = nullptr) -> std::string {
     const auto it = meta.find(key);
@@ -288,7 +296,7 @@ std::pair<TrainCommand, int> resumed(const TrainCommand& t, const CLI::App& cmd)
                          field("run.epochs"), " epochs; a resumed run must keep them"));
   if (out.epochs <= trained)
     throw UsageError(cat("--epochs: '", t.resume_from, "' has trained ", trained, " epochs already; ask for more"));
-  return {out, trained};
+  return {out, trained, std::move(file)};
 }
 
 // Resumable checkpoints, DIR/epoch-NNNNNN.safetensors after every --checkpoint-every epochs: the model, the
@@ -469,7 +477,8 @@ void print_epoch(const EpochMetrics& m) {
 int run_train(const TrainCommand& given, const CLI::App& cmd) {
   validate_train(given);
   // A resumed run takes its flags from the checkpoint (those not given) and starts after the epochs it trained.
-  const auto [t, trained] = given.resume_from.empty() ? std::pair{given, 0} : resumed(given, cmd);
+  const auto [t, trained, checkpoint] =
+      given.resume_from.empty() ? Resumed{given, 0, std::nullopt} : resumed(given, cmd);
   if (trained > 0) validate_train(t);
   const RankPlace& place = rank_place();
   if (t.gpus > 0 && !place.parallel()) return launch_gpu_ranks(t.gpus, command_line());
@@ -569,7 +578,7 @@ int run_train(const TrainCommand& given, const CLI::App& cmd) {
   StateTensors state = optimizer->state();  // what a resumable checkpoint holds beside the model
   for (auto& s : model->run_state()) state.push_back(std::move(s));
   if (trained > 0) {
-    load_safetensors(t.resume_from, *model, ctx.exec(), state);
+    load_safetensors(*checkpoint, *model, ctx.exec(), state);
     require_finite_checkpoint(ctx, *model, "--resume", t.resume_from);
     spdlog::info("resuming after epoch {} of {} from {}", trained, t.epochs, t.resume_from);
   }

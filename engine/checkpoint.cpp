@@ -440,11 +440,16 @@ void save_safetensors(const std::string& path, const Model& model, const kernels
 
 CheckpointMetadata load_safetensors(const std::string& path, Model& model, const kernels::Exec& exec,
                                     const StateTensors& state) {
+  return load_safetensors(SafetensorsFile::read(path), model, exec, state);
+}
+
+CheckpointMetadata load_safetensors(const SafetensorsFile& file, Model& model, const kernels::Exec& exec,
+                                    const StateTensors& state) {
+  const std::string& path = file.path();
   NT_CHECK(!model.params().params().empty(), "loading into a model without parameters (call init_params first)");
   if (model.params().dtype() != DType::f32)
     throw Error(cat("checkpoint ", quoted(path), ": checkpoints hold f32 parameters, this model's are ",
                     dtype_name(model.params().dtype())));
-  const SafetensorsFile file = SafetensorsFile::read(path);
   // Every tensor the model holds: parameters, then buffers.
   std::vector<std::pair<std::string, Tensor>> targets;
   for (const auto& p : model.params().params()) targets.emplace_back(p.name, p.value);
@@ -481,7 +486,7 @@ CheckpointMetadata load_safetensors(const std::string& path, Model& model, const
 
   for (const auto& [name, value] : targets)
     kernels::copy_host_to_device(exec, value.raw(), file.bytes(*file.find(name)), value.bytes());
-  kernels::synchronize(exec);  // the file's bytes go out of scope when we return
+  kernels::synchronize(exec);  // the copies read the file's bytes, which the caller may free when we return
   return file.metadata();
 }
 

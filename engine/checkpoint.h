@@ -81,6 +81,10 @@ class SafetensorsFile {
   std::vector<uint8_t> data_;  // the data block
 };
 
+// load_safetensors from a file read already (train --resume reads its metadata first: one read, one file).
+CheckpointMetadata load_safetensors(const SafetensorsFile& file, Model& model, const kernels::Exec& exec,
+                                    const StateTensors& state = {});
+
 // A host tensor to write: F32 parameters and running statistics, I64 counters.
 struct NamedTensor {
   std::string name;
