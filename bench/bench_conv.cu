@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
                               "cl_64x96_8w",   "bf16_64x64_8w",  "bf16_32x64_8w",  "bf16_64x32",      "bf16_64x96_12w",
                               "bf16_64x48_6w", "bf16_32x96_12w", "bf16_32x48_6w",  "bf16_64x128_16w", "bf16_32x128_16w",
                               "bf16_64x96_8w"};  // in lab::ConvTile's order
-  static_assert(std::size(tile_names) == lab::channels_last_bf16_64x96_8w + 1, "a name for every lab tile");
+  static_assert(std::size(tile_names) == lab::conv_tile_count, "a name for every lab tile");
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
   std::printf("\nvariants (graph us)\n%-11s %-16s %-15s %5s %9s %9s\n", "shape", "pass", "tile", "split", "us graph",

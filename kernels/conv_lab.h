@@ -61,7 +61,8 @@ enum ConvTile : int {
   channels_last_bf16_32x48_6w,
   channels_last_bf16_64x128_16w,
   channels_last_bf16_32x128_16w,
-  channels_last_bf16_64x96_8w
+  channels_last_bf16_64x96_8w,
+  conv_tile_count  // not a tile: how many there are
 };
 
 // The pass reads and writes the fields its op does (kernels/conv.h, Conv2dArgs), without the bias: forward x, w -> y;

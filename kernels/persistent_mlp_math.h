@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/exec.h"
+#include "kernels/float_bits.h"
 #include "kernels/optim.h"
 #include "kernels/persistent_mlp.h"
 #include "kernels/rounded.h"
@@ -22,16 +22,7 @@ using kernels::mul_rn;
 using kernels::PersistentMlpArgs;
 
 // 2^e as a float, e in [-126, 127] (a normal number: its exponent field alone).
-NT_HOST_DEVICE inline float pow2(int e) {
-  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
+NT_HOST_DEVICE inline float pow2(int e) { return kernels::float_of(static_cast<uint32_t>(e + 127) << 23); }
 
 // e^x with the same bits on both backends, where expf is not: glibc's and CUDA's differ by an ulp on some x, and 30
 // steps of momentum SGD on random labels once grew that into a different trajectory (a ReLU or an argmax on the

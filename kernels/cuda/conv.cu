@@ -1029,9 +1029,8 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
   float* out = pass == 0 ? args.y : pass == 1 ? args.dx : args.dw;
   float* workspace = args.workspace;
   check_shape(s);
-  NT_CHECK(
-      pass >= 0 && pass <= 2 && tile >= 0 && tile <= static_cast<int>(Tile::channels_last_bf16_64x96_8w) && split >= 1,
-      "conv lab: pass ", pass, " tile ", tile, " split ", split, " out of range");
+  NT_CHECK(pass >= 0 && pass <= 2 && tile >= 0 && tile < lab::conv_tile_count && split >= 1, "conv lab: pass ", pass,
+           " tile ", tile, " split ", split, " out of range");
   const Plan plan{.tile = static_cast<Tile>(tile), .split = split};
   const double flops = conv_flops(s), bytes = conv_bytes(s);
   if (plan.tile == Tile::halo_64 || plan.tile == Tile::halo_32) {

@@ -253,12 +253,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
 // ---- backward_weight ------------------------------------------------------------------------------------------
 
-// f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels).
-// grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
-// part z. Dynamic shared memory: kStages stages of As[BK][kLdA] (dy_cl's rows: pixels × channels m) and Bs[BK][kLdB]
-// (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it is 4 consecutive m of dy_cl,
-// or 4 channels of one tap of x_cl, one 16-byte copy each. The column a thread copies is the same in every slab, so
-// its tap and channel are found once.
 // Whether every thread of a Cfg block copies the same number of rows of each k-major slab (the weight kernel's
 // copies need it; the tiles of 6 and 12 warps do not divide BK's 32 rows).
 template <class Cfg>
@@ -268,6 +262,12 @@ constexpr bool copies_whole_weight_slabs() {
          Cfg::BK % (Cfg::kThreads / kChunksB) == 0;
 }
 
+// f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels).
+// grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
+// part z. Dynamic shared memory: kStages stages of As[BK][kLdA] (dy_cl's rows: pixels × channels m) and Bs[BK][kLdB]
+// (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it is 4 consecutive m of dy_cl,
+// or 4 channels of one tap of x_cl, one 16-byte copy each. The column a thread copies is the same in every slab, so
+// its tap and channel are found once.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads)
     conv_channels_last_weight_kernel(ConvArgs f, const float* dy_cl, const float* x_cl, float* out, StampRing stamps) {
@@ -276,10 +276,9 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   constexpr int kVector = vector_of(Format::tf32);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kLdA = Layout::kLdA, kLdB = Layout::kLdB;
+  static_assert(copies_whole_weight_slabs<Cfg>(), "a thread keeps its chunk in every slab and copies as many rows");
   constexpr int kChunksA = BM / kVector, kChunksB = BN / kVector;
-  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "a thread keeps its chunk in every slab");
   constexpr int kRowStepA = kThreads / kChunksA, kRowStepB = kThreads / kChunksB;
-  static_assert(BK % kRowStepA == 0 && BK % kRowStepB == 0, "every thread copies the same number of rows");
   extern __shared__ __align__(16) float smem[];
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
