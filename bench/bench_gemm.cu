@@ -1,8 +1,8 @@
 // GEMM kernel lab: nanotrain's CUDA GEMM against cuBLAS SGEMM, fp32 on both sides (cuBLAS in pedantic
 // math mode: no TF32, no reduced-precision tricks).
 //
-//   bench_gemm [output-folder]      prints two tables; with a folder also writes gemm.csv and
-//                                   gemm_variants.csv there
+//   bench_gemm [output-folder]      prints three tables; with a folder also writes gemm.csv,
+//                                   gemm_variants.csv and gemm_bf16.csv there
 //
 // Shapes: the MNIST MLP's GEMMs at batch 64 (forward X·Wᵀ, weight gradient dYᵀ·X with trans_a, input
 // gradient dY·W), the cnn's 3136->128 layer's two backward GEMMs at batch 64, then 1024³ and 4096³ (with each
@@ -15,7 +15,8 @@
 // CPU launch overhead the training step's graph removes too. Operands stay L2-resident between calls,
 // as they are in training (each layer's inputs were just written).
 // Table 1: the launcher's own choice, ours plain and with the fused epilogue the engine uses on that
-// shape, vs cuBLAS. Table 2: every tile/split variant of ours (kernel lab entry), to tune the rule.
+// shape, vs cuBLAS. Table 2: every tile/split variant of ours (kernel lab entry), to tune the rule. Table 3: BF16
+// operands on the engine's Linear shapes, the FFMA tiles (rounding as they stage) against the tensor-core tiles.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -84,6 +85,39 @@ const Variant kVariants[] = {{0, 1, "large 128x128"}, {1, 1, "medium 64x64"},   
                              {2, 2, "small split2"},  {2, 4, "small split4"},   {2, 8, "small split8"},
                              {3, 1, "grouped 32x32"}, {3, 2, "grouped split2"}, {3, 4, "grouped split4"},
                              {3, 8, "grouped split8"}};
+
+// BF16 (Exec::math BF16) on the engine's Linear shapes at batch 64 and 256, and two squares. The forward GEMMs get a
+// workspace, as Linear gives them (the cnn's 3136->128 forward splits K through it).
+struct Bf16Shape {
+  Shape shape;
+  bool workspace;
+};
+const Bf16Shape kBf16Shapes[] = {
+    {{"mlp fwd1 X*W1t", 64, 320, 784, false, true, Epilogue::bias_relu, false}, true},
+    {{"mlp fwd2 H1*W2t", 64, 160, 320, false, true, Epilogue::bias_relu, false}, true},
+    {{"mlp dW1 dY1t*X", 320, 784, 64, true, false, Epilogue::none, true}, false},
+    {{"mlp dW2 dY2t*H1", 160, 320, 64, true, false, Epilogue::none, true}, false},
+    {{"mlp dX2 dY2*W2", 64, 320, 160, false, false, Epilogue::relu_mask, false}, false},
+    {{"cnn fwd X*Wt", 64, 128, 3136, false, true, Epilogue::bias_relu, false}, true},
+    {{"cnn dW dYt*X", 128, 3136, 64, true, false, Epilogue::none, true}, false},
+    {{"cnn dX dY*W", 64, 3136, 128, false, false, Epilogue::none, false}, false},
+    {{"mlp fwd1 b256", 256, 320, 784, false, true, Epilogue::bias_relu, false}, true},
+    {{"mlp dW1 b256", 320, 784, 256, true, false, Epilogue::none, true}, false},
+    {{"mlp dX2 b256", 256, 320, 160, false, false, Epilogue::relu_mask, false}, false},
+    {{"cnn fwd b256", 256, 128, 3136, false, true, Epilogue::bias_relu, false}, true},
+    {{"cnn dW b256", 128, 3136, 256, true, false, Epilogue::none, true}, false},
+    {{"cnn dX b256", 256, 3136, 128, false, false, Epilogue::none, false}, false},
+    {{"square 1024", 1024, 1024, 1024, false, false, Epilogue::none, false}, false},
+    {{"square 2048", 2048, 2048, 2048, false, false, Epilogue::none, false}, false},
+};
+// Tensor-core variants: tile (lab::GemmTile) and workspace split (1: none).
+struct Bf16Variant {
+  int tile, split;
+  const char* name;
+};
+const Bf16Variant kBf16Variants[] = {{4, 1, "mma 64x64"},   {5, 1, "mma 32x64"},   {6, 1, "mma 32x32"},
+                                     {6, 4, "32x32 ws4"},   {6, 8, "32x32 ws8"},   {6, 13, "32x32 ws13"},
+                                     {6, 16, "32x32 ws16"}, {6, 33, "32x32 ws33"}, {6, 49, "32x32 ws49"}};
 
 constexpr int kReps = 50;
 constexpr int kGraphCalls = 100;
@@ -262,8 +296,53 @@ int main(int argc, char** argv) {
     free_operands(o);
   }
 
+  // BF16: graph per-call µs of the FFMA tiles' plan (what ran before the tensor-core tiles), the plan, and each
+  // tensor-core variant whose split leaves every block a slab.
+  std::string csv_bf16 = "shape,M,N,K,trans,variant,us\n";
+  Exec bf16 = exec;
+  bf16.math = nt::kernels::Math::bf16;
+  std::printf("\nBF16 operands (graph per-call us)\n%-18s %3s %11s %11s", "shape", "tr", "ffma plan", "plan");
+  for (const Bf16Variant& v : kBf16Variants) std::printf(" %11s", v.name);
+  std::printf("\n");
+  for (const Bf16Shape& b : kBf16Shapes) {
+    const Shape& s = b.shape;
+    Operands o = make_operands(s, rng);
+    GemmDesc d = desc_of(s, o, s.fused, s.row_sums);
+    d.workspace = b.workspace ? static_cast<float*>(workspace) : nullptr;
+    auto time = [&](const char* name, auto&& call) {
+      const double us = nt::bench::time_graph_us(bf16, kGraphCalls, kReps, call);
+      std::printf(" %11.2f", us);
+      std::fflush(stdout);
+      char line[256];
+      std::snprintf(line, sizeof line, "%s,%d,%d,%d,%s,%s,%.3f\n", s.name, s.M, s.N, s.K, trans_name(s).c_str(), name,
+                    us);
+      csv_bf16 += line;
+    };
+    std::printf("%-18s %3s", s.name, trans_name(s).c_str());
+    time("ffma plan", [&] { nt::kernels::cuda::lab::gemm_ffma_plan(bf16, d); });
+    time("plan", [&] { nt::kernels::gemm(bf16, d); });
+    for (const Bf16Variant& v : kBf16Variants) {
+      const size_t needed = nt::kernels::cuda::lab::gemm_workspace_variant_floats(s.M, s.N, v.split) * sizeof(float);
+      if (v.split > 1 && (v.split > (s.K + 31) / 32 || needed > workspace_bytes)) {
+        std::printf(" %11s", "-");
+        continue;
+      }
+      GemmDesc forced = d;
+      forced.workspace = static_cast<float*>(workspace);
+      time(v.name, [&] {
+        if (v.split == 1)
+          nt::kernels::cuda::lab::gemm_variant(bf16, forced, v.tile, 1);
+        else
+          nt::kernels::cuda::lab::gemm_workspace_variant(bf16, forced, v.tile, v.split);
+      });
+    }
+    std::printf("\n");
+    free_operands(o);
+  }
+
   if (!out_dir.empty() && !(nt::bench::write_result(out_dir, "gemm.csv", csv) &&
-                            nt::bench::write_result(out_dir, "gemm_variants.csv", csv_variants)))
+                            nt::bench::write_result(out_dir, "gemm_variants.csv", csv_variants) &&
+                            nt::bench::write_result(out_dir, "gemm_bf16.csv", csv_bf16)))
     return 1;
 
   CUBLAS_CHECK(cublasDestroy(handle));

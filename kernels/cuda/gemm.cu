@@ -1,5 +1,6 @@
-// CUDA GEMM with fused epilogues: fp32 SIMT (FFMA only, no TF32), deterministic. Under Exec::math BF16 the operands
-// are rounded to BF16 as each slab is staged (round_slab) and multiplied on the same FFMA tiles.
+// CUDA GEMM with fused epilogues, deterministic: fp32 SIMT (FFMA only, no TF32). Under Exec::math BF16 the operands are
+// rounded to BF16 as each slab is staged and multiplied on tensor cores (m16n8k16, fp32 sums; 'BF16 operands on
+// tensor cores' below) where the plan takes the shape, else on the same FFMA tiles (round_slab).
 //
 // Math (contract in kernels/gemm.h):
 //   C(M,N) = epilogue(op(A)(M,K) · op(B)(K,N)), written with `=`;
@@ -67,10 +68,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/operand.h"
 
 namespace nt::kernels::cuda {
@@ -415,9 +418,185 @@ __global__ void __launch_bounds__(32 * gemm_tile::kSplitReduceRows)
   p.C[static_cast<size_t>(m) * p.ldc + n] = finish<E>(sum, m, n, p);
 }
 
+// ---- BF16 operands on tensor cores (Exec::math BF16) -------------------------------------------------
+//
+// The same contract, epilogues, row sums and workspace split as gemm_block; the multiply is m16n8k16 MMAs on BF16
+// operands (mma_bf16.cuh) instead of FFMA tiles. A slab is loaded by SlabLoader (float4 along whichever axis of the
+// operand is contiguous in memory, zero outside), rounded to BF16 in registers (cvt.rn, as round_slab rounds for the
+// FFMA tiles) and stored as rows of k, As[m][k] and Bs[n][k] with row stride BK + 8: four consecutive k of a row as
+// one 8-byte store where the operand runs along k (A; B with trans_b), else four 2-byte stores down a column. Two
+// stages, the next slab's loads in registers while the current one is multiplied, one barrier a slab. A product of
+// two BF16 values is exact in fp32 and the MMA sums in fp32, so the twin (fp32 sums of the rounded operands) differs
+// by the order of the additions only. Each output's sum has one order on a given plan: slabs in k order, the MMA's
+// own order within one, the split's partials added in a fixed tree (gemm_tile::sum_split_partials).
+//   Tiles (4 warps, 128 threads, each warp a (BM/2)×(BN/2) piece): 64×64, 32×64 (the kernel lab's only), 32×32;
+//   shared memory 2·(BM + BN)·40 bytes (20 KB at 64×64). The plan: choose_mma_plan.
+
+using MmaTile64x64 = mma_bf16::MmaConfig<64, 64, 2, 2>;
+using MmaTile32x64 = mma_bf16::MmaConfig<32, 64, 2, 2>;
+using MmaTile32x32 = mma_bf16::MmaConfig<32, 32, 2, 2>;
+
+// One operand's slab (rows R = BM or BN) through registers into BF16 rows of k.
+template <class Cfg, int R, bool KContig, bool Vec>
+struct Bf16Slab {
+  using Loader = SlabLoader<R, Cfg::BK, Cfg::kThreads, KContig, Vec>;
+  static_assert(R * Cfg::BK % (4 * Cfg::kThreads) == 0, "every thread loads the same number of float4 a slab");
+  float4 v[Loader::kVecs];
+
+  __device__ void load(const float* p, int ld, int rows, int K, int r0, int k0) {
+    Loader::load(v, p, ld, rows, K, r0, k0);
+  }
+
+  __device__ void store(__nv_bfloat16* s) const {
+#pragma unroll
+    for (int j = 0; j < Loader::kVecs; ++j) {
+      const int idx = threadIdx.x + j * Cfg::kThreads;
+      const int r = Loader::r_of(idx), k = Loader::k_of(idx);
+      if constexpr (KContig) {  // k..k+3 of row r: one 8-byte store (k is a multiple of 4, rows are 80 bytes)
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v[j].x, v[j].y), hi = __floats2bfloat162_rn(v[j].z, v[j].w);
+        *reinterpret_cast<uint2*>(&s[r * Cfg::kLd + k]) =
+            make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+      } else {  // rows r..r+3 at k
+        s[(r + 0) * Cfg::kLd + k] = __float2bfloat16_rn(v[j].x);
+        s[(r + 1) * Cfg::kLd + k] = __float2bfloat16_rn(v[j].y);
+        s[(r + 2) * Cfg::kLd + k] = __float2bfloat16_rn(v[j].z);
+        s[(r + 3) * Cfg::kLd + k] = __float2bfloat16_rn(v[j].w);
+      }
+    }
+  }
+};
+
+// C[m][n] = finish(acc) for this warp's MMA tiles, bounds-checked; the two adjacent columns of a row as one
+// 8-byte store where C allows (store_vec: 16-byte aligned, ldc a multiple of 4; the column is even).
+template <class Cfg, Epilogue E>
+__device__ __forceinline__ void store_mma_tile(const float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], int m_base,
+                                               int n_base, const KernelArgs& p) {
+#pragma unroll
+  for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // accumulators 2·half and 2·half + 1: one row, two columns
+        const int m = m_base + 16 * i + mma_tf32::row_of(2 * half), n = n_base + 8 * j + mma_tf32::col_of(0);
+        if (m >= p.M) continue;
+        float* c = p.C + static_cast<size_t>(m) * p.ldc + n;
+        const float v0 = acc[i][j][2 * half], v1 = acc[i][j][2 * half + 1];
+        if (p.store_vec && n + 1 < p.N) {
+          *reinterpret_cast<float2*>(c) = make_float2(finish<E>(v0, m, n, p), finish<E>(v1, m, n + 1, p));
+        } else {
+          if (n < p.N) c[0] = finish<E>(v0, m, n, p);
+          if (n + 1 < p.N) c[1] = finish<E>(v1, m, n + 1, p);
+        }
+      }
+}
+
+// C tile (tile_m, tile_n), or with Split this block's partial of it over K-range `split` (gridDim.z ranges,
+// partials to p.partial as gemm_block writes them). smem: two stages of Cfg::kStageElements.
+template <class Cfg, bool TransA, bool TransB, bool Vec, bool Split>
+__device__ __forceinline__ void gemm_mma_block(const KernelArgs& p, __nv_bfloat16* smem, Epilogue epilogue, int split) {
+  Bf16Slab<Cfg, Cfg::BM, !TransA, Vec> a_next;  // op(A) as (M, K)
+  Bf16Slab<Cfg, Cfg::BN, TransB, Vec> b_next;   // op(B)ᵀ as (N, K)
+
+  int tile_m, tile_n;
+  tile_of_block(p, tile_m, tile_n);
+  const int m0 = tile_m * Cfg::BM, n0 = tile_n * Cfg::BN;
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
+
+  // This block's slabs [slab_begin, slab_begin + n_slabs) and their K range; all of K without a split.
+  const int splits = Split ? static_cast<int>(gridDim.z) : 1;
+  const int slabs_total = (p.K + Cfg::BK - 1) / Cfg::BK;
+  const int slabs_per_split = (slabs_total + splits - 1) / splits;
+  const int slab_begin = min(split * slabs_per_split, slabs_total);
+  const int n_slabs = min(slab_begin + slabs_per_split, slabs_total) - slab_begin;
+  const int k_begin = slab_begin * Cfg::BK, k_end = min(p.K, (slab_begin + n_slabs) * Cfg::BK);
+
+  const bool row_sums = p.a_row_sums != nullptr && tile_n == 0;  // thread r < BM owns tile row r
+  float row_sum = 0.f;
+
+  float acc[Cfg::kTilesM][Cfg::kTilesN][4];
+  mma_tf32::zero(acc);
+  auto stage_a = [&](int st) { return smem + st * Cfg::kStageElements; };
+  auto stage_b = [&](int st) { return smem + st * Cfg::kStageElements + Cfg::BM * Cfg::kLd; };
+
+  if (n_slabs > 0) {
+    a_next.load(p.A, p.lda, p.M, k_end, m0, k_begin);
+    b_next.load(p.B, p.ldb, p.N, k_end, n0, k_begin);
+    a_next.store(stage_a(0));
+    b_next.store(stage_b(0));
+  }
+  __syncthreads();
+  for (int t = 0; t < n_slabs; ++t) {
+    const int cur = t & 1;
+    const bool has_next = t + 1 < n_slabs;
+    if (has_next) {
+      const int k0 = k_begin + (t + 1) * Cfg::BK;
+      a_next.load(p.A, p.lda, p.M, k_end, m0, k0);
+      b_next.load(p.B, p.ldb, p.N, k_end, n0, k0);
+    }
+    const __nv_bfloat16* As = stage_a(cur);
+    if (row_sums && threadIdx.x < Cfg::BM) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BK; ++kk) row_sum += __bfloat162float(As[threadIdx.x * Cfg::kLd + kk]);
+    }
+    mma_bf16::multiply_slab<Cfg>(acc, As, stage_b(cur), wm, wn);
+    if (has_next) {
+      a_next.store(stage_a(cur ^ 1));
+      b_next.store(stage_b(cur ^ 1));
+    }
+    __syncthreads();
+  }
+
+  const bool sums_here = row_sums && threadIdx.x < Cfg::BM && m0 + threadIdx.x < p.M;
+  if constexpr (Split) {
+    float* part = p.partial + static_cast<size_t>(split) * p.partial_stride;  // (M, N) row-major, then M row sums
+#pragma unroll
+    for (int i = 0; i < Cfg::kTilesM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::kTilesN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int m = m0 + wm + 16 * i + mma_tf32::row_of(e), n = n0 + wn + 8 * j + mma_tf32::col_of(e);
+          if (m < p.M && n < p.N) part[static_cast<size_t>(m) * p.N + n] = acc[i][j][e];
+        }
+    if (sums_here) part[static_cast<size_t>(p.M) * p.N + m0 + threadIdx.x] = row_sum;
+  } else {
+    switch (epilogue) {  // uniform across the grid
+      case Epilogue::none:
+        store_mma_tile<Cfg, Epilogue::none>(acc, m0 + wm, n0 + wn, p);
+        break;
+      case Epilogue::bias:
+        store_mma_tile<Cfg, Epilogue::bias>(acc, m0 + wm, n0 + wn, p);
+        break;
+      case Epilogue::bias_relu:
+        store_mma_tile<Cfg, Epilogue::bias_relu>(acc, m0 + wm, n0 + wn, p);
+        break;
+      case Epilogue::relu_mask:
+        store_mma_tile<Cfg, Epilogue::relu_mask>(acc, m0 + wm, n0 + wn, p);
+        break;
+    }
+    if (sums_here) p.a_row_sums[m0 + threadIdx.x] = row_sum;
+  }
+}
+
+// grid: (tiles_m · tiles_n, 1, splits); with Split block z writes its partial over K-range z to the workspace.
+template <class Cfg, bool TransA, bool TransB, bool Vec, bool Split>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    gemm_bf16_mma_kernel(KernelArgs p, Epilogue epilogue, StampRing stamps) {
+  begin_kernel(p.overlaps_previous, stamps);
+  __shared__ __align__(16) __nv_bfloat16 smem[2 * Cfg::kStageElements];
+  gemm_mma_block<Cfg, TransA, TransB, Vec, Split>(p, smem, epilogue, static_cast<int>(blockIdx.z));
+  end_kernel(p.overlaps_previous, stamps);
+}
+
 // ---- launchers -------------------------------------------------------------------------------------
 
-enum class TileKind { large, medium, small, small_grouped };
+// The FFMA tiles, then the BF16 tensor-core tiles (lab::GemmTile numbers them in this order).
+enum class TileKind { large, medium, small, small_grouped, mma_64x64, mma_32x64, mma_32x32 };
+
+template <class Cfg>
+constexpr bool kTensorCoreTile =
+    std::is_same_v<Cfg, MmaTile64x64> || std::is_same_v<Cfg, MmaTile32x64> || std::is_same_v<Cfg, MmaTile32x32>;
 
 struct Plan {
   TileKind tile = TileKind::large;
@@ -469,6 +648,34 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
   return plan;
 }
 
+// BF16 on tensor cores (gemm_mma_block), where its tiles keep enough SMs busy: 64×64 where its tiles give every SM a
+// block; else 32×32 where its tiles do; else, where the caller gave a workspace and K is long, 32×32 with K split
+// through it over about two blocks an SM, two slabs or more a block; else 32×32 unsplit where its tiles still give
+// a quarter of the SMs a block. Elsewhere nullopt: the FFMA plan, whose cluster split-K and k-groups win on fewer
+// tiles (bench_gemm's BF16 table, docs/gemm-lab.md, 'BF16 on tensor cores'). Depends only on (M, N, K), the SM count
+// and the workspace.
+std::optional<Plan> choose_mma_plan(int M, int N, int K, int sms, bool has_workspace) {
+  if (tiles_for(M, N, MmaTile64x64::BM, MmaTile64x64::BN) >= sms) return Plan{TileKind::mma_64x64, 1};
+  const int tiles = tiles_for(M, N, MmaTile32x32::BM, MmaTile32x32::BN);
+  if (tiles >= sms) return Plan{TileKind::mma_32x32, 1};
+  const int slabs = div_up(K, MmaTile32x32::BK);
+  if (has_workspace && slabs >= 4) {
+    const int split = std::min({div_up(2 * sms, tiles), div_up(slabs, 2), kMaxWorkspaceSplit});
+    if (tiles * split >= sms) return Plan{TileKind::mma_32x32, split, true};
+  }
+  if (4 * tiles >= sms) return Plan{TileKind::mma_32x32, 1};
+  return std::nullopt;
+}
+
+// The plan for Exec::math: under BF16 the tensor-core plan where the device runs sm_80 code and the plan takes the
+// shape, else the FFMA tiles' (which round BF16 operands as they stage them).
+Plan choose_plan(const Exec& exec, int M, int N, int K, bool has_workspace) {
+  const int sms = multiprocessor_count();
+  if (gemm_rounds_operands(exec.math) && runs_tensor_core_code())
+    if (const std::optional<Plan> plan = choose_mma_plan(M, N, K, sms, has_workspace)) return *plan;
+  return choose_plan(M, N, K, sms, clusters_available(), has_workspace);
+}
+
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 using KernelFn = void (*)(KernelArgs, Epilogue, StampRing);
@@ -518,6 +725,36 @@ KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   }
 }
 
+template <class Cfg, bool TransA, bool TransB, bool Vec>
+KernelFn pick_mma_split(bool through_workspace) {
+  return through_workspace ? gemm_bf16_mma_kernel<Cfg, TransA, TransB, Vec, true>
+                           : gemm_bf16_mma_kernel<Cfg, TransA, TransB, Vec, false>;
+}
+
+template <class Cfg>
+KernelFn pick_mma_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
+  NT_CHECK(plan.split_k == 1 || plan.through_workspace, "gemm: the tensor-core tiles split K through a workspace only");
+  const bool ws = plan.through_workspace;
+  switch ((trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0)) {
+    case 0:
+      return pick_mma_split<Cfg, false, false, false>(ws);
+    case 1:
+      return pick_mma_split<Cfg, false, false, true>(ws);
+    case 2:
+      return pick_mma_split<Cfg, false, true, false>(ws);
+    case 3:
+      return pick_mma_split<Cfg, false, true, true>(ws);
+    case 4:
+      return pick_mma_split<Cfg, true, false, false>(ws);
+    case 5:
+      return pick_mma_split<Cfg, true, false, true>(ws);
+    case 6:
+      return pick_mma_split<Cfg, true, true, false>(ws);
+    default:
+      return pick_mma_split<Cfg, true, true, true>(ws);
+  }
+}
+
 using ReduceFn = void (*)(KernelArgs, int, int, StampRing);
 ReduceFn pick_reduce(Epilogue e) {
   switch (e) {
@@ -551,13 +788,21 @@ void launch_gemm(const Exec& exec, const GemmDesc& d, const Plan& plan) {
   if (d.epilogue == Epilogue::bias || d.epilogue == Epilogue::bias_relu) bytes += 4.0 * N;
   if (d.epilogue == Epilogue::relu_mask) bytes += 4.0 * M * N;
   if (d.a_row_sums) bytes += 4.0 * M;
-  const profile::OpCost cost{
-      .bytes = bytes, .flops = 2.0 * M * N * K, .overlaps_previous = static_cast<bool>(d.overlaps_previous)};
+  const profile::OpCost cost{.bytes = bytes,
+                             .flops = 2.0 * M * N * K,
+                             .math = kTensorCoreTile<Cfg> ? Math::bf16 : Math::fp32,
+                             .overlaps_previous = static_cast<bool>(d.overlaps_previous)};
 
   const dim3 grid(static_cast<unsigned>(p.tiles_m) * static_cast<unsigned>(p.tiles_n), 1,
                   static_cast<unsigned>(plan.split_k));
-  const KernelFn kernel = gemm_rounds_operands(exec.math) ? pick_kernel<Cfg, true>(d.trans_a, d.trans_b, vec, plan)
-                                                          : pick_kernel<Cfg, false>(d.trans_a, d.trans_b, vec, plan);
+  KernelFn kernel = nullptr;
+  if constexpr (kTensorCoreTile<Cfg>) {
+    require_tf32_code("gemm");
+    kernel = pick_mma_kernel<Cfg>(d.trans_a, d.trans_b, vec, plan);
+  } else {
+    kernel = gemm_rounds_operands(exec.math) ? pick_kernel<Cfg, true>(d.trans_a, d.trans_b, vec, plan)
+                                             : pick_kernel<Cfg, false>(d.trans_a, d.trans_b, vec, plan);
+  }
   launch(exec, gemm_kernel_name(d.epilogue), cost, kernel, grid, dim3(Cfg::kThreads), 0, p, d.epilogue);
   if (!plan.through_workspace) return;
   const int total = d.M * d.N + (d.a_row_sums ? d.M : 0);
@@ -594,6 +839,15 @@ void run_plan(const Exec& exec, const GemmDesc& d, const Plan& plan) {
     case TileKind::small_grouped:
       launch_gemm<SmallGroupedTile>(exec, d, plan);
       break;
+    case TileKind::mma_64x64:
+      launch_gemm<MmaTile64x64>(exec, d, plan);
+      break;
+    case TileKind::mma_32x64:
+      launch_gemm<MmaTile32x64>(exec, d, plan);
+      break;
+    case TileKind::mma_32x32:
+      launch_gemm<MmaTile32x32>(exec, d, plan);
+      break;
   }
 }
 
@@ -605,31 +859,50 @@ size_t workspace_floats(const Plan& plan, int M, int N) {
 
 void gemm(const Exec& exec, const GemmDesc& d) {
   check_invariants(d);
-  run_plan(exec, d, choose_plan(d.M, d.N, d.K, multiprocessor_count(), clusters_available(), d.workspace != nullptr));
+  run_plan(exec, d, choose_plan(exec, d.M, d.N, d.K, d.workspace != nullptr));
 }
 
 size_t gemm_workspace_floats(int M, int N, int K) {
   NT_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M=", M, " N=", N, " K=", K);
   const int sms = multiprocessor_count();
   const bool can_split = clusters_available();
-  size_t most = 0;  // the most over every M' <= M: a layer plans with its full batch and may run a smaller one
-  for (int m = 1; m <= M; ++m)
-    most = std::max(most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N));
+  // The most over every M' <= M (a layer plans with its full batch and may run a smaller one) and both kinds of
+  // tile (Exec::math is the caller's to change between calls).
+  size_t most = 0;
+  for (int m = 1; m <= M; ++m) {
+    const std::optional<Plan> mma = choose_mma_plan(m, N, K, sms, true);
+    most = std::max({most, workspace_floats(choose_plan(m, N, K, sms, can_split, true), m, N),
+                     mma ? workspace_floats(*mma, m, N) : 0});
+  }
   return most;
 }
 
 // Kernel-lab entry (kernels/gemm_lab.h): the same op with the configuration forced.
 namespace lab {
+namespace {
+void check_tile(const Exec& exec, int tile) {
+  NT_CHECK(tile >= 0 && tile < gemm_tile_count, "gemm lab: tile ", tile, " out of range");
+  NT_CHECK(tile < mma_64x64 || gemm_rounds_operands(exec.math), "gemm lab: the tensor-core tiles take BF16 operands");
+}
+}  // namespace
+
 void gemm_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
   check_invariants(d);
-  NT_CHECK(tile >= 0 && tile <= 3, "gemm lab: tile ", tile, " out of range");
-  NT_CHECK(split_k == 1 || (tile >= 2 && clusters_available()), "gemm lab: split-K needs a small tile and sm_90");
+  check_tile(exec, tile);
+  NT_CHECK(split_k == 1 || ((tile == small || tile == small_grouped) && clusters_available()),
+           "gemm lab: cluster split-K needs a small FFMA tile and sm_90");
   run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k});
+}
+
+void gemm_ffma_plan(const Exec& exec, const GemmDesc& d) {
+  check_invariants(d);
+  run_plan(exec, d, choose_plan(d.M, d.N, d.K, multiprocessor_count(), clusters_available(), d.workspace != nullptr));
 }
 
 void gemm_workspace_variant(const Exec& exec, const GemmDesc& d, int tile, int split_k) {
   check_invariants(d);
-  NT_CHECK(tile >= 0 && tile <= 3, "gemm lab: tile ", tile, " out of range");
+  check_tile(exec, tile);
+  NT_CHECK(tile != large && tile != medium, "gemm lab: the large and medium tiles do not split through a workspace");
   NT_CHECK(split_k >= 2 && split_k <= kMaxWorkspaceSplit, "gemm lab: workspace split ", split_k, " out of 2..256");
   run_plan(exec, d, Plan{static_cast<TileKind>(tile), split_k, true});
 }

@@ -43,8 +43,10 @@ bool programmatic_launch_supported() {
   return current_device_attribute<cudaDevAttrComputeCapabilityMajor>() >= 9 && current_code_arch() >= 90;
 }
 
+bool runs_tensor_core_code() { return current_code_arch() >= 80; }
+
 void require_tf32_code(const char* kernel) {
-  NT_CHECK(current_code_arch() >= 80, kernel,
+  NT_CHECK(runs_tensor_core_code(), kernel,
            ": the TF32 tensor-core kernels need sm_80 code, and this device runs compute_", current_code_arch(),
            " code");
 }

@@ -347,39 +347,138 @@ TEST_CASE("the split through a workspace matches the reference for every factor,
       }
 }
 
-TEST_CASE("cuda gemm with BF16 operands matches the reference of the rounded operands in every configuration",
-          "[cuda][gemm]") {
-  // Exec::math BF16 (kernels/operand.h): A and B are rounded to BF16 as each slab is staged. The reference is the
-  // double product of the rounded operands, exact products, and the row sums of the rounded op(A), so the tolerance
-  // is the GPU's fp32 sums alone, as above. Every tile, cluster and workspace split, layout and epilogue.
-  CudaExec cuda;
+namespace {
+
+// Under Exec::math BF16 (kernels/operand.h) A and B are rounded to BF16 as each slab is staged. The reference is the
+// double product of the rounded operands, exact products, and the row sums of the rounded op(A), so the tolerance is
+// the GPU's fp32 sums alone, as above: the FFMA tiles sum in their order, the tensor-core tiles in the MMA's.
+void check_bf16(const Exec& bf16, Problem p, const GemmFn& gemm) {
+  const Inputs in = make_inputs(p);
+  Inputs rounded = in;
+  rounded.A = nt::kernels::rounded_operands(in.A, nt::kernels::Math::bf16);
+  rounded.B = nt::kernels::rounded_operands(in.B, nt::kernels::Math::bf16);
+  const std::vector<double> product = reference_product(p, rounded);
+  for (Epilogue e : kEpilogues) {
+    p.epilogue = e;
+    check_problem(bf16, p, in, product, gemm, &rounded);
+  }
+  // The rounding shows: the fp32 product of the same inputs is another (its first element suffices).
+  if (p.M > 0 && p.N > 0 && p.K > 0) {
+    double first = 0;
+    for (int k = 0; k < p.K; ++k) first += op_a(p, in, 0, k) * op_b(p, in, k, 0);
+    REQUIRE(std::abs(product[0] - first) > 0);
+  }
+}
+
+Exec bf16_exec(const CudaExec& cuda) {
   Exec bf16 = cuda.exec;
   bf16.math = nt::kernels::Math::bf16;
-  std::vector<GemmFn> variants = {kAuto,        forced(0, 1), forced(1, 1),
-                                  forced(2, 1), forced(3, 1), forced_workspace(3, 5)};
-  if (nt::test::cuda_device().has_clusters()) variants.insert(variants.end(), {forced(2, 4), forced(3, 8)});
+  return bf16;
+}
+
+const GemmFn kFfmaPlan = [](const Exec& exec, const GemmDesc& d) { nt::kernels::cuda::lab::gemm_ffma_plan(exec, d); };
+
+}  // namespace
+
+TEST_CASE("cuda gemm with BF16 operands matches the reference of the rounded operands in every configuration",
+          "[cuda][gemm]") {
+  // Every FFMA tile (which rounds as it stages), cluster and workspace split, and where the device runs sm_80 code
+  // every tensor-core tile unsplit and split through the workspace; each layout and epilogue. 131×199×259 leaves
+  // partial tiles in every dimension and a partial slab; 33×7×10 is smaller than one tile.
+  CudaExec cuda;
+  const Exec bf16 = bf16_exec(cuda);
+  struct Variant {
+    GemmFn gemm;
+    int workspace_split;
+    const char* name;
+  };
+  std::vector<Variant> variants = {{kAuto, 0, "the plan"},
+                                   {kFfmaPlan, 0, "the FFMA plan"},
+                                   {forced(0, 1), 0, "large"},
+                                   {forced(1, 1), 0, "medium"},
+                                   {forced(2, 1), 0, "small"},
+                                   {forced(3, 1), 0, "small grouped"},
+                                   {forced_workspace(3, 5), 5, "small grouped, workspace split 5"}};
+  if (nt::test::cuda_device().has_clusters())
+    variants.insert(variants.end(), {{forced(2, 4), 0, "small, cluster split 4"}, {forced(3, 8), 0, "grouped, 8"}});
+  if (nt::test::cuda_device().has_tf32()) {
+    namespace lab = nt::kernels::cuda::lab;
+    variants.insert(variants.end(), {{forced(lab::mma_64x64, 1), 0, "mma 64x64"},
+                                     {forced(lab::mma_32x64, 1), 0, "mma 32x64"},
+                                     {forced(lab::mma_32x32, 1), 0, "mma 32x32"},
+                                     {forced_workspace(lab::mma_32x32, 5), 5, "mma 32x32, workspace split 5"},
+                                     {forced_workspace(lab::mma_64x64, 3), 3, "mma 64x64, workspace split 3"}});
+  } else {
+    WARN("BF16 tensor-core tiles not checked: " << nt::test::cuda_device().code_path());
+  }
   for (const Shape& s : {Shape{131, 199, 259}, Shape{64, 128, 3136}, Shape{33, 7, 10}})
-    for (size_t v = 0; v < variants.size(); ++v)
+    for (const Variant& v : variants)
       for (int t = 0; t < 4; ++t) {
-        INFO("variant " << v);
+        INFO(v.name);
         Problem p;
         p.M = s.M, p.N = s.N, p.K = s.K;
         p.trans_a = t & 1, p.trans_b = t & 2;
-        p.workspace_split = v == 5 ? 5 : 0;  // forced_workspace(3, 5)
-        const Inputs in = make_inputs(p);
-        Inputs rounded = in;
-        rounded.A = nt::kernels::rounded_operands(in.A, nt::kernels::Math::bf16);
-        rounded.B = nt::kernels::rounded_operands(in.B, nt::kernels::Math::bf16);
-        const std::vector<double> product = reference_product(p, rounded);
-        for (Epilogue e : kEpilogues) {
-          p.epilogue = e;
-          check_problem(bf16, p, in, product, variants[v], &rounded);
-        }
-        // The rounding shows: the fp32 product of the same inputs is another (its first element suffices).
-        double first = 0;
-        for (int k = 0; k < p.K; ++k) first += op_a(p, in, 0, k) * op_b(p, in, k, 0);
-        REQUIRE(std::abs(product[0] - first) > 0);
+        p.workspace_split = v.workspace_split;
+        check_bf16(bf16, p, v.gemm);
       }
+}
+
+TEST_CASE("cuda gemm with BF16 operands: the engine's shapes, edges and random problems through the plan",
+          "[cuda][gemm]") {
+  // The plan (the tensor-core tiles where the device runs sm_80 code) on every shape of the table, every layout; then
+  // random shapes, leading dimensions, offsets (the scalar-load and scalar-store paths) and row sums.
+  CudaExec cuda;
+  const Exec bf16 = bf16_exec(cuda);
+  for (const Shape& s : kTable)
+    for (int t = 0; t < 4; ++t) {
+      Problem p;
+      p.M = s.M, p.N = s.N, p.K = s.K;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      check_bf16(bf16, p, kAuto);
+    }
+  std::mt19937 pick(20261128u);
+  auto size = [&] {
+    return kSizes[std::uniform_int_distribution<int>(0, static_cast<int>(std::size(kSizes)) - 1)(pick)];
+  };
+  auto coin = [&] { return std::uniform_int_distribution<int>(0, 1)(pick) == 1; };
+  auto pad = [&] { return coin() ? 0 : std::uniform_int_distribution<int>(1, 5)(pick); };
+  for (int checked = 0; checked < 24;) {
+    Problem p;
+    p.M = size(), p.N = size(), p.K = size();
+    if (static_cast<double>(p.M) * p.N * p.K > 2e7) continue;  // keeps the double reference quick
+    p.trans_a = coin(), p.trans_b = coin();
+    p.row_sums = coin();
+    p.pad_a = pad(), p.pad_b = pad(), p.pad_c = pad();
+    p.off_a = coin(), p.off_b = coin(), p.off_c = coin();
+    check_bf16(bf16, p, kAuto);
+    ++checked;
+  }
+}
+
+TEST_CASE("cuda gemm with BF16 operands: the same bits again, and from the scalar paths", "[cuda][gemm]") {
+  // Each plan sums in one order, and the vector and scalar load paths stage the same values in the same places.
+  CudaExec cuda;
+  const Exec bf16 = bf16_exec(cuda);
+  for (const Shape& s : {Shape{64, 320, 784}, Shape{320, 784, 64}, Shape{64, 128, 3136}, Shape{128, 3136, 64},
+                         Shape{64, 3136, 128}, Shape{131, 199, 259}})
+    for (int t = 0; t < 4; ++t) {
+      Problem p;
+      p.M = s.M, p.N = s.N, p.K = s.K;
+      p.trans_a = t & 1, p.trans_b = t & 2;
+      p.epilogue = Epilogue::bias_relu;
+      INFO(p.describe());
+      const Inputs in = make_inputs(p);
+      const Outputs first = run_gemm(bf16, p, in, kAuto);
+      const Outputs second = run_gemm(bf16, p, in, kAuto);
+      Problem shifted = p;
+      shifted.off_a = shifted.off_b = shifted.off_c = 1;
+      const Outputs scalar = run_gemm(bf16, shifted, in, kAuto);
+      REQUIRE(std::none_of(first.C.begin(), first.C.end(), [](float v) { return std::isnan(v); }));
+      for (const Outputs* again : {&second, &scalar}) {
+        REQUIRE(std::memcmp(first.C.data(), again->C.data(), first.C.size() * sizeof(float)) == 0);
+        REQUIRE(std::memcmp(first.row_sums.data(), again->row_sums.data(), first.row_sums.size() * sizeof(float)) == 0);
+      }
+    }
 }
 
 TEST_CASE("unaligned leading dimensions and pointers take the scalar path and stay correct", "[cuda][gemm]") {
@@ -483,24 +582,41 @@ TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
 }
 
 TEST_CASE("cuda gemm runs inside a captured CUDA graph and replays the same bits", "[cuda][gemm]") {
-  // The training step is captured once and replayed: the launcher must do nothing a capture forbids.
+  // The training step is captured once and replayed: the launcher must do nothing a capture forbids. A split through
+  // the workspace adds its reduction as a second node: the cnn's forward in fp32 (where the FFMA plan splits, with
+  // sm_90 code) and BF16, the mlp's first forward in BF16 on tensor cores.
   CudaExec cuda;
-  Exec capture_exec = cuda.exec;
-  capture_exec.debug_sync = false;  // synchronizing is what a capture forbids
-  for (const Shape& s : {Shape{64, 320, 784}, Shape{320, 784, 64}, Shape{64, 128, 3136}}) {
+  struct Case {
+    nt::kernels::Math math;
+    Shape shape;
+    size_t nodes;
+  };
+  const size_t ffma_split_nodes = nt::test::cuda_device().has_clusters() ? 2 : 1;
+  std::vector<Case> cases = {{nt::kernels::Math::fp32, {64, 320, 784}, 1},
+                             {nt::kernels::Math::fp32, {320, 784, 64}, 1},
+                             {nt::kernels::Math::fp32, {64, 128, 3136}, ffma_split_nodes}};
+  if (nt::test::cuda_device().has_tf32())
+    cases.insert(cases.end(), {{nt::kernels::Math::bf16, {64, 320, 784}, 2},
+                               {nt::kernels::Math::bf16, {320, 784, 64}, 1},
+                               {nt::kernels::Math::bf16, {64, 128, 3136}, 2}});
+  for (const Case& c : cases) {
+    Exec exec = cuda.exec;
+    exec.math = c.math;
+    Exec capture_exec = exec;
+    capture_exec.debug_sync = false;  // synchronizing is what a capture forbids
     Problem p;
-    p.M = s.M, p.N = s.N, p.K = s.K;
-    p.trans_a = s.M == 320, p.trans_b = s.M == 64;
+    p.M = c.shape.M, p.N = c.shape.N, p.K = c.shape.K;
+    p.trans_a = c.shape.M == 320, p.trans_b = c.shape.M == 64;
     p.epilogue = Epilogue::bias_relu;
+    INFO(p.describe() << (c.math == nt::kernels::Math::bf16 ? " BF16" : " fp32"));
     const Inputs in = make_inputs(p);
-    const Outputs eager = run_gemm(cuda.exec, p, in, kAuto);
+    const Outputs eager = run_gemm(exec, p, in, kAuto);
     const GemmFn captured = [&](const Exec&, const GemmDesc& d) {
       auto graph = nt::kernels::Graph::capture(capture_exec, [&] { nt::kernels::gemm(capture_exec, d); });
-      REQUIRE(graph.node_count() == (d.workspace ? 2 : 1));  // a split through the workspace adds its reduction
+      REQUIRE(graph.node_count() == c.nodes);
       graph.launch(capture_exec);
     };
-    const Outputs replayed = run_gemm(cuda.exec, p, in, captured);
-    INFO(p.describe());
+    const Outputs replayed = run_gemm(exec, p, in, captured);
     REQUIRE(std::memcmp(eager.C.data(), replayed.C.data(), eager.C.size() * sizeof(float)) == 0);
   }
 }
