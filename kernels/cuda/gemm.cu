@@ -615,7 +615,7 @@ bool clusters_available() {
 // The rule: the largest tile that still gives at least one block per SM; if even the small tile gives
 // fewer, split K over a cluster so that tiles·S approaches two blocks per SM, keeping at least two
 // slabs (2·BK) of K per block; where that still leaves SMs idle and K is long, split through the workspace
-// (if any). Depends only on (M, N, K), the SM count and whether there is a workspace: deterministic per device.
+// (if any; that split needs no cluster, so it runs without sm_90 code too). Depends only on (M, N, K), the SM count and whether there is a workspace: deterministic per device.
 Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspace) {
   if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
@@ -633,15 +633,17 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
   // Splitting K pays from K >= 128 on while each split block keeps two k-group steps (dX2 64x320x160:
   // split 4 beats split 8), while at K = 64 (the weight gradients at batch 64) the cluster reduction costs
   // more than it saves (dW2 runs faster unsplit than split in two).
-  if (!can_split || K < kMinSplitK) return plan;
+  if (K < kMinSplitK) return plan;
   // A long K over few tiles (the cnn's 3136->128 layer at batch 64: 8 tiles, 64 blocks as an 8-way cluster
   // split, slow inside the step): split over one wave of three blocks per SM through the workspace, each
-  // block keeping at least one 64-deep slab (docs/gemm-lab.md, 'Split through a workspace').
+  // block keeping at least one 64-deep slab (docs/gemm-lab.md, 'Split through a workspace'). It needs no
+  // cluster, so it serves GPUs without them too.
   if (has_workspace && tiles * kMaxSplitK < sms && K >= kMinWorkspaceSplitK) {
     plan.split_k = std::clamp(div_up(3 * sms, tiles), 2, std::min(kMaxWorkspaceSplit, K / SmallGroupedTile::BK));
     plan.through_workspace = true;
     return plan;
   }
+  if (!can_split) return plan;
   while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
          K / (plan.split_k * 2) >= 2 * SmallGroupedTile::kGroupK)
     plan.split_k *= 2;

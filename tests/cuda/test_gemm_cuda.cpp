@@ -583,18 +583,17 @@ TEST_CASE("cuda gemm is bit-reproducible run to run", "[cuda][gemm]") {
 
 TEST_CASE("cuda gemm runs inside a captured CUDA graph and replays the same bits", "[cuda][gemm]") {
   // The training step is captured once and replayed: the launcher must do nothing a capture forbids. A split through
-  // the workspace adds its reduction as a second node: the cnn's forward in fp32 (where the FFMA plan splits, with
-  // sm_90 code) and BF16, the mlp's first forward in BF16 on tensor cores.
+  // the workspace adds its reduction as a second node: the cnn's forward in fp32 and BF16, the mlp's first forward in
+  // BF16 on tensor cores.
   CudaExec cuda;
   struct Case {
     nt::kernels::Math math;
     Shape shape;
     size_t nodes;
   };
-  const size_t ffma_split_nodes = nt::test::cuda_device().has_clusters() ? 2 : 1;
   std::vector<Case> cases = {{nt::kernels::Math::fp32, {64, 320, 784}, 1},
                              {nt::kernels::Math::fp32, {320, 784, 64}, 1},
-                             {nt::kernels::Math::fp32, {64, 128, 3136}, ffma_split_nodes}};
+                             {nt::kernels::Math::fp32, {64, 128, 3136}, 2}};
   if (nt::test::cuda_device().has_tf32())
     cases.insert(cases.end(), {{nt::kernels::Math::bf16, {64, 320, 784}, 2},
                                {nt::kernels::Math::bf16, {320, 784, 64}, 1},
