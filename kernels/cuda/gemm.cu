@@ -615,7 +615,8 @@ bool clusters_available() {
 // The rule: the largest tile that still gives at least one block per SM; if even the small tile gives
 // fewer, split K over a cluster so that tiles·S approaches two blocks per SM, keeping at least two
 // slabs (2·BK) of K per block; where that still leaves SMs idle and K is long, split through the workspace
-// (if any; that split needs no cluster, so it runs without sm_90 code too). Depends only on (M, N, K), the SM count and whether there is a workspace: deterministic per device.
+// (if any; that split needs no cluster, so it runs without sm_90 code too). Depends only on (M, N, K), the SM
+// count and whether there is a workspace: deterministic per device.
 Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspace) {
   if (tiles_for(M, N, LargeTile::BM, LargeTile::BN) >= sms) return {TileKind::large, 1};
   if (tiles_for(M, N, MediumTile::BM, MediumTile::BN) >= sms) return {TileKind::medium, 1};
