@@ -644,10 +644,16 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
     plan.through_workspace = true;
     return plan;
   }
-  if (!can_split) return plan;
+  if (!can_split && !has_workspace) return plan;
   while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
          K / (plan.split_k * 2) >= 2 * SmallGroupedTile::kGroupK)
     plan.split_k *= 2;
+  // Without clusters the same split goes through the workspace, where it is the full 8 ways: a split in 2 or 4 did
+  // not repay its reduction kernel (the mlp at batch 256 with compute_80 code; docs/gemm-lab.md).
+  if (!can_split) {
+    plan.through_workspace = plan.split_k == kMaxSplitK;
+    if (!plan.through_workspace) plan.split_k = 1;
+  }
   return plan;
 }
 
