@@ -628,16 +628,83 @@ size_t channels_last_floats(const Conv2dShape& s, bool backward_data) {
 // Offsets into the workspace stay 16-byte aligned (the channels-last kernel's copies).
 size_t align4(size_t floats) { return (floats + 3) / 4 * 4; }
 
-// conv2d_backward runs backward_data beside the backward_weight GEMM: their partials (or backward_data's staged
-// operands) take separate parts, backward_data's at align4(the weight's).
+// ---- backward_weight on the channels-last kernel (BF16) ----
+// With BF16, where backward_data runs channels-last (so dy is staged anyway) and x's channels are a multiple of 8,
+// backward_weight multiplies the same staged dy and x staged beside it (one stage kernel for both), on k-major slabs
+// of 32 pixels, where conv.cu's MMA kernel gathers and rounds every operand itself (docs/conv.md, 'backward_weight on
+// staged operands'). Its tiles are few (M × R·S·C: 3 of 64×96 for the cnn's conv2), so the pixels are split over
+// parts, and this file's reduction adds the parts: as many as give kTargetBlocks blocks (two an SM), each part at
+// least kMinWeightSlabs slabs deep. Measured in the cnn's epochs (docs/conv.md): at batch 64, 44 parts of 9 slabs
+// (89.0–89.8 ms) beat 88 of 4.5 (90.4–90.7), whose blocks crowded backward_data beside them; at batch 256, 88 parts of
+// 18 (53.6–53.8) beat 44 of 36 (54.7–55.1).
+// TF32 keeps conv.cu's kernel: with its 4-stage slabs (90 KB of shared memory a block, BF16's 45) this kernel was
+// faster at batch 256 (71.2 → 67.4 ms, 44 parts) but left backward_data no room beside it at batch 64 (106.8 →
+// 121.6 ms); the kernel lab runs it in TF32.
+constexpr int kMinWeightSlabs = 9;  // 288 pixels a part at least
+
+std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dShape& s, Math math) {
+  const auto data_tile = channels_last_plan(s, true, math);
+  if (math != Math::bf16 || !data_tile) return std::nullopt;
+  const ConvArgs f = make_args(Exec{}, s, forward_gemm(s));
+  if (f.c % 8 != 0 || f.M % 8 != 0 || f.K == 0 || f.N == 0) return std::nullopt;
+  channels_last::Tile tile = f.M > 32 ? channels_last::Tile{.bm = 64, .bn = 96, .warps = 8}
+                                      : channels_last::Tile{.bm = 32, .bn = 96, .warps = 12};
+  tile.format = channels_last::Format::bf16;
+  const int64_t tiles = channels_last::tiles(tile, f.M, f.K), slabs = (int64_t(f.N) + 31) / 32;
+  const int64_t deepest = (slabs + kMinWeightSlabs - 1) / kMinWeightSlabs;  // parts of kMinWeightSlabs
+  const int64_t split = std::clamp<int64_t>((kTargetBlocks + tiles - 1) / tiles, 1, deepest);
+  return channels_last::WeightPlan{.tile = tile, .split = static_cast<int>(split)};
+}
+
+// Floats of backward_weight's partials, either kernel's in any math mode (dbias rows included), and where
+// conv2d_backward puts backward_data's part of the workspace (after them).
+size_t weight_partials_floats(const Conv2dShape& s) {
+  const size_t floats = split_floats(backward_weight_gemm(s), s.k);
+  const auto plan = channels_last_weight_plan(s, Math::bf16);
+  return plan ? std::max(floats,
+                         channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), plan->split, true))
+              : floats;
+}
+
+// backward_data's part in conv2d_backward with the channels-last weight plan: the staging of dy and the filters in
+// the format, then x channels-last (input_at floats in).
+struct StagedBackwardLayout {
+  size_t input_at, floats;
+};
+StagedBackwardLayout staged_backward_layout(const Conv2dShape& s, channels_last::Format format) {
+  const ConvArgs flipped = channels_last_args(Exec{}, s, true);
+  const size_t input_at = align4(channels_last::staging_floats(flipped, format));
+  return {.input_at = input_at, .floats = input_at + channels_last::input_floats(flipped, format)};
+}
+
+// The workspace of backward_weight alone on the channels-last kernel: the partials of `split` parts (with dbias rows),
+// x channels-last at input_at, then dy staged as backward_data's source at source_at.
+struct ChannelsLastWeightLayout {
+  size_t input_at, source_at, floats;
+};
+ChannelsLastWeightLayout channels_last_weight_layout(const Conv2dShape& s, const channels_last::WeightPlan& plan) {
+  const ConvArgs flipped = channels_last_args(Exec{}, s, true);
+  const size_t input_at =
+      align4(channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), plan.split, true));
+  const size_t source_at = input_at + align4(channels_last::input_floats(flipped, plan.tile.format));
+  return {.input_at = input_at,
+          .source_at = source_at,
+          .floats = source_at + channels_last::staging_floats(flipped, plan.tile.format)};
+}
+
+// With the channels-last weight plan, backward_data's part also holds x staged, and backward_weight alone lays out
+// its own (channels_last_weight_layout).
 size_t workspace_for(const Conv2dShape& s) {
   const PassGemm bw = backward_weight_gemm(s);
   const size_t weight =
-      direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : split_floats(bw, s.k);
-  const size_t data = std::max(split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true));
+      direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : weight_partials_floats(s);
+  const auto weight_plan = channels_last_weight_plan(s, Math::bf16);
+  const size_t staged = weight_plan ? staged_backward_layout(s, weight_plan->tile.format).floats : 0;
+  const size_t alone = weight_plan ? channels_last_weight_layout(s, *weight_plan).floats : 0;
+  const size_t data = std::max({split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true), staged});
   const size_t forward =
       direct_taps(s) ? 0 : std::max(split_floats(forward_gemm(s), 0), channels_last_floats(s, false));
-  return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight});
+  return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight, alone});
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -856,33 +923,35 @@ void run_channels_last(const Exec& exec, const profile::OpCost& cost, const Conv
   channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile);
 }
 
-// The workspace of backward_weight alone on the channels-last kernel (the kernel lab), laid out as conv2d_backward
-// would: `split` partials, x channels-last at input_at, then dy staged as backward_data's source at source_at.
-struct ChannelsLastWeightLayout {
-  size_t input_at, source_at, floats;
-};
-ChannelsLastWeightLayout channels_last_weight_layout(const Conv2dShape& s, int split) {
-  const PassGemm gw = backward_weight_gemm(s);
-  const ConvArgs flipped = channels_last_args(Exec{}, s, true);
-  const size_t input_at = align4(split > 1 ? size_t(split) * gw.M * gw.N : 0);
-  const size_t source_at = input_at + align4(channels_last::input_floats(flipped));
-  return {.input_at = input_at, .source_at = source_at, .floats = source_at + channels_last::staging_floats(flipped)};
+// The weight GEMM on staged dy_cl and x_cl, then the split-K reduction. dbias nullable.
+void channels_last_weight_passes(const Exec& exec, const Conv2dShape& s, const float* dy_cl, const float* x_cl,
+                                 float* dw, float* dbias, float* partials, const channels_last::WeightPlan& plan) {
+  ConvArgs f = make_args(exec, s, forward_gemm(s));
+  f.out = dw, f.out_rows = dbias, f.partial = partials;
+  channels_last::weight_gradient(exec, "conv2d_backward_weight", tensor_core_cost(s, plan.tile.format), f, dy_cl, x_cl,
+                                 plan);
 }
 
-// backward_weight alone on the channels-last kernel (the kernel lab): dy and x staged by one kernel, the GEMM, the
-// split-K reduction.
-void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                                   float* workspace, const channels_last::WeightPlan& plan) {
-  const ChannelsLastWeightLayout layout = channels_last_weight_layout(s, plan.split);
-  float *x_cl = workspace + layout.input_at, *dy_cl = workspace + layout.source_at;
-  channels_last::stage(exec, channels_last_args(exec, s, true), kTf32, dy, /*w=*/nullptr, /*flipped=*/true, dy_cl, x,
-                       x_cl);
-  channels_last::weight_gradient(exec, "conv2d_backward_weight", tensor_core_cost(s, kTf32),
-                                 make_args(exec, s, forward_gemm(s)), dy_cl, x_cl, dw, workspace, plan);
+ConvArgs channels_last_weight_reduction(const Exec& exec, const Conv2dShape& s, float* dw, float* dbias,
+                                        float* partials, int split) {
   const PassGemm gw = backward_weight_gemm(s);
   ConvArgs wa = make_args(exec, s, gw);
-  wa.out = dw, wa.split = plan.split, wa.partial = workspace, wa.partial_stride = gw.M * gw.N;
-  finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, 0);
+  wa.out = dw, wa.out_rows = dbias, wa.split = split, wa.partial = partials;
+  wa.partial_stride = gw.M * gw.N + (dbias ? gw.M : 0);
+  return wa;
+}
+
+// backward_weight alone on the channels-last kernel: dy and x staged by one kernel, the GEMM, the split-K reduction.
+void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
+                                   float* dbias, float* workspace, const channels_last::WeightPlan& plan) {
+  const ChannelsLastWeightLayout layout = channels_last_weight_layout(s, plan);
+  float *x_cl = workspace + layout.input_at, *dy_cl = workspace + layout.source_at;
+  channels_last::stage(exec, channels_last_args(exec, s, true), plan.tile.format, dy, /*w=*/nullptr, /*flipped=*/true,
+                       dy_cl, x, x_cl);
+  channels_last_weight_passes(exec, s, dy_cl, x_cl, dw, dbias, workspace, plan);
+  finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce",
+                                      channels_last_weight_reduction(exec, s, dw, dbias, workspace, plan.split),
+                                      dbias ? s.k : 0);
 }
 
 }  // namespace
@@ -955,6 +1024,10 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
     launch_split_reduce<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", a, dbias ? g.M : 0);
     return;
   }
+  if (const auto plan = channels_last_weight_plan(s, exec.math)) {
+    NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
+    return channels_last_backward_weight(exec, s, x, dy, args.dw, dbias, workspace, *plan);
+  }
   run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, dbias ? g.M : 0,
                                conv_flops(s), conv_bytes(s), workspace);
 }
@@ -974,27 +1047,43 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
   // TF32 GEMMs of the cnn's conv2 hold a small share of the SMs' warps each, gather-bound (docs/conv.md).
   const int rows = dbias ? gw.M : 0;
-  float* data_workspace = workspace ? workspace + align4(split_floats(gw, s.k)) : nullptr;
+  float* data_workspace = workspace ? workspace + align4(weight_partials_floats(s)) : nullptr;
   // backward_data on the channels-last kernel: its operands are staged first, before backward_weight's GEMM, so that
-  // what runs beside that GEMM reads only what kernels before it wrote.
+  // what runs beside that GEMM reads only what kernels before it wrote. With the channels-last weight plan the same
+  // kernel stages x, and backward_weight multiplies the staged dy and x.
   const auto channels_last_tile = channels_last_plan(s, true, exec.math);
+  const auto weight_plan = channels_last_weight_plan(s, exec.math);
   ConvArgs flipped{};
+  float* x_cl = weight_plan && data_workspace
+                    ? data_workspace + staged_backward_layout(s, weight_plan->tile.format).input_at
+                    : nullptr;
   if (channels_last_tile) {
     flipped = channels_last_args(exec, s, true);
     flipped.out = dx;
-    channels_last::stage(exec, flipped, channels_last_tile->format, dy, w, /*flipped=*/true, data_workspace);
+    channels_last::stage(exec, flipped, channels_last_tile->format, dy, w, /*flipped=*/true, data_workspace,
+                         weight_plan ? x : nullptr, x_cl);
   }
-  ConvArgs wa = make_args(exec, s, gw);
-  wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
-  wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
-                                       workspace);
+  ConvArgs wa{};
+  if (weight_plan) {  // channels_last_weight_plan implies channels_last_tile
+    NT_CHECK(workspace != nullptr, "conv2d_backward: needs a workspace (conv2d_workspace_floats)");
+    channels_last_weight_passes(exec, s, data_workspace, x_cl, dw, dbias, workspace, *weight_plan);
+    wa = channels_last_weight_reduction(exec, s, dw, dbias, workspace, weight_plan->split);
+  } else {
+    wa = make_args(exec, s, gw);
+    wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
+    wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
+                                         workspace);
+  }
   if (channels_last_tile) {
     flipped.overlaps_previous =
         exec.programmatic_launch && channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
     profile::OpCost cost = tensor_core_cost(s, channels_last_tile->format);
     cost.overlaps_previous = flipped.overlaps_previous;
     channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile);
-    finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+    if (weight_plan)
+      finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+    else
+      finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
     return wa.split > 1;
   }
   // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
@@ -1017,7 +1106,10 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
   const size_t partials = split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
   if (g.M == 0 || g.N == 0) return partials;
-  if (pass == 2) return std::max(partials, channels_last_weight_layout(s, split).floats);
+  if (pass == 2) {
+    const channels_last::WeightPlan plan{.tile = channels_last::Tile{}, .split = split};  // TF32: the larger layout
+    return std::max(partials, channels_last_weight_layout(s, plan).floats);
+  }
   if (pass == 1 && s.stride != 1) return partials;
   const ConvArgs f = channels_last_args(Exec{}, s, pass == 1);  // a channels-last tile's staged operands
   return std::max(partials, channels_last::serves(f) ? channels_last::staging_floats(f) : 0);
@@ -1048,11 +1140,9 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     const channels_last::Tile tile = channels_last_tile_of(plan.tile);
     Exec tensor_cores = exec;
     tensor_cores.math = tile.format == kTf32 ? Math::tf32 : Math::bf16;
-    if (pass == 2) {
-      NT_CHECK(tile.format == kTf32, "conv lab: the channels-last backward_weight is TF32 only");
-      return channels_last_backward_weight(tensor_cores, s, x, dy, out, workspace,
+    if (pass == 2)
+      return channels_last_backward_weight(tensor_cores, s, x, dy, out, /*dbias=*/nullptr, workspace,
                                            channels_last::WeightPlan{.tile = tile, .split = split});
-    }
     ConvArgs f = channels_last_args(tensor_cores, s, pass == 1);
     f.out = out;
     return run_channels_last(tensor_cores, tensor_core_cost(s, tile.format), f, pass == 0 ? x : dy, w,

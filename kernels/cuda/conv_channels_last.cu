@@ -28,12 +28,15 @@
 // Each output sums its products in one fixed order (slabs in kg order, the MMA's own order within a slab): the same
 // bits run to run.
 //
-// backward_weight (weight_gradient; the kernel lab only): dW(m, j) = Σ_pixel A(pixel, m) · B(pixel, j),
-//   M = K, columns j = (r·S + s)·C + c, the reduction over the N·P·Q output pixels, rows of both staged operands:
+// backward_weight (weight_gradient; conv.cu plans it where backward_data runs here):
+//   dW(m, j) = Σ_pixel A(pixel, m) · B(pixel, j), M = K, columns j = (r·S + s)·C + c, the reduction over the N·P·Q
+//   output pixels, rows of both staged operands:
 //   A(pixel, m) = dy_cl[pixel·K + m]              (backward_data's staged source)
 //   B(pixel, j) = x_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside; staged beside it)
-// Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j] (mma_tf32::multiply_slab with the KMajor layout);
-// grid.z splits the pixels into parts whose partials conv.cu's split-K reduction adds in part order.
+// Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j]: TF32 fragments are scalar loads
+// (mma_tf32::multiply_slab with the KMajor layout), BF16 fragments come through ldmatrix.trans
+// (mma_bf16::multiply_k_major_slab). grid.z splits the pixels into parts whose partials conv.cu's split-K reduction
+// adds in part order.
 #include "kernels/cuda/conv_channels_last.cuh"
 
 #include <algorithm>
@@ -72,6 +75,14 @@ struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna),
                                        const Element* Bs, int wm, int wn) {
     mma_tf32::multiply_slab<Cfg, mma_tf32::Rounding::staged>(acc, As, Bs, wm, wn);
   }
+  template <class Cfg>
+  using KMajor = mma_tf32::KMajor<Cfg>;
+  template <class Cfg>
+  __device__ static void multiply_k_major_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const Element* As,
+                                               const Element* Bs, int wm, int wn) {
+    mma_tf32::multiply_slab<Cfg, mma_tf32::Rounding::staged, mma_tf32::KMajor<Cfg>>(acc, As, Bs, wm, wn);
+  }
+  __device__ static float to_float(Element v) { return v; }
 };
 
 template <>
@@ -85,6 +96,14 @@ struct Operands<Format::bf16> {  // bf16 (cvt.rn: to nearest, ties to even), m16
                                        const Element* Bs, int wm, int wn) {
     mma_bf16::multiply_slab<Cfg>(acc, As, Bs, wm, wn);
   }
+  template <class Cfg>
+  using KMajor = mma_bf16::KMajor<Cfg>;
+  template <class Cfg>
+  __device__ static void multiply_k_major_slab(float (&acc)[Cfg::kTilesM][Cfg::kTilesN][4], const Element* As,
+                                               const Element* Bs, int wm, int wn) {
+    mma_bf16::multiply_k_major_slab<Cfg>(acc, As, Bs, wm, wn);
+  }
+  __device__ static float to_float(Element v) { return __bfloat162float(v); }
 };
 
 // Elements per 16-byte copy: 4 TF32 or 8 BF16 channels.
@@ -253,84 +272,117 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
 // ---- backward_weight ------------------------------------------------------------------------------------------
 
-// Whether every thread of a Cfg block copies the same number of rows of each k-major slab (the weight kernel's
-// copies need it; the tiles of 6 and 12 warps do not divide BK's 32 rows).
-template <class Cfg>
-constexpr bool copies_whole_weight_slabs() {
-  constexpr int kVector = vector_of(Format::tf32), kChunksA = Cfg::BM / kVector, kChunksB = Cfg::BN / kVector;
-  return Cfg::kThreads % kChunksA == 0 && Cfg::kThreads % kChunksB == 0 && Cfg::BK % (Cfg::kThreads / kChunksA) == 0 &&
-         Cfg::BK % (Cfg::kThreads / kChunksB) == 0;
+// Whether the weight kernel serves a Cfg tile in Ops' format: conflict-free k-major fragment loads (mma_tf32.cuh,
+// mma_bf16.cuh) and whole 16-byte copies of its rows.
+template <class Ops, class Cfg>
+constexpr bool serves_weight_tile() {
+  constexpr int kVector = 16 / sizeof(typename Ops::Element);
+  return Ops::template KMajor<Cfg>::kConflictFree && Cfg::BM % kVector == 0 && Cfg::BN % kVector == 0;
 }
 
-// f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels).
+// f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels),
+// with split, partial_stride, partial, out (dw) and out_rows (dbias, nullable) set.
 // grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
-// part z. Dynamic shared memory: kStages stages of As[BK][kLdA] (dy_cl's rows: pixels × channels m) and Bs[BK][kLdB]
-// (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it is 4 consecutive m of dy_cl,
-// or 4 channels of one tap of x_cl, one 16-byte copy each. The column a thread copies is the same in every slab, so
-// its tap and channel are found once.
-template <class Cfg>
+// part z, into dw (one part) or partial z. Dynamic shared memory: kStages stages of As[BK][kLdA] (dy_cl's rows: pixels
+// × channels m) and Bs[BK][kLdB] (x_cl at each pixel's taps: pixels × columns). A slab row is one pixel: chunk j of it
+// is kVector consecutive m of dy_cl, or kVector channels of one tap of x_cl, one 16-byte copy each; the copies of a
+// slab are spread over the block's threads in order (idx = thread + i·threads), so any warp count serves. The
+// chunks' taps and channels are found once per block (`chunks`).
+// dbias (f.out_rows): the blocks of column tile 0 add their As slabs, pixels ascending, one thread per tile row, as
+// conv.cu's kernels do: the sums of the rounded dy (the BF16 contract, docs/bf16.md).
+template <class Ops, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads)
-    conv_channels_last_weight_kernel(ConvArgs f, const float* dy_cl, const float* x_cl, float* out, StampRing stamps) {
+    conv_channels_last_weight_kernel(ConvArgs f, const typename Ops::Element* dy_cl, const typename Ops::Element* x_cl,
+                                     StampRing stamps) {
+  using Element = typename Ops::Element;
+  using Layout = typename Ops::template KMajor<Cfg>;
   begin_kernel(f.overlaps_previous, stamps);
-  using Layout = mma_tf32::KMajor<Cfg>;
-  constexpr int kVector = vector_of(Format::tf32);
+  constexpr int kVector = 16 / sizeof(Element);
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, kThreads = Cfg::kThreads;
   constexpr int kLdA = Layout::kLdA, kLdB = Layout::kLdB;
-  static_assert(copies_whole_weight_slabs<Cfg>(), "a thread keeps its chunk in every slab and copies as many rows");
   constexpr int kChunksA = BM / kVector, kChunksB = BN / kVector;
-  constexpr int kRowStepA = kThreads / kChunksA, kRowStepB = kThreads / kChunksB;
+  static_assert(serves_weight_tile<Ops, Cfg>(), "the host refuses other tiles");
+  static_assert(kThreads >= BM, "one thread per tile row sums dbias");
   extern __shared__ __align__(16) float smem[];
+  Element* stages = reinterpret_cast<Element*>(smem);
+  __shared__ int4 chunks[kChunksB];  // chunk j of a B row: {x_cl offset of its tap and channel, r, s, valid}
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int slabs = (f.N + BK - 1) / BK, per_part = (slabs + gridDim.z - 1) / gridDim.z;
   const int first = blockIdx.z * per_part, last = min(slabs, first + per_part);
-
-  const int chunk_a = threadIdx.x % kChunksA, row_a = threadIdx.x / kChunksA;
-  const int chunk_b = threadIdx.x % kChunksB, row_b = threadIdx.x / kChunksB;
-  const int m_a = m0 + chunk_a * kVector;  // dy_cl's channels m_a .. m_a + 3
-  const int col_b = n0 + chunk_b * kVector;
-  int tap, c_b, r_b, s_b;
-  f.by_c.divmod(col_b, tap, c_b);
-  f.by_s.divmod(tap, r_b, s_b);
-  const bool column_valid = col_b < f.K, m_valid = m_a < f.M;
-  const int tap_offset = r_b * f.w + s_b;
+  for (int j = threadIdx.x; j < kChunksB; j += kThreads) {
+    const int col = n0 + j * kVector;
+    int tap, c, r, s;
+    f.by_c.divmod(col, tap, c);
+    f.by_s.divmod(tap, r, s);
+    chunks[j] = col < f.K ? make_int4((r * f.w + s) * f.c + c, r, s, 1) : make_int4(0, 0, 0, 0);
+  }
+  __syncthreads();
 
   auto copy_slab = [&](int slab, int stage) {
-    float* As = smem + stage * Layout::kStageFloats;
-    float* Bs = As + BK * kLdA;
+    Element* As = stages + stage * Layout::kStageElements;
+    Element* Bs = As + BK * kLdA;
     const int pixel0 = slab * BK;
 #pragma unroll
-    for (int i = 0; i < BK / kRowStepA; ++i) {
-      const int row = row_a + i * kRowStepA, pixel = pixel0 + row;
-      const bool valid = m_valid && pixel < f.N;
-      cp_async::copy16_or_zero(As + row * kLdA + chunk_a * kVector, valid ? dy_cl + size_t(pixel) * f.M + m_a : dy_cl,
+    for (int i = 0; i < (BK * kChunksA + kThreads - 1) / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads, row = idx / kChunksA, chunk = idx % kChunksA;
+      if ((BK * kChunksA) % kThreads != 0 && row >= BK) break;
+      const int pixel = pixel0 + row, m = m0 + chunk * kVector;
+      const bool valid = m < f.M && pixel < f.N;
+      cp_async::copy16_or_zero(As + row * kLdA + chunk * kVector, valid ? dy_cl + size_t(pixel) * f.M + m : dy_cl,
                                valid);
     }
 #pragma unroll
-    for (int i = 0; i < BK / kRowStepB; ++i) {
-      const int row = row_b + i * kRowStepB;
-      const int4 col = pixel_column(f, pixel0 + row);
-      const bool valid = column_valid && inside(col.y + r_b, f.h) && inside(col.z + s_b, f.w);
-      cp_async::copy16_or_zero(Bs + row * kLdB + chunk_b * kVector,
-                               valid ? x_cl + size_t(col.x + tap_offset) * f.c + c_b : x_cl, valid);
+    for (int i = 0; i < (BK * kChunksB + kThreads - 1) / kThreads; ++i) {
+      const int idx = threadIdx.x + i * kThreads, row = idx / kChunksB;
+      if ((BK * kChunksB) % kThreads != 0 && row >= BK) break;
+      const int4 chunk = chunks[idx % kChunksB], col = pixel_column(f, pixel0 + row);
+      const bool valid = chunk.w && inside(col.y + chunk.y, f.h) && inside(col.z + chunk.z, f.w);
+      cp_async::copy16_or_zero(Bs + row * kLdB + (idx % kChunksB) * kVector,
+                               valid ? x_cl + size_t(col.x) * f.c + chunk.x : x_cl, valid);
     }
   };
 
   float acc[Cfg::kTilesM][Cfg::kTilesN][4];
   mma_tf32::zero(acc);
+  const bool sums_rows = f.out_rows != nullptr && blockIdx.x == 0 && threadIdx.x < BM;
+  float row_sum = 0.f;
 
   const int warp = threadIdx.x / 32;
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
   cp_async::pipeline<kStages>(
       max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
       [&](int stage) {
-        const float* As = smem + stage * Layout::kStageFloats;
-        mma_tf32::multiply_slab<Cfg, mma_tf32::Rounding::staged, Layout>(acc, As, As + BK * kLdA, wm, wn);
+        const Element* As = stages + stage * Layout::kStageElements;
+        Ops::template multiply_k_major_slab<Cfg>(acc, As, As + BK * kLdA, wm, wn);
+        if (sums_rows)
+#pragma unroll 8
+          for (int k = 0; k < BK; ++k) row_sum += Ops::to_float(As[k * kLdA + threadIdx.x]);
       });
   end_kernel(f.overlaps_previous, stamps);
 
-  // C(m, column (r, s, c)) to dw's (c, r, s) order: out[m·K + c·R·S + r·S + s], or part z's partial.
-  float* to = out + size_t(blockIdx.z) * f.M * f.K;
+  // Part z's partial as the tile's rows, C(m, column (r, s, c)) at partial[m·K + column], a column pair a lane (K is a
+  // multiple of the vector, so both are inside or neither); the reduction (conv.cu, ChannelsLastWeightPass) puts
+  // them in dw's order. Without a split, C straight to dw's (c, r, s) place: out[m·K + c·R·S + r·S + s].
+  if (f.split > 1) {
+    float* to = f.partial + size_t(blockIdx.z) * f.partial_stride;
+    if (sums_rows && m0 + threadIdx.x < f.M) to[size_t(f.M) * f.K + m0 + threadIdx.x] = row_sum;
+#pragma unroll
+    for (int j = 0; j < Cfg::kTilesN; ++j) {
+      const int col = n0 + wn + 8 * j + mma_tf32::col_of(0);
+      if (col >= f.K) continue;
+#pragma unroll
+      for (int i = 0; i < Cfg::kTilesM; ++i) {
+        const int m = m0 + wm + 16 * i + mma_tf32::row_of(0);
+        if (m < f.M) *reinterpret_cast<float2*>(to + size_t(m) * f.K + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+        if (m + 8 < f.M)
+          *reinterpret_cast<float2*>(to + size_t(m + 8) * f.K + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+      }
+    }
+    return;
+  }
+  float* to = f.out;
+  if (sums_rows && m0 + threadIdx.x < f.M) f.out_rows[m0 + threadIdx.x] = row_sum;
 #pragma unroll
   for (int j = 0; j < Cfg::kTilesN; ++j)
 #pragma unroll
@@ -433,7 +485,11 @@ size_t staging_floats(const ConvArgs& a, Format format) {
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 
-size_t input_floats(const ConvArgs& flipped) { return size_t(flipped.n) * flipped.pq * flipped.M; }
+size_t input_elements(const ConvArgs& flipped) { return size_t(flipped.n) * flipped.pq * flipped.M; }
+
+size_t input_floats(const ConvArgs& flipped, Format format) {
+  return (input_elements(flipped) * element_bytes(format) + sizeof(float) - 1) / sizeof(float);
+}
 
 void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
            float* staging, const float* x, float* x_cl) {
@@ -441,21 +497,20 @@ void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src,
            "a multiple of ", vector_of(format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging),
            "conv2d: the channels-last operands need a 16-byte aligned workspace (conv2d_workspace_floats)");
-  NT_CHECK(
-      (x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && format == Format::tf32 && aligned16(x_cl))),
-      "conv2d: the input is staged (in TF32) beside a backward_data's operands only, into 16-byte aligned memory");
+  NT_CHECK((x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && aligned16(x_cl))),
+           "conv2d: the input is staged beside a backward_data's operands only, into 16-byte aligned memory");
   with_format(format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;
     Element* typed = reinterpret_cast<Element*>(staging);
     StageArgs<Element> s{};
     s.source = make_transpose(src, typed, a.n, a.c, a.hw);
-    // x (n, C = the flipped forward's M, H·W = its P·Q); TF32 only (checked above), so x_cl is an Element*
+    // x (n, C = the flipped forward's M, H·W = its P·Q), in the format's elements as the source
     s.input = make_transpose(x, reinterpret_cast<Element*>(x_cl), a.n, a.M, a.pq);
     s.w = w, s.filters = typed + source_elements(a), s.rows = a.M, s.cin = a.c, s.r = a.r, s.s = a.s;
     s.filter_elements = w ? a.M * a.K : 0, s.flipped = flipped;  // no w: the filters are not staged
     const int filter_blocks = std::min(kFilterBlocks, (s.filter_elements + kStageThreads - 1) / kStageThreads);
-    const double elements = double(source_elements(a)) + (x ? double(input_floats(a)) : 0.0) + s.filter_elements;
+    const double elements = double(source_elements(a)) + (x ? double(input_elements(a)) : 0.0) + s.filter_elements;
     const double moved = elements * (sizeof(float) + sizeof(Element));  // each read once (fp32) and written once
     const char* name = x ? "conv2d_backward_stage" : flipped ? "conv2d_backward_data_stage" : "conv2d_forward_stage";
     launch(exec, name, profile::OpCost{.bytes = moved}, conv_stage_channels_last_kernel<Ops>,
@@ -489,31 +544,49 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
   });
 }
 
+bool serves_weight(const Tile& tile) {
+  bool served = false;
+  with_format(tile.format, [&](auto ops) {
+    using Ops = decltype(ops);
+    with_config<Ops>(tile, "conv2d_backward_weight",
+                     [&](auto tag) { served = serves_weight_tile<Ops, typename decltype(tag)::type>(); });
+  });
+  return served;
+}
+
+size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows) {
+  return split > 1 ? size_t(split) * (size_t(f.M) * f.K + (bias_rows ? f.M : 0)) : 0;
+}
+
 void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
-                     const float* x_cl, float* dw, float* partials, const WeightPlan& plan) {
+                     const float* x_cl, const WeightPlan& plan) {
   require_tf32_code(name);
-  constexpr int kVector = vector_of(Format::tf32);
-  NT_CHECK(plan.tile.format == Format::tf32, name, ": the channels-last backward_weight is TF32 only");
-  NT_CHECK(f.c % kVector == 0 && f.M % kVector == 0, name,
-           ": the channels-last backward_weight needs input and output ", "channels a multiple of ", kVector, ", got ",
-           f.c, " and ", f.M);
+  const Format format = plan.tile.format;
+  const int vector = vector_of(format);
+  NT_CHECK(f.c % vector == 0 && f.M % vector == 0, name, ": the channels-last ", format_name(format),
+           " backward_weight needs input and output channels a multiple of ", vector, ", got ", f.c, " and ", f.M);
   NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
-  NT_CHECK(plan.split >= 1 && (plan.split == 1 || partials != nullptr), name, ": a split needs its partials");
+  NT_CHECK(plan.split >= 1 && (plan.split == 1 || f.partial != nullptr), name, ": a split needs its partials");
+  NT_CHECK(serves_weight(plan.tile), name, ": no channels-last ", format_name(format), " backward_weight on ",
+           plan.tile.bm, "x", plan.tile.bn, " tiles of ", plan.tile.warps, " warps");
   if (f.M == 0 || f.K == 0) return;
-  with_config<Operands<Format::tf32>>(plan.tile, name, [&](auto tag) {
-    using Cfg = typename decltype(tag)::type;
-    if constexpr (!copies_whole_weight_slabs<Cfg>()) {
-      NT_CHECK(false, name, ": no channels-last backward_weight on ", Cfg::BM, "x", Cfg::BN, " tiles of ",
-               Cfg::kThreads / 32, " warps");
-    } else {
-      constexpr auto kernel = conv_channels_last_weight_kernel<Cfg>;
-      constexpr size_t smem = size_t(kStages) * mma_tf32::KMajor<Cfg>::kStageFloats * sizeof(float);
-      allow_shared_bytes<kernel>(smem);
-      const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
-                      static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
-      launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f, dy_cl, x_cl,
-             plan.split > 1 ? partials : dw);
-    }
+  f.split = plan.split;
+  f.partial_stride = static_cast<int>(size_t(f.M) * f.K + (f.out_rows ? f.M : 0));
+  with_format(format, [&](auto ops) {
+    using Ops = decltype(ops);
+    using Element = typename Ops::Element;
+    with_config<Ops>(plan.tile, name, [&](auto tag) {
+      using Cfg = typename decltype(tag)::type;
+      if constexpr (serves_weight_tile<Ops, Cfg>()) {
+        constexpr auto kernel = conv_channels_last_weight_kernel<Ops, Cfg>;
+        constexpr size_t smem = size_t(kStages) * Ops::template KMajor<Cfg>::kStageElements * sizeof(Element);
+        allow_shared_bytes<kernel>(smem);
+        const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
+                        static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
+        launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f,
+               reinterpret_cast<const Element*>(dy_cl), reinterpret_cast<const Element*>(x_cl));
+      }
+    });
   });
 }
 

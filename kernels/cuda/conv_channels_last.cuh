@@ -1,7 +1,7 @@
 // The channels-last convolution (kernels/cuda/conv_channels_last.cu), internal to kernels/cuda/conv.cu, which plans it
 // with TF32 or BF16 (Exec::math) and calls it for the forward and for backward_data at stride 1 (as the forward of dy
-// with the filters flipped: docs/conv.md, 'Tensor cores that are fed'). backward_weight on the same staged operands
-// (weight_gradient, TF32) is built and tested, but the kernel lab alone runs it: it was slower than conv.cu's.
+// with the filters flipped: docs/conv.md, 'Tensor cores that are fed'), and for backward_weight on the same staged
+// operands (weight_gradient).
 //
 // One forward convolution y = src ⊛ w, src (N, C, H, W) with C a multiple of the format's vector (4 TF32 or 8 BF16
 // values: 16 bytes), runs as two kernels:
@@ -54,25 +54,36 @@ size_t staging_floats(const ConvArgs& a, Format format = Format::tf32);
 // filters w as rows of (r, s, c), both rounded to the format. flipped: w is a backward_data's (a.c, a.k, R, S) and
 // row m takes w[c][m][R−1−r][S−1−s] (the forward of dy that is that backward_data); else w is (a.k, a.c, R, S).
 // w nullptr: the filters are not staged (backward_weight alone). x, x_cl (a flipped stage only, both or neither): also
-// x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (TF32
-// only; x_cl: input_floats(a) floats, 16-byte aligned).
+// x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (x_cl:
+// input_floats(a, format) floats, 16-byte aligned).
 void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
            float* staging, const float* x = nullptr, float* x_cl = nullptr);
-// The floats of x channels-last for a flipped stage's args.
-size_t input_floats(const ConvArgs& flipped);
+// The floats of x channels-last in the format, for a flipped stage's args.
+size_t input_floats(const ConvArgs& flipped, Format format);
 
-// ---- backward_weight (kernel lab only) ------------------------------------------------------------------------
+// ---- backward_weight ------------------------------------------------------------------------------------------
 // The GEMM dw(m, (r, s, c)) = Σ_pixel dy(pixel, m) · x(pixel's tap (r, s), c) on k-major tiles: M = K, columns
 // R·S·C, the reduction over the N·P·Q output pixels in `split` parts (each a contiguous run of 32-pixel slabs), whose
-// partials conv.cu's split-K reduction sums in part order. Each output is written in dw's (c, r, s) order.
+// partials conv.cu's split-K reduction sums in part order. Without a split each output goes to its place in dw's
+// (c, r, s) order; a split's partials keep the (r, s, c) columns (whole rows a block, coalesced) and the reduction
+// (ChannelsLastWeightPass, conv_passes.cuh) reorders them. With dbias, its rows are the sums of the staged (rounded)
+// dy. conv.cu plans it where backward_data runs channels-last (conv2d_backward stages dy and x in one kernel).
 struct WeightPlan {
   Tile tile;
   int split = 1;
 };
-// dw (f.M, f.c, f.r, f.s) from dy_cl (f.n·f.p·f.q, f.M) and x_cl (f.n, f.h, f.w, f.c), both staged (TF32 values),
-// f conv.cu's make_args of the forward shape; with plan.split > 1 into `partials` (stride f.M·f.K per part) instead.
+// Whether the weight kernel has the tile: its k-major fragment loads are conflict-free (a TF32 tile's columns a
+// multiple of 32, a BF16 tile's of 16).
+bool serves_weight(const Tile& tile);
+// Floats of partials a split takes (f: the forward's args; bias_rows: dbias is written).
+size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows);
+// dw = f.out (f.M, f.c, f.r, f.s) and dbias = f.out_rows (nullable) from dy_cl (f.n·f.p·f.q, f.M) and x_cl (f.n, f.h,
+// f.w, f.c), both staged in plan.tile.format; f conv.cu's make_args of the forward shape. plan.split > 1: through
+// the partials at f.partial (weight_partial_floats), which the caller's reduction then sums with
+// ChannelsLastWeightPass (f's split and partial_stride are set here; the reduction uses the same: M·K + (dbias ? M :
+// 0)).
 void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
-                     const float* x_cl, float* dw, float* partials, const WeightPlan& plan);
+                     const float* x_cl, const WeightPlan& plan);
 
 // y = the forward of a from the staged operands (a.out, a.bias, a.stats as conv.cu's forward; no split).
 // Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous.

@@ -179,6 +179,17 @@ struct BackwardWeightPass {               // M = K, N = C·R·S (tap), Kg = N·P
   __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) { a.out[m * a.N + n] = v; }
 };
 
+// The channels-last backward_weight's split (conv_channels_last.cu): its partials keep the kernel's columns in
+// (r, s, c) order, so that a block stores whole rows of its tile (a column pair a lane); the reduction puts C(m, n =
+// (r·S + s)·C + c) at dw's (c, r, s) place.
+struct ChannelsLastWeightPass {
+  __device__ static void store_flat(const ConvArgs& a, int m, int n, float v) {
+    int tap, c;
+    a.by_c.divmod(n, tap, c);
+    a.out[m * a.N + c * a.rs + tap] = v;
+  }
+};
+
 // ---- the direct kernels of few taps (conv_direct.cu) -----------------------------------------------------------
 
 // Few taps and a small filter bank: the forward and backward_weight run the direct kernels, not the GEMM.

@@ -98,7 +98,8 @@ template <class Cfg>
 struct KMajor {
   static constexpr int kLdA = Cfg::BM + 8, kLdB = Cfg::BN + 8;
   static constexpr int kStageFloats = Cfg::BK * (kLdA + kLdB);  // As[BK][kLdA], then Bs[BK][kLdB]
-  static_assert(kLdA % 32 == 8 && kLdB % 32 == 8, "conflict-free fragment loads");
+  static constexpr int kStageElements = kStageFloats;
+  static constexpr bool kConflictFree = kLdA % 32 == 8 && kLdB % 32 == 8;  // the kernels using it assert it
   __device__ static constexpr int a(int m, int k) { return k * kLdA + m; }
   __device__ static constexpr int b(int n, int k) { return k * kLdB + n; }
 };

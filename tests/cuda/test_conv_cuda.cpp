@@ -132,8 +132,9 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
   const std::vector<Conv2dShape> shapes = {
       Conv2dShape{3, 5, 7, 9, 6, 3, 3, 1, 1},  // odd sizes
       Conv2dShape{3, 5, 7, 9, 6, 3, 3, 2, 0},  // stride 2: backward_data skips taps
-      Conv2dShape{3, 5, 9, 8, 6, 3, 3, 2, 2},      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},  // 5x5
-      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},                                                // 1x1 stride 2
+      Conv2dShape{3, 5, 9, 8, 6, 3, 3, 2, 2},
+      Conv2dShape{2, 5, 9, 11, 7, 5, 5, 1, 2},      // 5x5
+      Conv2dShape{3, 5, 7, 9, 6, 1, 1, 2, 0},       // 1x1 stride 2
       Conv2dShape{2, 3, 6, 7, 4, 2, 3, 3, 1},       // non-square kernel, stride 3
       Conv2dShape{2, 64, 5, 5, 8, 3, 3, 1, 1},      // few tiles, long K: split-K in all passes
       Conv2dShape{1, 3, 70, 90, 40, 3, 3, 1, 1},    // many pixel tiles, M > 32
@@ -142,6 +143,9 @@ TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]")
       Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1},   // cnn conv1, batch 64
       Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1},  // cnn conv2, batch 64
       Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},   // a partial last batch
+      Conv2dShape{64, 16, 14, 14, 24, 3, 3, 1, 1},  // BF16: backward_weight channels-last on a 32-row tile, M < 32
+      // 51076 pixels: BF16's backward_weight split to two blocks an SM, backward_data after it (400 tiles)
+      Conv2dShape{1, 8, 226, 226, 8, 3, 3, 1, 1},
   };
   for (const kernels::Math math : math_modes()) {
     for (const auto& s : shapes) {
@@ -350,7 +354,7 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
        lab::channels_last_bf16_64x96_12w, lab::channels_last_bf16_64x48_6w, lab::channels_last_bf16_32x96_12w,
        lab::channels_last_bf16_32x48_6w, lab::channels_last_bf16_64x128_16w, lab::channels_last_bf16_32x128_16w,
        lab::channels_last_bf16_64x96_8w},
-      8, kernels::rounded_to_bf16);  // no backward_weight in BF16
+      8, kernels::rounded_to_bf16, /*weight_splits=*/{1, 3});
 }
 
 TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32 or round_to_bf16 does",
