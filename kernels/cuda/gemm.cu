@@ -644,17 +644,14 @@ Plan choose_plan(int M, int N, int K, int sms, bool can_split, bool has_workspac
     plan.through_workspace = true;
     return plan;
   }
-  if (!can_split && !has_workspace) return plan;
   while (plan.split_k < kMaxSplitK && tiles * plan.split_k * 2 <= 2 * sms &&
          K / (plan.split_k * 2) >= 2 * SmallGroupedTile::kGroupK)
     plan.split_k *= 2;
+  if (can_split) return plan;  // over a cluster
   // Without clusters the same split goes through the workspace, where it is the full 8 ways: a split in 2 or 4 did
   // not repay its reduction kernel (the mlp at batch 256 with compute_80 code; docs/gemm-lab.md).
-  if (!can_split) {
-    plan.through_workspace = plan.split_k == kMaxSplitK;
-    if (!plan.through_workspace) plan.split_k = 1;
-  }
-  return plan;
+  if (has_workspace && plan.split_k == kMaxSplitK) return {TileKind::small_grouped, kMaxSplitK, true};
+  return {TileKind::small_grouped, 1};
 }
 
 // BF16 on tensor cores (gemm_mma_block), where its tiles keep enough SMs busy: 64×64 where its tiles give every SM a
@@ -708,60 +705,35 @@ KernelFn pick_split(int split_k, bool through_workspace) {
   return gemm_kernel<Cfg, TransA, TransB, Vec, R>;
 }
 
+// f(TransA, TransB, Vec) as std::bool_constant values: one instantiation per operand layout.
+template <class F>
+KernelFn by_layout(bool trans_a, bool trans_b, bool vec, F&& f) {
+  const auto with_vec = [&](auto ta, auto tb) {
+    return vec ? f(ta, tb, std::true_type{}) : f(ta, tb, std::false_type{});
+  };
+  const auto with_b = [&](auto ta) {
+    return trans_b ? with_vec(ta, std::true_type{}) : with_vec(ta, std::false_type{});
+  };
+  return trans_a ? with_b(std::true_type{}) : with_b(std::false_type{});
+}
+
 // R: the operands rounded to BF16 (Exec::math BF16).
 template <class Cfg, bool R>
 KernelFn pick_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
-  const int variant = (trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0);
-  const int s = plan.split_k;
-  const bool ws = plan.through_workspace;
-  switch (variant) {
-    case 0:
-      return pick_split<Cfg, false, false, false, R>(s, ws);
-    case 1:
-      return pick_split<Cfg, false, false, true, R>(s, ws);
-    case 2:
-      return pick_split<Cfg, false, true, false, R>(s, ws);
-    case 3:
-      return pick_split<Cfg, false, true, true, R>(s, ws);
-    case 4:
-      return pick_split<Cfg, true, false, false, R>(s, ws);
-    case 5:
-      return pick_split<Cfg, true, false, true, R>(s, ws);
-    case 6:
-      return pick_split<Cfg, true, true, false, R>(s, ws);
-    default:
-      return pick_split<Cfg, true, true, true, R>(s, ws);
-  }
-}
-
-template <class Cfg, bool TransA, bool TransB, bool Vec>
-KernelFn pick_mma_split(bool through_workspace) {
-  return through_workspace ? gemm_bf16_mma_kernel<Cfg, TransA, TransB, Vec, true>
-                           : gemm_bf16_mma_kernel<Cfg, TransA, TransB, Vec, false>;
+  return by_layout(trans_a, trans_b, vec, [&](auto ta, auto tb, auto v) {
+    return pick_split<Cfg, decltype(ta)::value, decltype(tb)::value, decltype(v)::value, R>(plan.split_k,
+                                                                                            plan.through_workspace);
+  });
 }
 
 template <class Cfg>
 KernelFn pick_mma_kernel(bool trans_a, bool trans_b, bool vec, const Plan& plan) {
   NT_CHECK(plan.split_k == 1 || plan.through_workspace, "gemm: the tensor-core tiles split K through a workspace only");
-  const bool ws = plan.through_workspace;
-  switch ((trans_a ? 4 : 0) + (trans_b ? 2 : 0) + (vec ? 1 : 0)) {
-    case 0:
-      return pick_mma_split<Cfg, false, false, false>(ws);
-    case 1:
-      return pick_mma_split<Cfg, false, false, true>(ws);
-    case 2:
-      return pick_mma_split<Cfg, false, true, false>(ws);
-    case 3:
-      return pick_mma_split<Cfg, false, true, true>(ws);
-    case 4:
-      return pick_mma_split<Cfg, true, false, false>(ws);
-    case 5:
-      return pick_mma_split<Cfg, true, false, true>(ws);
-    case 6:
-      return pick_mma_split<Cfg, true, true, false>(ws);
-    default:
-      return pick_mma_split<Cfg, true, true, true>(ws);
-  }
+  return by_layout(trans_a, trans_b, vec, [&](auto ta, auto tb, auto v) -> KernelFn {
+    constexpr bool kTransA = decltype(ta)::value, kTransB = decltype(tb)::value, kVec = decltype(v)::value;
+    return plan.through_workspace ? gemm_bf16_mma_kernel<Cfg, kTransA, kTransB, kVec, true>
+                                  : gemm_bf16_mma_kernel<Cfg, kTransA, kTransB, kVec, false>;
+  });
 }
 
 using ReduceFn = void (*)(KernelArgs, int, int, StampRing);
