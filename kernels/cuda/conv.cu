@@ -635,7 +635,7 @@ size_t align4(size_t floats) { return (floats + 3) / 4 * 4; }
 // staged operands'). Its tiles are few (M × R·S·C: 3 of 64×96 for the cnn's conv2), so the pixels are split over
 // parts, and this file's reduction adds the parts: as many as give kTargetBlocks blocks (two an SM), each part at
 // least kMinWeightSlabs slabs deep. Measured in the cnn's epochs (docs/conv.md): at batch 64, 44 parts of 9 slabs
-// (89.0–89.8 ms) beat 88 of 4.5 (90.4–90.7), whose blocks crowded backward_data beside them; at batch 256, 88 parts of
+// (88.7–89.8 ms) beat 88 of 4.5 (90.4–90.7), whose blocks crowded backward_data beside them; at batch 256, 88 parts of
 // 18 (53.6–53.8) beat 44 of 36 (54.7–55.1).
 // TF32 keeps conv.cu's kernel: with its 4-stage slabs (90 KB of shared memory a block, BF16's 45) this kernel was
 // faster at batch 256 (71.2 → 67.4 ms, 44 parts) but left backward_data no room beside it at batch 64 (106.8 →
