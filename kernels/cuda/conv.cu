@@ -656,9 +656,9 @@ std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dS
   return channels_last::WeightPlan{.tile = tile, .split = static_cast<int>(split)};
 }
 
-// Floats of backward_weight's partials, either kernel's in any math mode (dbias rows included), and where
-// conv2d_backward puts backward_data's part of the workspace (after them).
-size_t weight_partials_floats(const Conv2dShape& s) {
+// conv2d_backward's workspace holds backward_weight's partials first, backward_data's part after them. The weight's
+// region: the partials of either kernel in any math mode (dbias rows included).
+size_t weight_region_floats(const Conv2dShape& s) {
   const size_t floats = split_floats(backward_weight_gemm(s), s.k);
   const auto plan = channels_last_weight_plan(s, Math::bf16);
   return plan ? std::max(floats,
@@ -666,45 +666,32 @@ size_t weight_partials_floats(const Conv2dShape& s) {
               : floats;
 }
 
-// backward_data's part in conv2d_backward with the channels-last weight plan: the staging of dy and the filters in
-// the format, then x channels-last (input_at floats in).
-struct StagedBackwardLayout {
-  size_t input_at, floats;
+// The staged operands of the channels-last backward_weight, after `partials` floats of partials: dy (with room for
+// backward_data's flipped filters) at source_at, then x channels-last at input_at. conv2d_backward and
+// conv2d_backward_weight alone lay out the same (partials = weight_region_floats); the kernel lab sizes the partials of
+// its forced split.
+struct StagedWeightLayout {
+  size_t source_at, input_at, floats;
 };
-StagedBackwardLayout staged_backward_layout(const Conv2dShape& s, channels_last::Format format) {
+StagedWeightLayout staged_weight_layout(const Conv2dShape& s, size_t partials, channels_last::Format format) {
   const ConvArgs flipped = channels_last_args(Exec{}, s, true);
-  const size_t input_at = align4(channels_last::staging_floats(flipped, format));
-  return {.input_at = input_at, .floats = input_at + channels_last::input_floats(flipped, format)};
+  const size_t source_at = align4(partials);
+  const size_t input_at = source_at + align4(channels_last::staging_floats(flipped, format));
+  return {
+      .source_at = source_at, .input_at = input_at, .floats = input_at + channels_last::input_floats(flipped, format)};
 }
 
-// The workspace of backward_weight alone on the channels-last kernel: the partials of `split` parts (with dbias rows),
-// x channels-last at input_at, then dy staged as backward_data's source at source_at.
-struct ChannelsLastWeightLayout {
-  size_t input_at, source_at, floats;
-};
-ChannelsLastWeightLayout channels_last_weight_layout(const Conv2dShape& s, const channels_last::WeightPlan& plan) {
-  const ConvArgs flipped = channels_last_args(Exec{}, s, true);
-  const size_t input_at =
-      align4(channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), plan.split, true));
-  const size_t source_at = input_at + align4(channels_last::input_floats(flipped, plan.tile.format));
-  return {.input_at = input_at,
-          .source_at = source_at,
-          .floats = source_at + channels_last::staging_floats(flipped, plan.tile.format)};
-}
-
-// With the channels-last weight plan, backward_data's part also holds x staged, and backward_weight alone lays out
-// its own (channels_last_weight_layout).
+// With the channels-last weight plan, backward_data's part also holds x staged.
 size_t workspace_for(const Conv2dShape& s) {
   const PassGemm bw = backward_weight_gemm(s);
   const size_t weight =
-      direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : weight_partials_floats(s);
-  const auto weight_plan = channels_last_weight_plan(s, Math::bf16);
-  const size_t staged = weight_plan ? staged_backward_layout(s, weight_plan->tile.format).floats : 0;
-  const size_t alone = weight_plan ? channels_last_weight_layout(s, *weight_plan).floats : 0;
-  const size_t data = std::max({split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true), staged});
+      direct_taps(s) ? size_t(direct_weight_blocks(s)) * (size_t(bw.M) * bw.N + bw.M) : weight_region_floats(s);
+  const size_t data = std::max(split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true));
   const size_t forward =
       direct_taps(s) ? 0 : std::max(split_floats(forward_gemm(s), 0), channels_last_floats(s, false));
-  return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight, alone});
+  const auto weight_plan = channels_last_weight_plan(s, Math::bf16);
+  const size_t staged = weight_plan ? staged_weight_layout(s, weight, weight_plan->tile.format).floats : 0;
+  return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight, staged});
 }
 
 void check_shape(const Conv2dShape& s) {
@@ -923,34 +910,32 @@ void run_channels_last(const Exec& exec, const profile::OpCost& cost, const Conv
   channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile);
 }
 
-// The weight GEMM on staged dy_cl and x_cl, then the split-K reduction. dbias nullable.
-void channels_last_weight_passes(const Exec& exec, const Conv2dShape& s, const float* dy_cl, const float* x_cl,
-                                 float* dw, float* dbias, float* partials, const channels_last::WeightPlan& plan) {
+// The weight GEMM on staged dy_cl and x_cl into `partials` (or dw, dbias nullable); returns the args of its split-K
+// reduction (finish_pass<ChannelsLastWeightPass>), whose partial stride is weight_gradient's: M·N + (dbias ? M : 0).
+ConvArgs launch_channels_last_weight(const Exec& exec, const Conv2dShape& s, const float* dy_cl, const float* x_cl,
+                                     float* dw, float* dbias, float* partials, const channels_last::WeightPlan& plan) {
   ConvArgs f = make_args(exec, s, forward_gemm(s));
   f.out = dw, f.out_rows = dbias, f.partial = partials;
   channels_last::weight_gradient(exec, "conv2d_backward_weight", tensor_core_cost(s, plan.tile.format), f, dy_cl, x_cl,
                                  plan);
-}
-
-ConvArgs channels_last_weight_reduction(const Exec& exec, const Conv2dShape& s, float* dw, float* dbias,
-                                        float* partials, int split) {
   const PassGemm gw = backward_weight_gemm(s);
   ConvArgs wa = make_args(exec, s, gw);
-  wa.out = dw, wa.out_rows = dbias, wa.split = split, wa.partial = partials;
+  wa.out = dw, wa.out_rows = dbias, wa.split = plan.split, wa.partial = partials;
   wa.partial_stride = gw.M * gw.N + (dbias ? gw.M : 0);
   return wa;
 }
 
 // backward_weight alone on the channels-last kernel: dy and x staged by one kernel, the GEMM, the split-K reduction.
+// partials: the floats the partials may take (the layout's offset).
 void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                                   float* dbias, float* workspace, const channels_last::WeightPlan& plan) {
-  const ChannelsLastWeightLayout layout = channels_last_weight_layout(s, plan);
-  float *x_cl = workspace + layout.input_at, *dy_cl = workspace + layout.source_at;
+                                   float* dbias, float* workspace, const channels_last::WeightPlan& plan,
+                                   size_t partials) {
+  const StagedWeightLayout layout = staged_weight_layout(s, partials, plan.tile.format);
+  float *dy_cl = workspace + layout.source_at, *x_cl = workspace + layout.input_at;
   channels_last::stage(exec, channels_last_args(exec, s, true), plan.tile.format, dy, /*w=*/nullptr, /*flipped=*/true,
                        dy_cl, x, x_cl);
-  channels_last_weight_passes(exec, s, dy_cl, x_cl, dw, dbias, workspace, plan);
   finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce",
-                                      channels_last_weight_reduction(exec, s, dw, dbias, workspace, plan.split),
+                                      launch_channels_last_weight(exec, s, dy_cl, x_cl, dw, dbias, workspace, plan),
                                       dbias ? s.k : 0);
 }
 
@@ -1026,7 +1011,7 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
   }
   if (const auto plan = channels_last_weight_plan(s, exec.math)) {
     NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
-    return channels_last_backward_weight(exec, s, x, dy, args.dw, dbias, workspace, *plan);
+    return channels_last_backward_weight(exec, s, x, dy, args.dw, dbias, workspace, *plan, weight_region_floats(s));
   }
   run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, dbias ? g.M : 0,
                                conv_flops(s), conv_bytes(s), workspace);
@@ -1047,15 +1032,16 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   // workspace, none of which backward_weight touches), then the split-K reductions, after both. Beside: the
   // TF32 GEMMs of the cnn's conv2 hold a small share of the SMs' warps each, gather-bound (docs/conv.md).
   const int rows = dbias ? gw.M : 0;
-  float* data_workspace = workspace ? workspace + align4(weight_partials_floats(s)) : nullptr;
+  const size_t weight_region = weight_region_floats(s);
+  float* data_workspace = workspace ? workspace + align4(weight_region) : nullptr;
   // backward_data on the channels-last kernel: its operands are staged first, before backward_weight's GEMM, so that
   // what runs beside that GEMM reads only what kernels before it wrote. With the channels-last weight plan the same
   // kernel stages x, and backward_weight multiplies the staged dy and x.
   const auto channels_last_tile = channels_last_plan(s, true, exec.math);
   const auto weight_plan = channels_last_weight_plan(s, exec.math);
   ConvArgs flipped{};
-  float* x_cl = weight_plan && data_workspace
-                    ? data_workspace + staged_backward_layout(s, weight_plan->tile.format).input_at
+  float* x_cl = weight_plan && workspace
+                    ? workspace + staged_weight_layout(s, weight_region, weight_plan->tile.format).input_at
                     : nullptr;
   if (channels_last_tile) {
     flipped = channels_last_args(exec, s, true);
@@ -1066,8 +1052,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   ConvArgs wa{};
   if (weight_plan) {  // channels_last_weight_plan implies channels_last_tile
     NT_CHECK(workspace != nullptr, "conv2d_backward: needs a workspace (conv2d_workspace_floats)");
-    channels_last_weight_passes(exec, s, data_workspace, x_cl, dw, dbias, workspace, *weight_plan);
-    wa = channels_last_weight_reduction(exec, s, dw, dbias, workspace, weight_plan->split);
+    wa = launch_channels_last_weight(exec, s, data_workspace, x_cl, dw, dbias, workspace, *weight_plan);
   } else {
     wa = make_args(exec, s, gw);
     wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
@@ -1106,10 +1091,8 @@ size_t conv2d_variant_workspace_floats(int pass, const Conv2dShape& s, int split
   const PassGemm g = pass == 0 ? forward_gemm(s) : pass == 1 ? backward_data_gemm(s) : backward_weight_gemm(s);
   const size_t partials = split > 1 ? size_t(split) * (size_t(g.M) * g.N + g.M) : 0;
   if (g.M == 0 || g.N == 0) return partials;
-  if (pass == 2) {
-    const channels_last::WeightPlan plan{.tile = channels_last::Tile{}, .split = split};  // TF32: the larger layout
-    return std::max(partials, channels_last_weight_layout(s, plan).floats);
-  }
+  if (pass == 2)  // TF32's staging, the larger format's
+    return std::max(partials, staged_weight_layout(s, partials, kTf32).floats);
   if (pass == 1 && s.stride != 1) return partials;
   const ConvArgs f = channels_last_args(Exec{}, s, pass == 1);  // a channels-last tile's staged operands
   return std::max(partials, channels_last::serves(f) ? channels_last::staging_floats(f) : 0);
@@ -1140,9 +1123,13 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
     const channels_last::Tile tile = channels_last_tile_of(plan.tile);
     Exec tensor_cores = exec;
     tensor_cores.math = tile.format == kTf32 ? Math::tf32 : Math::bf16;
-    if (pass == 2)
-      return channels_last_backward_weight(tensor_cores, s, x, dy, out, /*dbias=*/nullptr, workspace,
-                                           channels_last::WeightPlan{.tile = tile, .split = split});
+    if (pass == 2) {
+      const channels_last::WeightPlan weight_plan{.tile = tile, .split = split};
+      const size_t partials =
+          channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), split, /*bias_rows=*/true);
+      return channels_last_backward_weight(tensor_cores, s, x, dy, out, /*dbias=*/nullptr, workspace, weight_plan,
+                                           partials);
+    }
     ConvArgs f = channels_last_args(tensor_cores, s, pass == 1);
     f.out = out;
     return run_channels_last(tensor_cores, tensor_core_cost(s, tile.format), f, pass == 0 ? x : dy, w,
