@@ -103,6 +103,10 @@ struct BatchNormArgs {
   T* workspace = nullptr;                  // batchnorm_workspace_floats / batchnorm_pool_workspace_floats elements
   ChannelPartials given = {};              // forward_train, f32: x's statistics from the kernel before; none: {}
   ProcessGroup* group = nullptr;           // training, f32: synchronized over these ranks (world > 1); null: local
+  // batchnorm_pool_backward, f32 (nullable): dx as the convolution before multiplies it under BF16 (kernels/conv.h,
+  // 'Staged operands'): BF16 bits, channels-last (n, h, w, c), c a multiple of 8, 16-byte aligned. Written instead
+  // of dx (which may then be null).
+  uint16_t* dx_staged = nullptr;
 };
 
 inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& pool) {
@@ -119,7 +123,7 @@ inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& p
 //   batchnorm_backward            reads x, y (with hyper.relu), dy, gamma, save_*; writes dx, dgamma, dbeta; workspace
 //   batchnorm_pool_forward_train  as batchnorm_forward_train, and writes argmax
 //   batchnorm_pool_forward_eval   as batchnorm_forward_eval, and writes argmax; workspace
-//   batchnorm_pool_backward       as batchnorm_backward, and reads argmax
+//   batchnorm_pool_backward       as batchnorm_backward, and reads argmax; writes dx_staged instead of dx where set
 // Each is cpu::op<T> (float, double) and cuda::op (float); the entry below it picks one (kernels/dispatch.h).
 namespace cpu {
 size_t batchnorm_workspace_floats(const BatchNormShape& s, int ranks = 1);

@@ -17,6 +17,15 @@
 // (products of TF32 or BF16 values are exact in fp32).
 // Any sizes >= 0 (an empty output launches nothing; an empty sum writes 0, or the bias).
 //
+// Staged operands (BF16, the GPU): where conv2d_takes_staged(backend, shape, math) holds, the layer's neighbours may
+// write x and dy as the channels-last kernels multiply them, instead of fp32 NCHW, and the ops read them from
+// Conv2dArgs::x_staged and dy_staged (each optional, 16-byte aligned):
+//   x_staged[n][h][w][c]  = round_to_bf16(x[n][c][h][w])     (N·H·W·C BF16 values)
+//   dy_staged[n][p][q][k] = round_to_bf16(dy[n][k][p][q])    (N·P·Q·K)
+// The kernels round x and dy the same way as they stage them, so the results are the same bits as from x and dy (dbias
+// under BF16 sums the rounded dy either way). It halves the activations' bytes, and the passes no longer transpose
+// them (docs/bf16.md, 'Activations in BF16').
+//
 // Workspace: the CUDA passes split long sums (K of their GEMM) over several blocks and reduce the partial
 // results in a fixed order; the partials live in a caller-provided Conv2dArgs::workspace of
 // conv2d_workspace_floats(backend, shape) floats, an upper bound for all three passes and for every batch
@@ -26,6 +35,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/channel_partials.h"
 #include "kernels/dispatch.h"
@@ -65,6 +75,14 @@ struct Conv2dArgs {
   // Forward only (nullable): room for conv2d_statistics_floats(backend, shape) floats, where the forward may leave
   // y's per-channel statistics as ChannelPartials (C = K): see conv2d_forward.
   float* statistics = nullptr;
+  // The GPU with Exec::math BF16 only, where conv2d_takes_staged(shape) (nullable; see 'Staged operands' above): x
+  // as BF16 bits, channels-last (N,H,W,C), which the forward and backward_weight read instead of x; dy (N,P,Q,K), which
+  // backward_data and backward_weight read instead of dy.
+  const uint16_t* x_staged = nullptr;
+  const uint16_t* dy_staged = nullptr;
+  // The caller's promise that the kernel launched just before reads and writes neither w nor the workspace: the
+  // layer's neighbour that wrote x_staged (forward) or dy_staged (backward). The filters' stage then runs beside it.
+  bool overlaps_previous = false;
 };
 
 namespace cpu {
@@ -79,6 +97,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a);
 }  // namespace cpu
 
 namespace cuda {
+bool conv2d_takes_staged(const Conv2dShape& s, Math math);
 size_t conv2d_workspace_floats(const Conv2dShape& s);
 size_t conv2d_statistics_floats(const Conv2dShape& s);
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& a);
@@ -86,6 +105,16 @@ void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& a);
 void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& a);
 bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& a);
 }  // namespace cuda
+
+// Whether the passes of this shape (and batch) multiply x and dy channels-last in BF16, so that Conv2dArgs::x_staged
+// and dy_staged may replace them: the GPU with Math::bf16, where the forward, backward_data and backward_weight all run
+// on the channels-last kernels. Never on the CPU.
+inline bool conv2d_takes_staged(Backend backend, const Conv2dShape& s, Math math) {
+  if constexpr (kCudaBuilt)
+    return backend == Backend::cuda && cuda::conv2d_takes_staged(s, math);
+  else
+    return false;
+}
 
 // The CPU needs neither (0).
 inline size_t conv2d_workspace_floats(Backend backend, const Conv2dShape& s) {

@@ -50,8 +50,9 @@ inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
 //                                      num_batches_tracked (and, on the GPU, the workspace's moments that
 //                                      backward reads)
 //   conv_batchnorm_pool_forward_eval   reads x, w, gamma, beta, running_*; writes y, argmax
-//   conv_batchnorm_pool_backward       reads x, w, y (with hyper.relu), dy, argmax, gamma, save_* (and the
-//                                      forward's moments); writes dw, dgamma, dbeta
+//   conv_batchnorm_pool_backward       reads x, w, y or y_staged (with hyper.relu), dy, argmax, gamma, save_* (and
+//                                      the forward's moments); writes dw, dgamma, dbeta
+// (the forwards write y_staged instead of y where it is set)
 template <class T>
 struct ConvBatchNormPoolArgs {
   ConvBatchNormPoolShape shape = {};
@@ -72,6 +73,11 @@ struct ConvBatchNormPoolArgs {
   T* dgamma = nullptr;                     // backward, nullable
   T* dbeta = nullptr;                      // backward, nullable
   T* workspace = nullptr;                  // conv_batchnorm_pool_workspace_floats elements, 8-byte aligned
+  // The next convolution's staged input (kernels/conv.h, 'Staged operands'), nullable, f32 only: y as BF16 bits,
+  // channels-last (n, P/window, Q/window, K), K a multiple of 8, 16-byte aligned. Where set, the forwards write it
+  // instead of y (which may be nullptr), and the backward's ReLU reads it instead of y (its sign is y's, but below
+  // BF16's smallest subnormal, 2^-133, where y rounds to 0).
+  uint16_t* y_staged = nullptr;
   // backward: the caller's promise that the kernel launched just before reads and writes only its own layer's
   // workspace and gradients (Model::backward decides it, Layer::backward_overlaps_previous); the reduce then runs
   // beside it on the GPU. Ignored on the CPU.

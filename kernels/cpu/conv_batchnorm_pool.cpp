@@ -3,10 +3,12 @@
 // (kernels/cpu/batchnorm.cpp) on it; the backward recomputes that scratch, takes the pooled BatchNorm's dx into a
 // second one and conv2d_backward_weight of it. The reference for the GPU's fused kernels.
 //
-// Workspace (elements of T): conv (n, K, P, Q), dconv (n, K, P, Q), then batchnorm_pool_workspace_floats.
+// Workspace (elements of T): conv (n, K, P, Q), dconv (n, K, P, Q), the pooled y (the staged output's fp32 values),
+// then batchnorm_pool_workspace_floats.
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/bf16.h"
 #include "kernels/conv_batchnorm_pool.h"
 
 namespace nt::kernels::cpu {
@@ -18,14 +20,18 @@ template <class T>
 struct StemScratch {
   T* conv;
   T* dconv;
+  T* pooled;  // y, where the op stages it (ConvBatchNormPoolArgs::y_staged)
   T* batchnorm;
 };
+int64_t pooled_planes(const ConvBatchNormPoolShape& s) { return int64_t(s.pool().p()) * s.pool().q(); }
+size_t pooled_size(const ConvBatchNormPoolShape& s) { return size_t(s.conv.n) * s.conv.k * pooled_planes(s); }
+
 // The workspace's parts, with conv2d_forward(x, w) in conv (every pass starts from it).
 template <class T>
 StemScratch<T> convolved_scratch(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
-  const size_t full = a.shape.conv.y_size();
+  const size_t full = a.shape.conv.y_size(), pooled = pooled_size(a.shape);
   NT_CHECK(a.workspace != nullptr || full == 0, "conv_batchnorm_pool needs conv_batchnorm_pool_workspace_floats()");
-  const StemScratch<T> ws{a.workspace, a.workspace + full, a.workspace + 2 * full};
+  const StemScratch<T> ws{a.workspace, a.workspace + full, a.workspace + 2 * full, a.workspace + 2 * full + pooled};
   cpu::conv2d_forward(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .w = a.w, .y = ws.conv});
   return ws;
 }
@@ -40,7 +46,7 @@ BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratc
           .x = ws.conv,
           .gamma = a.gamma,
           .beta = a.beta,
-          .y = a.y,
+          .y = a.y_staged ? ws.pooled : a.y,
           .argmax = a.argmax,
           .save_mean = a.save_mean,
           .save_invstd = a.save_invstd,
@@ -54,25 +60,37 @@ BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratc
           .workspace = ws.batchnorm};
 }
 
+// The forward's y, where the op stages it (y_staged), from the scratch it went to.
+template <class T>
+void stage_output(const ConvBatchNormPoolArgs<T>& a, const StemScratch<T>& ws) {
+  if (a.y_staged) stage_channels_last(ws.pooled, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), a.y_staged);
+}
+
 }  // namespace
 
 size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s) {
-  return 2 * s.conv.y_size() + cpu::batchnorm_pool_workspace_floats(s.batchnorm(), s.pool());
+  return 2 * s.conv.y_size() + pooled_size(s) + cpu::batchnorm_pool_workspace_floats(s.batchnorm(), s.pool());
 }
 
 template <class T>
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
-  cpu::batchnorm_pool_forward_train(exec, pooled_args(a, convolved_scratch(exec, a)));
+  const StemScratch<T> ws = convolved_scratch(exec, a);
+  cpu::batchnorm_pool_forward_train(exec, pooled_args(a, ws));
+  stage_output(a, ws);
 }
 
 template <class T>
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
-  cpu::batchnorm_pool_forward_eval(exec, pooled_args(a, convolved_scratch(exec, a)));
+  const StemScratch<T> ws = convolved_scratch(exec, a);
+  cpu::batchnorm_pool_forward_eval(exec, pooled_args(a, ws));
+  stage_output(a, ws);
 }
 
 template <class T>
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   const StemScratch<T> ws = convolved_scratch(exec, a);
+  if (a.y_staged && a.hyper.relu)  // the ReLU's y, as stored
+    unstage_channels_last(a.y_staged, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), ws.pooled);
   cpu::batchnorm_pool_backward(exec, pooled_args(a, ws));
   cpu::conv2d_backward_weight(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .dy = ws.dconv, .dw = a.dw});
 }

@@ -904,10 +904,14 @@ profile::OpCost tensor_core_cost(const Conv2dShape& s, channels_last::Format for
 
 // One forward (or, flipped, backward_data) on the channels-last kernel: its operands staged into `workspace`, then
 // the multiply (conv2d_backward, which runs backward_weight between the two, calls them itself).
+// staged (nullable): the source as the layer's neighbour wrote it (conv2d's staged operands), so that only the filters
+// are staged, beside the kernel before where the caller promises it (Conv2dArgs::overlaps_previous).
 void run_channels_last(const Exec& exec, const profile::OpCost& cost, const ConvArgs& f, const float* src,
-                       const float* w, bool flipped, float* workspace, const channels_last::Tile& tile) {
-  channels_last::stage(exec, f, tile.format, src, w, flipped, workspace);
-  channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile);
+                       const float* w, bool flipped, float* workspace, const channels_last::Tile& tile,
+                       const uint16_t* staged = nullptr, bool overlaps_previous = false) {
+  channels_last::stage(exec, f, tile.format, staged ? nullptr : src, w, flipped, workspace, nullptr, nullptr,
+                       staged && overlaps_previous);
+  channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile, staged);
 }
 
 // The weight GEMM on staged dy_cl and x_cl into `partials` (or dw, dbias nullable); returns the args of its split-K
@@ -926,20 +930,35 @@ ConvArgs launch_channels_last_weight(const Exec& exec, const Conv2dShape& s, con
 }
 
 // backward_weight alone on the channels-last kernel: dy and x staged by one kernel, the GEMM, the split-K reduction.
-// partials: the floats the partials may take (the layout's offset).
-void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy, float* dw,
-                                   float* dbias, float* workspace, const channels_last::WeightPlan& plan,
-                                   size_t partials) {
+// partials: the floats the partials may take (the layout's offset). staged: its x_staged and dy_staged (nullable), as
+// the layer's neighbours wrote them (conv2d's staged operands), are not staged again.
+void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const float* x, const float* dy,
+                                   const Conv2dArgs<float>& staged, float* dw, float* dbias, float* workspace,
+                                   const channels_last::WeightPlan& plan, size_t partials) {
   const StagedWeightLayout layout = staged_weight_layout(s, partials, plan.tile.format);
-  float *dy_cl = workspace + layout.source_at, *x_cl = workspace + layout.input_at;
-  channels_last::stage(exec, channels_last_args(exec, s, true), plan.tile.format, dy, /*w=*/nullptr, /*flipped=*/true,
-                       dy_cl, x, x_cl);
+  const auto* x_cl = staged.x_staged ? reinterpret_cast<const float*>(staged.x_staged) : workspace + layout.input_at;
+  const auto* dy_cl =
+      staged.dy_staged ? reinterpret_cast<const float*>(staged.dy_staged) : workspace + layout.source_at;
+  if (!staged.x_staged || !staged.dy_staged)
+    channels_last::stage(exec, channels_last_args(exec, s, true), plan.tile.format, staged.dy_staged ? nullptr : dy,
+                         /*w=*/nullptr, /*flipped=*/true, workspace + layout.source_at, staged.x_staged ? nullptr : x,
+                         staged.x_staged ? nullptr : workspace + layout.input_at);
   finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce",
                                       launch_channels_last_weight(exec, s, dy_cl, x_cl, dw, dbias, workspace, plan),
                                       dbias ? s.k : 0);
 }
 
+// Checks a call's staged operands against the plan (the layer asks conv2d_takes_staged first).
+void check_staged(const Exec& exec, const Conv2dArgs<float>& args, const char* op) {
+  NT_CHECK((args.x_staged == nullptr && args.dy_staged == nullptr) || conv2d_takes_staged(args.shape, exec.math), op,
+           ": staged (BF16 channels-last) operands, but this shape's plan does not multiply them");
+}
+
 }  // namespace
+
+bool conv2d_takes_staged(const Conv2dShape& s, Math math) {
+  return math == Math::bf16 && channels_last_plan(s, false, math) && channels_last_weight_plan(s, math);
+}
 
 size_t conv2d_statistics_floats(const Conv2dShape& s) {
   return most_over_batches(s, [](const Conv2dShape& t) {  // either math mode
@@ -954,6 +973,7 @@ size_t conv2d_workspace_floats(const Conv2dShape& s) { return most_over_batches(
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   const Conv2dShape& s = args.shape;
   check_shape(s);
+  check_staged(exec, args, "conv2d_forward");
   const PassGemm g = forward_gemm(s);
   if (g.M == 0 || g.N == 0) return 0;  // y is empty
   ConvArgs a = make_args(exec, s, g);
@@ -966,7 +986,7 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   a.stats = chunks > 0 ? args.statistics : nullptr;
   if (const auto tile = channels_last_plan(s, false, exec.math)) {
     run_channels_last(exec, tensor_core_cost(s, tile->format), a, args.x, args.w, /*flipped=*/false, args.workspace,
-                      *tile);
+                      *tile, args.x_staged, args.overlaps_previous);
     return chunks;
   }
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),
@@ -977,13 +997,14 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
 void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   const Conv2dShape& s = args.shape;
   check_shape(s);
+  check_staged(exec, args, "conv2d_backward_data");
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
   if (const auto tile = channels_last_plan(s, true, exec.math)) {
     ConvArgs f = channels_last_args(exec, s, true);
     f.out = args.dx;
     return run_channels_last(exec, tensor_core_cost(s, tile->format), f, args.dy, args.w, /*flipped=*/true,
-                             args.workspace, *tile);
+                             args.workspace, *tile, args.dy_staged, args.overlaps_previous);
   }
   ConvArgs a = make_args(exec, s, g);
   a.a_src = args.w, a.b_src = args.dy, a.out = args.dx;
@@ -996,6 +1017,7 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
   const float *x = args.x, *dy = args.dy;
   float *dbias = args.dbias, *workspace = args.workspace;
   check_shape(s);
+  check_staged(exec, args, "conv2d_backward_weight");
   const PassGemm g = backward_weight_gemm(s);
   if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
   ConvArgs a = make_args(exec, s, g);
@@ -1011,7 +1033,8 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
   }
   if (const auto plan = channels_last_weight_plan(s, exec.math)) {
     NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
-    return channels_last_backward_weight(exec, s, x, dy, args.dw, dbias, workspace, *plan, weight_region_floats(s));
+    return channels_last_backward_weight(exec, s, x, dy, args, args.dw, dbias, workspace, *plan,
+                                         weight_region_floats(s));
   }
   run_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", "conv2d_backward_weight_reduce", a, dbias ? g.M : 0,
                                conv_flops(s), conv_bytes(s), workspace);
@@ -1022,6 +1045,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   const float *x = args.x, *dy = args.dy, *w = args.w;
   float *dw = args.dw, *dbias = args.dbias, *dx = args.dx, *workspace = args.workspace;
   check_shape(s);
+  check_staged(exec, args, "conv2d_backward");
   const PassGemm gw = backward_weight_gemm(s), gd = backward_data_gemm(s);
   if (!dx || gd.M == 0 || gd.N == 0 || direct_taps(s) || gw.M == 0 || gw.N == 0 || gw.K == 0) {
     cuda::conv2d_backward_weight(exec, args);
@@ -1040,19 +1064,26 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   const auto channels_last_tile = channels_last_plan(s, true, exec.math);
   const auto weight_plan = channels_last_weight_plan(s, exec.math);
   ConvArgs flipped{};
-  float* x_cl = weight_plan && workspace
+  // x and dy channels-last: staged here, or as the layer's neighbours wrote them (x_staged, dy_staged). With both
+  // given, only the filters are staged, beside the kernel before where the caller promises it.
+  float* x_cl = weight_plan && workspace && !args.x_staged
                     ? workspace + staged_weight_layout(s, weight_region, weight_plan->tile.format).input_at
                     : nullptr;
   if (channels_last_tile) {
     flipped = channels_last_args(exec, s, true);
     flipped.out = dx;
-    channels_last::stage(exec, flipped, channels_last_tile->format, dy, w, /*flipped=*/true, data_workspace,
-                         weight_plan ? x : nullptr, x_cl);
+    const bool filters_alone = args.dy_staged && !x_cl;
+    channels_last::stage(exec, flipped, channels_last_tile->format, args.dy_staged ? nullptr : dy, w,
+                         /*flipped=*/true, data_workspace, x_cl ? x : nullptr, x_cl,
+                         filters_alone && args.overlaps_previous);
   }
+  const auto* dy_cl = args.dy_staged ? reinterpret_cast<const float*>(args.dy_staged) : data_workspace;
   ConvArgs wa{};
   if (weight_plan) {  // channels_last_weight_plan implies channels_last_tile
     NT_CHECK(workspace != nullptr, "conv2d_backward: needs a workspace (conv2d_workspace_floats)");
-    wa = launch_channels_last_weight(exec, s, data_workspace, x_cl, dw, dbias, workspace, *weight_plan);
+    wa = launch_channels_last_weight(exec, s, dy_cl,
+                                     args.x_staged ? reinterpret_cast<const float*>(args.x_staged) : x_cl, dw, dbias,
+                                     workspace, *weight_plan);
   } else {
     wa = make_args(exec, s, gw);
     wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
@@ -1064,7 +1095,8 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
         exec.programmatic_launch && channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
     profile::OpCost cost = tensor_core_cost(s, channels_last_tile->format);
     cost.overlaps_previous = flipped.overlaps_previous;
-    channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile);
+    channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile,
+                            args.dy_staged);
     if (weight_plan)
       finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
     else
@@ -1127,8 +1159,8 @@ void conv2d_variant(const Exec& exec, int pass, const Conv2dArgs<float>& args, i
       const channels_last::WeightPlan weight_plan{.tile = tile, .split = split};
       const size_t partials =
           channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), split, /*bias_rows=*/true);
-      return channels_last_backward_weight(tensor_cores, s, x, dy, out, /*dbias=*/nullptr, workspace, weight_plan,
-                                           partials);
+      return channels_last_backward_weight(tensor_cores, s, x, dy, /*staged=*/{}, out, /*dbias=*/nullptr, workspace,
+                                           weight_plan, partials);
     }
     ConvArgs f = channels_last_args(tensor_cores, s, pass == 1);
     f.out = out;

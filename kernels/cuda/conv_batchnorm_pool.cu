@@ -28,8 +28,9 @@
 // Launches:
 //   forward_train  stem_moments (a block per image group: the group's moments, kept in the workspace for the
 //                  backward, and from them each channel's (mean, M2) partial in the pooled statistics'
-//                  [field][k][p] layout) → stem_pool (normalize each window, write its maximum and argmax);
-//                  forward_eval: stem_pool alone.
+//                  [field][k][p] layout) → stem_pool (normalize each window, write its maximum and argmax;
+//                  with y_staged the maximum goes there instead, BF16 channels-last, a thread's 4 channels in one
+//                  8-byte store); forward_eval: stem_pool alone.
 //   backward       stem_pool_backward_reduce (S1, S2 and P_t over the pooled outputs: one value at each argmax)
 //                  → stem_weight (a warp per channel: dgamma, dbeta and dw from the sums and the moments).
 // Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
@@ -38,8 +39,11 @@
 // (StemGeometry, make_stem), file-local; a split would move most of the file into a header.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
+
+#include <cuda_bf16.h>
 
 #include "kernels/conv_batchnorm_pool.h"
 #include "kernels/cuda/batchnorm_params.cuh"
@@ -79,7 +83,27 @@ struct StemGeometry {
   __device__ int64_t pooled_at(int chunk, int image, int64_t k, int ij) const {
     return (int64_t(chunk * per_block + image) * parts.C + k) * (int64_t(pooled_p) * pooled_q) + ij;
   }
+  // The same output's index in the channels-last staged y (n, pooled_p, pooled_q, K).
+  __device__ int64_t staged_at(int chunk, int image, int64_t k, int ij) const {
+    return (int64_t(chunk * per_block + image) * (int64_t(pooled_p) * pooled_q) + ij) * parts.C + k;
+  }
 };
+
+// A pooled pixel's Kb channels into the staged y, rounded to BF16 (ConvBatchNormPoolArgs::y_staged): four channels
+// (nine taps) as one 8-byte store, which K % 8 == 0 aligns.
+template <int Kb>
+__device__ __forceinline__ void store_staged(__nv_bfloat16* to, const float (&v)[Kb]) {
+  if constexpr (Kb == 4) {
+    const __nv_bfloat162 low = __floats2bfloat162_rn(v[0], v[1]), high = __floats2bfloat162_rn(v[2], v[3]);
+    uint2 packed;
+    memcpy(&packed.x, &low, 4);
+    memcpy(&packed.y, &high, 4);
+    *reinterpret_cast<uint2*>(to) = packed;
+  } else {
+#pragma unroll
+    for (int c = 0; c < Kb; ++c) to[c] = __float2bfloat16_rn(v[c]);
+  }
+}
 
 // Every thread of the block: the block's images of x into `staged` ([image][c][padded_h][padded_w], zeros in the
 // padding), rounded as math says. First the whole area is zeroed, then x's values (consecutive, so the loads
@@ -441,7 +465,7 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 template <bool kTrain, bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax, StampRing stamps) {
+                             int32_t* argmax, __nv_bfloat16* y_staged, StampRing stamps) {
   const StemBlock<Taps> b =
       enter_stem_block<Taps, kTrain>(cv, sg, stamps);  // evaluation: x from the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
@@ -474,9 +498,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < Kb; ++c)
       if (b.has(c, sg.parts.C)) {
         const int64_t out = sg.pooled_at(b.chunk, image, b.k0 + c, ij);
-        __stcs(a.y + out, best[c]);
+        if (!y_staged) __stcs(a.y + out, best[c]);
         __stcs(argmax + out, best_at[c]);
       }
+    if (y_staged) store_staged<Kb>(y_staged + sg.staged_at(b.chunk, image, b.k0, ij), best);  // K % 8 == 0: all Kb
   }
 }
 
@@ -488,7 +513,8 @@ __global__ void __launch_bounds__(kThreads)
 template <bool kRelu, int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
-                                     const int32_t* argmax, bool beside, StampRing stamps) {
+                                     const int32_t* argmax, const __nv_bfloat16* y_staged, bool beside,
+                                     StampRing stamps) {
   const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, stamps, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
@@ -505,7 +531,11 @@ __global__ void __launch_bounds__(kThreads)
       if (!blk.has(c, sg.parts.C)) continue;
       const int64_t out = sg.pooled_at(blk.chunk, image, blk.k0 + c, ij);
       float d = __ldg(b.dy + out);
-      if constexpr (kRelu) d = __ldg(b.y + out) > 0.f ? d : 0.f;
+      if constexpr (kRelu) {
+        const float y =
+            y_staged ? __bfloat162float(y_staged[sg.staged_at(blk.chunk, image, blk.k0 + c, ij)]) : __ldg(b.y + out);
+        d = y > 0.f ? d : 0.f;
+      }
       int oh, ow;
       sg.by_q.divmod(__ldg(argmax + out), oh, ow);
       float v[Taps];
@@ -630,6 +660,10 @@ Stem make_stem(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
   st.values = double(bn.n * bn.hw) * double(bn.c);
   st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();
   st.x_bytes = double(cs.x_size()) * 4;
+  NT_CHECK(t.y_staged == nullptr || cs.k % 8 == 0, "conv_batchnorm_pool: a staged output needs channels a multiple ",
+           "of 8, got ", cs.k);
+  NT_CHECK(t.y_staged == nullptr || reinterpret_cast<uintptr_t>(t.y_staged) % 16 == 0,
+           "conv_batchnorm_pool: the staged output is not 16-byte aligned");
   return st;
 }
 
@@ -656,13 +690,15 @@ void with_relu_taps(bool relu, int taps, const F& f) {
 // moments: the training forward's (nullptr in evaluation).
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
-                      const double* moments, int32_t* argmax) {
+                      const double* moments, int32_t* argmax, uint16_t* y_staged) {
   // Training: the blocks stage x and w before their wait (enter_stem_block), beside the predecessor's tail.
-  const profile::OpCost cost{
-      .bytes = st.x_bytes + st.pooled * 8, .flops = st.values * (2.0 * st.cv.taps + 4), .overlaps_previous = kTrain};
+  const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (y_staged ? 6 : 8),
+                             .flops = st.values * (2.0 * st.cv.taps + 4),
+                             .overlaps_previous = kTrain};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
     launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value>,
-           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax);
+           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax,
+           reinterpret_cast<__nv_bfloat16*>(y_staged));
   });
 }
 
@@ -723,7 +759,7 @@ void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPool
     launch(exec, "conv_batchnorm_moments", moments_cost, stem_moments_kernel<decltype(taps)::value>,
            dim3(1, static_cast<unsigned>(st.sg.parts.chunks)), dim3(kThreads), st.smem, st.sg, st.cv, ws.moments);
   });
-  launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax);
+  launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax, t.y_staged);
 }
 
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
@@ -737,7 +773,7 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolA
                       .eval_mean = t.running_mean,
                       .eval_var = t.running_var,
                       .eps = static_cast<float>(h.eps)};
-  launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax);
+  launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax, t.y_staged);
 }
 
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
@@ -748,7 +784,8 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
   if (bn.c == 0 || count == 0) return;
   const Stem st = make_stem(exec, t);
   NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_backward needs conv_batchnorm_pool_workspace_floats()");
-  NT_CHECK(!h.relu || t.y != nullptr, "conv_batchnorm_pool_backward with relu needs the pooled forward output y");
+  NT_CHECK(!h.relu || t.y != nullptr || t.y_staged != nullptr,
+           "conv_batchnorm_pool_backward with relu needs the pooled forward output y");
   NT_CHECK(t.argmax != nullptr && t.dw != nullptr, "conv_batchnorm_pool_backward needs the forward's argmax and dw");
   const StemWorkspace ws = stem_workspace(st, shape, t.workspace);
   const BackwardArgs b{.y = h.relu ? t.y : nullptr,
@@ -761,10 +798,10 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
                        .ws = ws.partials,
                        .count = static_cast<float>(count)};
   const int chunks = st.sg.parts.chunks, taps = st.cv.taps, entries = moment_entries(stem_compiled_taps(taps));
-  const double pooled_reads = h.relu ? 3 : 2;  // dy, argmax (and y) per pooled output
+  const double pooled_bytes = 8 + (h.relu ? (t.y_staged ? 2 : 4) : 0);  // dy, argmax (and y) per pooled output
   const bool beside = exec.programmatic_launch && t.overlaps_previous;
   const profile::OpCost reduce_cost{
-      .bytes = st.x_bytes + st.pooled * 4 * pooled_reads + double(chunks) * bn.c * (2 + taps) * 4,
+      .bytes = st.x_bytes + st.pooled * pooled_bytes + double(chunks) * bn.c * (2 + taps) * 4,
       .flops = st.pooled * (4.0 * taps + 3),
       .overlaps_previous = beside};
   const profile::OpCost weight_cost{double(chunks) * (entries * 8 + bn.c * (2 + taps) * 4) + double(bn.c) * taps * 4,
@@ -775,7 +812,8 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
     constexpr bool kRelu = decltype(relu)::value;
     constexpr int Taps = decltype(compiled)::value;
     launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost, stem_pool_backward_reduce_kernel<kRelu, Taps>,
-           stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax, beside);
+           stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax,
+           h.relu ? reinterpret_cast<const __nv_bfloat16*>(t.y_staged) : nullptr, beside);
     launch(exec, "conv_batchnorm_pool_backward_weight", weight_cost, stem_weight_kernel<Taps>,
            dim3(static_cast<unsigned>(div_up<int64_t>(bn.c, kWarps))), dim3(kThreads), 0, st.sg, b, st.cv, ws.moments,
            t.dw);

@@ -8,6 +8,8 @@
 //                                   = round(w[c][m][R−1−r][S−1−s])                 flipped (backward_data)
 // The source's transpose goes through a 32×32 tile in shared memory (reads along h·w, writes along c, both
 // coalesced); the filters (K·C·R·S values, 74 KB in fp32 for the cnn's conv2) are gathered by a few blocks beside it.
+// Where the layer's neighbour wrote the source staged already (kernels/conv.h, 'Staged operands'), the kernel stages
+// the filters alone, and may run beside the kernel before it (StageArgs::beside).
 // TF32's rounding here, once per element, is the same rounding conv.cu's MMA kernel applies at every fragment load,
 // so the products are the same TF32 products; the MMA loop then takes the values as they are.
 //
@@ -133,6 +135,7 @@ struct StageArgs {
   T* filters;                  // (rows, r, s, cin)
   int rows, cin, r, s, filter_elements;
   bool flipped;
+  bool beside;  // the filters alone, beside the predecessor (stage's overlaps_previous)
 };
 
 template <class T>
@@ -167,7 +170,7 @@ __device__ void transpose_tile(const Transpose<typename Ops::Element>& t, int b,
 template <class Ops>
 __global__ void __launch_bounds__(kStageThreads)
     conv_stage_channels_last_kernel(StageArgs<typename Ops::Element> a, StampRing stamps) {
-  begin_dependent_kernel(stamps);
+  begin_kernel(a.beside, stamps);
   __shared__ float tile[kTransposeTile][kTransposeTile + 1];  // +1: the transposed reads hit 32 banks
   int b = blockIdx.x;
   if (b < a.source.blocks) return transpose_tile<Ops>(a.source, b, tile);
@@ -183,6 +186,7 @@ __global__ void __launch_bounds__(kStageThreads)
                                   : ((size_t(m) * a.cin + ci) * a.r + r) * a.s + s;
     a.filters[e] = Ops::from(a.w[from]);
   }
+  end_kernel(a.beside, stamps);  // beside: the filters alone, so every thread comes here
 }
 
 // ---- multiply ---------------------------------------------------------------------------------------------
@@ -492,13 +496,15 @@ size_t input_floats(const ConvArgs& flipped, Format format) {
 }
 
 void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
-           float* staging, const float* x, float* x_cl) {
+           float* staging, const float* x, float* x_cl, bool overlaps_previous) {
   NT_CHECK(serves(a, format), "conv2d: the channels-last ", format_name(format), " kernel needs source channels ",
            "a multiple of ", vector_of(format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging),
            "conv2d: the channels-last operands need a 16-byte aligned workspace (conv2d_workspace_floats)");
   NT_CHECK((x == nullptr) == (x_cl == nullptr) && (x == nullptr || (flipped && aligned16(x_cl))),
            "conv2d: the input is staged beside a backward_data's operands only, into 16-byte aligned memory");
+  NT_CHECK(!overlaps_previous || (src == nullptr && x == nullptr && w != nullptr),
+           "conv2d: only the filters' stage runs beside its predecessor");
   with_format(format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;
@@ -509,28 +515,31 @@ void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src,
     s.input = make_transpose(x, reinterpret_cast<Element*>(x_cl), a.n, a.M, a.pq);
     s.w = w, s.filters = typed + source_elements(a), s.rows = a.M, s.cin = a.c, s.r = a.r, s.s = a.s;
     s.filter_elements = w ? a.M * a.K : 0, s.flipped = flipped;  // no w: the filters are not staged
+    s.beside = exec.programmatic_launch && overlaps_previous;
     const int filter_blocks = std::min(kFilterBlocks, (s.filter_elements + kStageThreads - 1) / kStageThreads);
     const double elements = double(source_elements(a)) + (x ? double(input_elements(a)) : 0.0) + s.filter_elements;
     const double moved = elements * (sizeof(float) + sizeof(Element));  // each read once (fp32) and written once
     const char* name = x ? "conv2d_backward_stage" : flipped ? "conv2d_backward_data_stage" : "conv2d_forward_stage";
-    launch(exec, name, profile::OpCost{.bytes = moved}, conv_stage_channels_last_kernel<Ops>,
+    launch(exec, name, profile::OpCost{.bytes = moved, .overlaps_previous = s.beside},
+           conv_stage_channels_last_kernel<Ops>,
            dim3(static_cast<unsigned>(s.source.blocks + s.input.blocks + filter_blocks)), dim3(kStageThreads), 0, s);
   });
 }
 
 void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
-              const Tile& tile) {
+              const Tile& tile, const void* source) {
   require_tf32_code(name);
   NT_CHECK(serves(a, tile.format), name, ": the channels-last ", format_name(tile.format),
            " kernel needs source channels a multiple of ", vector_of(tile.format), ", got ", a.c);
-  NT_CHECK(staging != nullptr && aligned16(staging), name,
+  NT_CHECK(staging != nullptr && aligned16(staging) && (source == nullptr || aligned16(source)), name,
            ": the channels-last operands need a 16-byte aligned workspace");
+  NT_CHECK(source == nullptr || tile.format == Format::bf16, name, ": a staged source is BF16");
   a.split = 1;
   with_format(tile.format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;
-    const Element* src_cl = reinterpret_cast<const Element*>(staging);
-    const Element* filters = src_cl + source_elements(a);
+    const Element* filters = reinterpret_cast<const Element*>(staging) + source_elements(a);
+    const Element* src_cl = reinterpret_cast<const Element*>(source ? source : staging);
     with_config<Ops>(tile, name, [&](auto tag) {
       using Cfg = typename decltype(tag)::type;
       constexpr auto kernel = conv_channels_last_kernel<Ops, Cfg>;

@@ -55,9 +55,11 @@ size_t staging_floats(const ConvArgs& a, Format format = Format::tf32);
 // row m takes w[c][m][R−1−r][S−1−s] (the forward of dy that is that backward_data); else w is (a.k, a.c, R, S).
 // w nullptr: the filters are not staged (backward_weight alone). x, x_cl (a flipped stage only, both or neither): also
 // x, the convolution's input (a.n, a.M, a.p, a.q), into x_cl channels-last and rounded, for weight_gradient (x_cl:
-// input_floats(a, format) floats, 16-byte aligned).
+// input_floats(a, format) floats, 16-byte aligned). src nullptr: the source is not staged (its layer's neighbour
+// wrote it: conv2d's staged input). overlaps_previous (the filters alone: no src, no x): the kernel runs beside the
+// one launched just before, which must read and write neither w nor `staging` (launch.cuh).
 void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src, const float* w, bool flipped,
-           float* staging, const float* x = nullptr, float* x_cl = nullptr);
+           float* staging, const float* x = nullptr, float* x_cl = nullptr, bool overlaps_previous = false);
 // The floats of x channels-last in the format, for a flipped stage's args.
 size_t input_floats(const ConvArgs& flipped, Format format);
 
@@ -86,8 +88,9 @@ void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& 
                      const float* x_cl, const WeightPlan& plan);
 
 // y = the forward of a from the staged operands (a.out, a.bias, a.stats as conv.cu's forward; no split).
-// Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous.
+// Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous. source (nullable, BF16): the
+// source channels-last where its layer's neighbour wrote it; else staging's.
 void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
-              const Tile& tile);
+              const Tile& tile, const void* source = nullptr);
 
 }  // namespace nt::kernels::cuda::channels_last

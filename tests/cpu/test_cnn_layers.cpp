@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "engine/checkpoint.h"
+#include "kernels/bf16.h"
+#include "kernels/conv_batchnorm_pool.h"
 #include "layers/builder.h"
 #include "layers/conv_batchnorm_pool.h"
 #include "rig.h"
@@ -75,6 +77,47 @@ TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer, an
   const auto cnn = layers::build_model("cnn", Shape{1, 28, 28}, 10);
   CHECK(cnn->layers()[0]->describe() == "conv 1->32 3x3 stride 1 pad 1 (no bias) + batchnorm2d 32 +relu +maxpool 2");
   CHECK(cnn->layers()[1]->describe() == "conv 32->64 3x3 stride 1 pad 1 (no bias)");
+}
+
+TEST_CASE(
+    "the CPU stem stages its output as the GPU's does: y rounded to BF16, channels-last; the backward's ReLU "
+    "reads it there",
+    "[cpu][cnn][bf16]") {
+  // The CPU twin of ConvBatchNormPoolArgs::y_staged (kernels/conv_batchnorm_pool.h), against the same op with y.
+  const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{3, 1, 9, 7, 8, 3, 3, 1, 1}, 2};
+  const int64_t planes = int64_t(stem.pool().p()) * stem.pool().q();
+  const size_t pooled = size_t(3 * 8 * planes), C = 8;
+  const auto x = test::random_floats(stem.conv.x_size()), w = test::random_floats(stem.conv.w_size());
+  const auto dy = test::random_floats(pooled);
+  auto run = [&](bool staged) {
+    std::vector<float> y(pooled, test::kPoison), mean(C), invstd(C), dw(stem.conv.w_size()), dgamma(C), dbeta(C);
+    std::vector<uint16_t> y_staged(staged ? pooled : 0);
+    std::vector<int32_t> argmax(pooled);
+    std::vector<float> ws(kernels::conv_batchnorm_pool_workspace_floats(Backend::cpu, stem));
+    kernels::BatchNormHyper h;
+    h.relu = true;
+    const kernels::ConvBatchNormPoolArgs<float> a{.shape = stem,
+                                                  .hyper = h,
+                                                  .x = x.data(),
+                                                  .w = w.data(),
+                                                  .y = staged ? nullptr : y.data(),
+                                                  .argmax = argmax.data(),
+                                                  .save_mean = mean.data(),
+                                                  .save_invstd = invstd.data(),
+                                                  .dy = dy.data(),
+                                                  .dw = dw.data(),
+                                                  .dgamma = dgamma.data(),
+                                                  .dbeta = dbeta.data(),
+                                                  .workspace = ws.data(),
+                                                  .y_staged = staged ? y_staged.data() : nullptr};
+    kernels::conv_batchnorm_pool_forward_train(kernels::Exec{}, a);
+    kernels::conv_batchnorm_pool_backward(kernels::Exec{}, a);
+    std::vector<float> out = staged ? test::unstaged_bf16(y_staged, 3, 8, planes) : kernels::rounded_to_bf16(y);
+    for (const auto& v : {mean, invstd, dw, dgamma, dbeta}) out.insert(out.end(), v.begin(), v.end());
+    out.insert(out.end(), argmax.begin(), argmax.end());
+    return out;
+  };
+  CHECK(test::same_bits(run(true), run(false)));
 }
 
 TEST_CASE("bad cnn specs fail with one message naming --model and the item", "[cpu][cnn]") {

@@ -244,5 +244,91 @@ TEST_CASE(
   REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, t), Error);
 }
 
+TEST_CASE("the fused stem on CUDA writes its output staged in BF16 for the next convolution: y's bits, rounded",
+          "[cuda][batchnorm][bf16]") {
+  // ConvBatchNormPoolArgs::y_staged: the forwards write y channels-last in BF16 instead of y, and the backward's ReLU
+  // reads it there. Against the same op with y: the staged bits are staged_bf16(y) exactly, y is left as it was, the
+  // other outputs (argmax, statistics) and the backward's (dw, dgamma, dbeta) the same bits. The cnn's stem, an odd
+  // plane of 8 channels, and 25 taps (a channel a thread: no paired stores); in fp32 and BF16 operands.
+  CudaExec cuda;
+  const StemCase cases[] = {
+      {64, 1, 28, 28, 32, 3, 1, 1, 2}, {5, 1, 9, 7, 8, 3, 1, 1, 2}, {3, 1, 12, 12, 16, 5, 1, 2, 2}};
+  for (const StemCase& k : cases)
+    for (const kernels::Math math : {kernels::Math::fp32, kernels::Math::bf16}) {
+      if (math == kernels::Math::bf16 && !cuda_device().has_tf32()) continue;
+      Exec gpu = cuda.exec;
+      gpu.math = math;
+      const kernels::ConvBatchNormPoolShape stem{
+          kernels::Conv2dShape{k.n, k.c, k.h, k.w, k.k, k.kernel, k.kernel, k.stride, k.pad}, k.window};
+      INFO("n=" << k.n << " " << k.h << "x" << k.w << " k=" << k.k << " " << k.kernel << "x" << k.kernel << " "
+                << math_name(math));
+      const int64_t planes = int64_t(stem.pool().p()) * stem.pool().q();
+      const size_t pooled = size_t(k.n) * k.k * planes, C = size_t(k.k);
+      const auto x = random_floats(stem.conv.x_size()), w = random_floats(stem.conv.w_size(), -0.3f, 0.3f);
+      const auto dy = random_floats(pooled), gamma = random_floats(C, 0.5f, 1.5f), beta = random_floats(C);
+      BatchNormHyper h;
+      h.relu = true;
+      // Everything each run writes: y (or the staged bits, as floats), argmax, statistics, eval's y, the gradients.
+      auto run = [&](bool staged) {
+        DeviceBuffer<float> xd(gpu, x), wd(gpu, w), dyd(gpu, dy), gd(gpu, gamma), bd(gpu, beta);
+        DeviceBuffer<float> y(gpu, poisoned(pooled)), y_eval(gpu, poisoned(pooled));
+        DeviceBuffer<uint16_t> y_staged(gpu, std::vector<uint16_t>(pooled + 8, 0x7fc1)),
+            y_eval_staged(gpu, std::vector<uint16_t>(pooled + 8, 0x7fc1));
+        DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled, -7)), argmax_eval(gpu, argmax.download());
+        DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, std::vector<float>(C, 0.f)),
+            rv(gpu, std::vector<float>(C, 1.f));
+        DeviceBuffer<float> dw(gpu, poisoned(stem.conv.w_size())), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
+        DeviceBuffer<float> ws(gpu, poisoned(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem)));
+        kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                                .hyper = h,
+                                                .x = xd.get(),
+                                                .w = wd.get(),
+                                                .gamma = gd.get(),
+                                                .beta = bd.get(),
+                                                .y = staged ? nullptr : y.get(),
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .running_mean = rm.get(),
+                                                .running_var = rv.get(),
+                                                .dy = dyd.get(),
+                                                .dw = dw.get(),
+                                                .dgamma = dgamma.get(),
+                                                .dbeta = dbeta.get(),
+                                                .workspace = ws.get(),
+                                                .y_staged = staged ? y_staged.get() : nullptr};
+        kernels::conv_batchnorm_pool_forward_train(gpu, t);
+        kernels::conv_batchnorm_pool_backward(gpu, t);
+        auto e = t;
+        e.y = staged ? nullptr : y_eval.get(), e.argmax = argmax_eval.get();
+        e.y_staged = staged ? y_eval_staged.get() : nullptr;
+        kernels::conv_batchnorm_pool_forward_eval(gpu, e);
+        std::vector<std::vector<float>> out;
+        if (staged) {
+          auto bits = y_staged.download(), eval_bits = y_eval_staged.download();
+          CHECK(std::all_of(bits.begin() + long(pooled), bits.end(), [](uint16_t b) { return b == 0x7fc1; }));
+          bits.resize(pooled), eval_bits.resize(pooled);
+          out.push_back(unstaged_bf16(bits, k.n, k.k, planes));
+          out.push_back(unstaged_bf16(eval_bits, k.n, k.k, planes));
+          const auto untouched = y.download();  // y itself is not written
+          CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+        } else {
+          out.push_back(kernels::rounded_to_bf16(y.download()));  // what a staged y holds
+          out.push_back(kernels::rounded_to_bf16(y_eval.download()));
+          CHECK(same_bits(staged_bf16(y.download(), k.n, k.k, planes),
+                          staged_bf16(out[0], k.n, k.k, planes)));  // rounding twice changes nothing
+        }
+        for (const auto& v : {argmax.download(), argmax_eval.download()}) out.emplace_back(v.begin(), v.end());
+        for (auto* b : {&mean, &invstd, &rm, &rv, &dw, &dgamma, &dbeta}) out.push_back(b->download());
+        return out;
+      };
+      const auto from_y = run(false), from_staged = run(true);
+      for (size_t i = 0; i < from_y.size(); ++i) {
+        INFO("output " << i << " (y, eval y, argmax, eval argmax, mean, invstd, running mean, var, dw, dgamma, dbeta)");
+        CHECK(same_bits(from_staged[i], from_y[i]));
+      }
+    }
+}
+
 }  // namespace
 }  // namespace nt::test

@@ -405,6 +405,100 @@ TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32
   }()));
 }
 
+TEST_CASE(
+    "conv2d on CUDA takes x and dy staged in BF16 where its plan multiplies them so, with the bits they give "
+    "in fp32",
+    "[cuda][conv][bf16]") {
+  // kernels/conv.h, 'Staged operands': the layer's neighbours write x and dy channels-last in BF16 and the passes
+  // read them there, which must change nothing, since the passes round x and dy to BF16 as they stage them. Every
+  // output poisoned with a sentinel past its end; the passes from x_staged, dy_staged or both against the same passes
+  // from x and dy, bit for bit (conv2d_backward and backward_data and backward_weight alone), and against the CPU twin
+  // on rounded operands (fp32_dot, as the tests above). Shapes: the cnn's conv2 at batch 64 and at 42 (the fewest
+  // images whose pixels fill the channels-last tiles), and 16 -> 24 channels of 19x21 images (a 32-row tile).
+  if (!cuda_device().has_tf32()) {
+    WARN("BF16 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
+    return;
+  }
+  CudaExec cuda;
+  Exec gpu = cuda.exec;
+  gpu.math = kernels::Math::bf16;
+  const Conv2dShape shapes[] = {
+      {64, 32, 14, 14, 64, 3, 3, 1, 1}, {42, 32, 14, 14, 64, 3, 3, 1, 1}, {40, 16, 19, 21, 24, 3, 3, 1, 1}};
+  for (const Conv2dShape& s : shapes) {
+    INFO("n=" << s.n << " c=" << s.c << " " << s.h << "x" << s.w << " k=" << s.k);
+    REQUIRE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, kernels::Math::bf16));
+    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, kernels::Math::tf32));
+    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cpu, s, kernels::Math::bf16));
+    const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
+    DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
+    DeviceBuffer<uint16_t> x_staged(gpu, staged_bf16(x, s.n, s.c, int64_t(s.h) * s.w)),
+        dy_staged(gpu, staged_bf16(dy, s.n, s.k, int64_t(s.p()) * s.q()));
+    DeviceBuffer<float> d_ws(gpu, poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s)));
+    // y, dx, dw and dbias, from x and dy or from the staged ones (the fp32 pointers then null): conv2d_backward, and
+    // backward_data and backward_weight alone, which must agree with it.
+    auto run = [&](bool x_from_staged, bool dy_from_staged) {
+      DeviceBuffer<float> y(gpu, poisoned(s.y_size() + 1)), dx(gpu, poisoned(s.x_size() + 1)),
+          dw(gpu, poisoned(s.w_size() + 1)), db(gpu, poisoned(size_t(s.k) + 1)), dw_alone(gpu, poisoned(s.w_size())),
+          dx_alone(gpu, poisoned(s.x_size()));
+      Conv2dArgs<float> a{.shape = s,
+                          .x = x_from_staged ? nullptr : d_x.get(),
+                          .w = d_w.get(),
+                          .y = y.get(),
+                          .dy = dy_from_staged ? nullptr : d_dy.get(),
+                          .dx = dx.get(),
+                          .dw = dw.get(),
+                          .dbias = db.get(),
+                          .workspace = d_ws.get(),
+                          .x_staged = x_from_staged ? x_staged.get() : nullptr,
+                          .dy_staged = dy_from_staged ? dy_staged.get() : nullptr};
+      kernels::conv2d_forward(gpu, a);
+      kernels::conv2d_backward(gpu, a);
+      a.dw = dw_alone.get(), a.dbias = nullptr, a.dx = dx_alone.get();
+      kernels::conv2d_backward_weight(gpu, a);
+      kernels::conv2d_backward_data(gpu, a);
+      std::vector<std::vector<float>> out{y.download(), dx.download(), dw.download(), db.download()};
+      for (auto& v : out) {
+        REQUIRE(std::isnan(v.back()));  // nothing past the end
+        v.pop_back();
+      }
+      CHECK(same_bits(out[2], dw_alone.download()));
+      CHECK(same_bits(out[1], dx_alone.download()));
+      return out;
+    };
+    const auto from_x = run(false, false);
+    std::vector<std::vector<float>> from_staged;
+    for (const auto& [x_from_staged, dy_from_staged] : {std::pair{true, false}, {false, true}, {true, true}}) {
+      INFO("staged: x " << x_from_staged << ", dy " << dy_from_staged);
+      from_staged = run(x_from_staged, dy_from_staged);
+      for (size_t i = 0; i < from_x.size(); ++i) {
+        INFO("output " << i << " (y, dx, dw, dbias)");
+        CHECK(same_bits(from_staged[i], from_x[i]));
+      }
+    }
+    const auto xr = kernels::rounded_to_bf16(x), wr = kernels::rounded_to_bf16(w), dyr = kernels::rounded_to_bf16(dy);
+    std::vector<float> y(s.y_size()), dw(s.w_size());
+    kernels::conv2d_forward(Exec{}, Conv2dArgs<float>{.shape = s, .x = xr.data(), .w = wr.data(), .y = y.data()});
+    kernels::conv2d_backward_weight(Exec{},
+                                    Conv2dArgs<float>{.shape = s, .x = xr.data(), .dy = dyr.data(), .dw = dw.data()});
+    NT_REQUIRE_CLOSE(from_staged[0], y, fp32_dot(s.c * s.r * s.s));
+    NT_REQUIRE_CLOSE(from_staged[2], dw, fp32_dot(s.n * s.p() * s.q()));
+  }
+  // A staged input where the plan has none: fp32 math, or a batch too small for the channels-last tiles.
+  const Conv2dShape small{2, 32, 14, 14, 64, 3, 3, 1, 1};
+  CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, small, kernels::Math::bf16));
+  DeviceBuffer<uint16_t> staged(gpu, std::vector<uint16_t>(small.x_size()));
+  DeviceBuffer<float> w(gpu, random_floats(small.w_size())), y(gpu, poisoned(small.y_size()));
+  DeviceBuffer<float> ws(gpu, poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, small)));
+  const Conv2dArgs<float> a{
+      .shape = small, .w = w.get(), .y = y.get(), .workspace = ws.get(), .x_staged = staged.get()};
+  CHECK_THROWS_WITH(kernels::conv2d_forward(gpu, a), Contains("staged"));
+  CHECK_THROWS_WITH(kernels::conv2d_forward(cuda.exec, a), Contains("staged"));
+  DeviceBuffer<float> dx(gpu, poisoned(small.x_size()));
+  const Conv2dArgs<float> b{
+      .shape = small, .w = w.get(), .dx = dx.get(), .workspace = ws.get(), .dy_staged = staged.get()};
+  CHECK_THROWS_WITH(kernels::conv2d_backward_data(gpu, b), Contains("staged"));
+}
+
 TEST_CASE("conv2d on CUDA: a partial batch fits the full batch's workspace", "[cuda][conv]") {
   CudaExec cuda;
   const Exec& gpu = cuda.exec;

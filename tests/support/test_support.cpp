@@ -13,6 +13,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/context.h"
+#include "kernels/bf16.h"
 
 namespace nt::test {
 
@@ -77,6 +78,18 @@ std::vector<float> random_floats(size_t n, float lo, float hi) {
   std::vector<float> v(n);
   for (auto& x : v) x = dist(rng());
   return v;
+}
+
+std::vector<uint16_t> staged_bf16(const std::vector<float>& nchw, int64_t n, int64_t c, int64_t hw) {
+  std::vector<uint16_t> staged(nchw.size());
+  kernels::stage_channels_last(nchw.data(), n, c, hw, staged.data());
+  return staged;
+}
+
+std::vector<float> unstaged_bf16(const std::vector<uint16_t>& staged, int64_t n, int64_t c, int64_t hw) {
+  std::vector<float> nchw(staged.size());
+  kernels::unstage_channels_last(staged.data(), n, c, hw, nchw.data());
+  return nchw;
 }
 
 std::vector<int32_t> random_labels(size_t n, int classes) {

@@ -125,6 +125,11 @@ inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kPoi
 // The same quiet NaN, as an input value.
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// An activation (n, c, hw) as a BF16 store keeps it channels-last, (n, hw, c) of kernels::bf16_bits (kernels/conv.h,
+// 'Staged operands'), and back to fp32 NCHW.
+std::vector<uint16_t> staged_bf16(const std::vector<float>& nchw, int64_t n, int64_t c, int64_t hw);
+std::vector<float> unstaged_bf16(const std::vector<uint16_t>& staged, int64_t n, int64_t c, int64_t hw);
+
 // Max-pooling inputs in [-2, 2): uniform; ties (four values: ties in most windows); nan (a NaN in many windows,
 // sometimes two).
 enum class PoolInput { uniform, ties, nan };
