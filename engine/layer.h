@@ -70,11 +70,22 @@ struct ChannelStatistics {
   int chunks = 0;   // what the latest forward wrote: > 0 only right after a training forward that gave them
 };
 
+// A convolution's input and output gradient in the form its GPU kernels multiply them under --bf16 (kernels/conv.h,
+// 'Staged operands': BF16, channels-last), which its neighbours write instead of their fp32 outputs wherever `used`
+// holds for a batch: the layer before writes the input, the layer after the output gradient. The builder links them
+// (layers/fusion.h, "bf16 input" and "bf16 gradient"). Every side asks `used` before each forward and backward, so
+// they always agree on which form the batch's tensors have.
+struct StagedOperands {
+  Tensor input;        // (batch, H, W, C) BF16 bits, planned by the convolution; undefined where none is written
+  Tensor output_grad;  // (batch, P, Q, K)
+  std::function<bool(const kernels::Exec&, int64_t rows)> used;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
 
-  virtual std::string describe() const = 0;                  // "linear 784->320 +relu"
+  virtual std::string describe() const = 0;  // "linear 784->320 +relu"
   // "4 linear 160->10": the nn.Sequential index and the description (profiler scopes, NVTX ranges, fusion lists).
   std::string label() const { return cat(sequential_index, " ", describe()); }
   virtual Shape output_shape(const Shape& input) const = 0;  // per sample; throws nt::Error on mismatch

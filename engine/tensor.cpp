@@ -18,6 +18,8 @@ size_t dtype_size(DType t) {
       return 8;
     case DType::u8:
       return 1;
+    case DType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -34,6 +36,8 @@ const char* dtype_name(DType t) {
       return "i64";
     case DType::u8:
       return "u8";
+    case DType::bf16:
+      return "bf16";
   }
   return "?";
 }

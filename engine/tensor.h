@@ -18,7 +18,9 @@ namespace nt {
 
 using kernels::Backend;
 
-enum class DType { f32, f64, i32, i64, u8 };
+// bf16: BF16 bits (uint16_t), as the GPU kernels store activations they multiply in BF16 (kernels/conv.h, 'Staged
+// input').
+enum class DType { f32, f64, i32, i64, u8, bf16 };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 const char* backend_name(Backend b);
@@ -44,6 +46,10 @@ constexpr DType dtype_of<int64_t>() {
 template <>
 constexpr DType dtype_of<uint8_t>() {
   return DType::u8;
+}
+template <>
+constexpr DType dtype_of<uint16_t>() {
+  return DType::bf16;
 }
 
 class Shape {

@@ -1,5 +1,7 @@
 #include "layers/batchnorm.h"
 
+#include <type_traits>
+
 #include "kernels/collective.h"
 
 namespace nt::layers {
@@ -157,6 +159,9 @@ void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const
   if (!relu) a.y = nullptr;  // y is read only through the ReLU
   a.dy = dy.data<T>();
   a.dx = dx ? dx->data<T>() : nullptr;
+  if (const StagedOperands* s = staged_input_grad_;
+      std::is_same_v<T, float> && dx && s && s->output_grad.defined() && s->used(exec, x.shape()[0]))
+    a.dx_staged = s->output_grad.data<uint16_t>(), a.dx = nullptr;  // the convolution before reads this instead
   a.dgamma = affine_ ? gamma_->grad.data<T>() : nullptr;
   a.dbeta = affine_ ? beta_->grad.data<T>() : nullptr;
   a.group = group_;

@@ -42,6 +42,10 @@ class BatchNorm final : public Layer {
   // The training forward takes its statistics from the layer before where that one gave them (Conv2d::
   // offer_statistics; kernels/batchnorm.h, statistics given), instead of reading x for them.
   void take_statistics(const ChannelStatistics& given) { given_ = &given; }
+  // From now on the backward writes its input gradient as the convolution before multiplies it (BF16 channels-last,
+  // Conv2d::offer_staged_output_grad) wherever that one's `used` holds for the batch; needs the fused max-pool, NCHW.
+  void write_staged_input_grad(const StagedOperands& staged) { staged_input_grad_ = &staged; }
+  bool can_write_staged_input_grad() const { return pool_ > 0 && spatial_ && layout_ == kernels::Layout::nchw; }
 
  private:
   friend class ConvBatchNormPool;                  // runs this BatchNorm inside its fused kernels
@@ -71,7 +75,8 @@ class BatchNorm final : public Layer {
   Tensor save_mean_, save_invstd_, workspace_;
   Tensor argmax_;                             // with pool_: the pooled outputs' argmax, (rows, C, P, Q) i32
   const ChannelStatistics* given_ = nullptr;  // take_statistics
-  kernels::ProcessGroup* group_ = nullptr;    // synchronized over these ranks (PlanInfo::batch_statistics)
+  const StagedOperands* staged_input_grad_ = nullptr;
+  kernels::ProcessGroup* group_ = nullptr;  // synchronized over these ranks (PlanInfo::batch_statistics)
 };
 
 }  // namespace nt::layers

@@ -62,8 +62,35 @@ kernels::Conv2dShape Conv2d::shape_for(int64_t rows, const Shape& sample) const 
           .pad = pad_};
 }
 
+StagedOperands& Conv2d::offer_staged() {
+  staged_.used = [this](const kernels::Exec& exec, int64_t rows) {
+    return kernels::conv2d_takes_staged(exec.backend, shape_for(rows, planned_input_), exec.math);
+  };
+  return staged_;
+}
+StagedOperands& Conv2d::offer_staged_input() {
+  offers_staged_input_ = true;
+  return offer_staged();
+}
+StagedOperands& Conv2d::offer_staged_output_grad() {
+  offers_staged_output_grad_ = true;
+  return offer_staged();
+}
+
+const uint16_t* Conv2d::staged(const Tensor& t, bool offered, const kernels::Exec& exec, int64_t rows) const {
+  return offered && t.defined() && staged_.used(exec, rows) ? t.data<uint16_t>() : nullptr;
+}
+
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
+  planned_input_ = input;
+  // The staged operands are planned wherever a BF16 run of the full batch would take them (the math mode is the
+  // run's).
+  if (info.dtype == DType::f32 && kernels::conv2d_takes_staged(info.backend, s, kernels::Math::bf16)) {
+    if (offers_staged_input_) plan.request(&staged_.input, Shape{info.batch, s.h, s.w, s.c}, DType::bf16);
+    if (offers_staged_output_grad_)
+      plan.request(&staged_.output_grad, Shape{info.batch, s.p(), s.q(), s.k}, DType::bf16);
+  }
   const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
   const size_t statistics =
@@ -92,20 +119,29 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   // The statistics are fp32 only (ChannelPartials), asked for in training alone.
   if (std::is_same_v<T, float> && mode == Mode::train && statistics_.partials.defined())
     args.statistics = statistics_.partials.data<float>();
+  // The layer before wrote x staged (it runs the same test): its kernel reads and writes neither w nor the workspace,
+  // so the filters' stage may run beside it.
+  args.x_staged = staged(staged_.input, offers_staged_input_, exec, x.shape()[0]);
+  args.overlaps_previous = args.x_staged != nullptr;
   statistics_.chunks = kernels::conv2d_forward(exec, args);
 }
 
 template <class T>
 void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& dy, const Tensor* dx) {
-  backward_ended_on_gradients_ = kernels::conv2d_backward(
-      exec, kernels::Conv2dArgs<T>{.shape = shape_for(x.shape()[0], x.shape().drop_front()),
-                                   .x = x.data<T>(),
-                                   .w = weight_->value.data<T>(),
-                                   .dy = dy.data<T>(),
-                                   .dx = dx ? dx->data<T>() : nullptr,
-                                   .dw = weight_->grad.data<T>(),
-                                   .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
-                                   .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr});
+  const int64_t rows = x.shape()[0];
+  kernels::Conv2dArgs<T> args{.shape = shape_for(rows, x.shape().drop_front()),
+                              .x = x.data<T>(),
+                              .w = weight_->value.data<T>(),
+                              .dy = dy.data<T>(),
+                              .dx = dx ? dx->data<T>() : nullptr,
+                              .dw = weight_->grad.data<T>(),
+                              .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
+                              .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr,
+                              .x_staged = staged(staged_.input, offers_staged_input_, exec, rows),
+                              .dy_staged = staged(staged_.output_grad, offers_staged_output_grad_, exec, rows)};
+  // The layer after wrote dy staged (it runs the same test): its kernel touches neither w nor the workspace.
+  args.overlaps_previous = args.dy_staged != nullptr;
+  backward_ended_on_gradients_ = kernels::conv2d_backward(exec, args);
 }
 
 }  // namespace nt::layers

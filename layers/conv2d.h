@@ -31,6 +31,14 @@ class Conv2d final : public Layer {
     offers_statistics_ = true;
     return statistics_;
   }
+  // From now on the layer before writes this convolution's input into the returned input buffer (the layer after its
+  // output gradient into output_grad) wherever `used` holds for a batch (BF16 channels-last:
+  // kernels::conv2d_takes_staged), and this layer reads it from there.
+  StagedOperands& offer_staged_input();
+  StagedOperands& offer_staged_output_grad();
+  // Whether the channels allow staged operands at all (multiples of the BF16 kernels' 8-channel vector); the plan for
+  // a batch and math mode decides the rest (kernels::conv2d_takes_staged).
+  bool may_take_staged() const { return in_ % 8 == 0 && out_ % 8 == 0; }
 
  private:
   friend class ConvBatchNormPool;  // runs this convolution inside its fused kernels
@@ -48,6 +56,12 @@ class Conv2d final : public Layer {
   bool backward_ended_on_gradients_ = false;  // what kernels::conv2d_backward returned last
   bool offers_statistics_ = false;
   ChannelStatistics statistics_;
+  bool offers_staged_input_ = false, offers_staged_output_grad_ = false;
+  Shape planned_input_;  // the sample shape of the latest plan
+  StagedOperands staged_;
+  StagedOperands& offer_staged();
+  // The staged tensor's BF16 bits for this call where a neighbour writes it, or nullptr (fp32 NCHW).
+  const uint16_t* staged(const Tensor& t, bool offered, const kernels::Exec& exec, int64_t rows) const;
 };
 
 }  // namespace nt::layers

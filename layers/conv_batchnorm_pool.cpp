@@ -77,6 +77,12 @@ kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const
           .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
 }
 
+uint16_t* ConvBatchNormPool::staged_output(const kernels::Exec& exec, int64_t rows) const {
+  return staged_output_ && staged_output_->input.defined() && staged_output_->used(exec, rows)
+             ? staged_output_->input.data<uint16_t>()
+             : nullptr;
+}
+
 void ConvBatchNormPool::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
   if (x.dtype() == DType::f64) return forward_typed<double>(exec, x, y, mode);
   forward_typed<float>(exec, x, y, mode);
@@ -92,7 +98,8 @@ void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, con
 
 template <class T>
 void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
-  const kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_);
+  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_);
+  a.y_staged = staged_output(exec, x.shape()[0]);  // then y is not written: the next convolution reads this
   if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, a);
   const kernels::BatchNormShape bn = a.shape.batchnorm();
   bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));
@@ -105,6 +112,7 @@ void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& 
   const bool relu = bn_->relu_ && !dy_is_preactivation_;
   kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, relu);
   if (!relu) a.y = nullptr;
+  a.y_staged = relu ? staged_output(exec, x.shape()[0]) : nullptr;  // the forward wrote it instead of y
   a.dy = dy.data<T>();
   a.dw = conv_->weight_->grad.template data<T>();
   a.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;

@@ -36,6 +36,8 @@ class ConvBatchNormPool final : public Layer {
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor* dx) override;
   bool ends_in_relu() const override { return bn_->ends_in_relu(); }
+  // From now on the output goes to the next convolution's staged input wherever its `used` holds for the batch.
+  void write_staged_output(const StagedOperands& staged) { staged_output_ = &staged; }
 
  private:
   kernels::ConvBatchNormPoolShape shape_for(int64_t rows, const Shape& sample) const;  // sample (C, H, W)
@@ -45,6 +47,7 @@ class ConvBatchNormPool final : public Layer {
   // the workspace; the backward adds its gradients.
   template <class T>
   kernels::ConvBatchNormPoolArgs<T> args(const Tensor& x, const Tensor& y, bool relu) const;
+  uint16_t* staged_output(const kernels::Exec& exec, int64_t rows) const;  // nullptr: y is fp32
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>
@@ -53,6 +56,7 @@ class ConvBatchNormPool final : public Layer {
   std::unique_ptr<Conv2d> conv_;
   std::unique_ptr<BatchNorm> bn_;
   Tensor workspace_;
+  const StagedOperands* staged_output_ = nullptr;
 };
 
 }  // namespace nt::layers
