@@ -915,17 +915,15 @@ void run_channels_last(const Exec& exec, const profile::OpCost& cost, const Conv
 }
 
 // The weight GEMM on staged dy_cl and x_cl into `partials` (or dw, dbias nullable); returns the args of its split-K
-// reduction (finish_pass<ChannelsLastWeightPass>), whose partial stride is weight_gradient's: M·N + (dbias ? M : 0).
+// reduction (finish_pass<ChannelsLastWeightPass>), with weight_gradient's partial stride.
 ConvArgs launch_channels_last_weight(const Exec& exec, const Conv2dShape& s, const float* dy_cl, const float* x_cl,
                                      float* dw, float* dbias, float* partials, const channels_last::WeightPlan& plan) {
   ConvArgs f = make_args(exec, s, forward_gemm(s));
   f.out = dw, f.out_rows = dbias, f.partial = partials;
-  channels_last::weight_gradient(exec, "conv2d_backward_weight", tensor_core_cost(s, plan.tile.format), f, dy_cl, x_cl,
-                                 plan);
-  const PassGemm gw = backward_weight_gemm(s);
-  ConvArgs wa = make_args(exec, s, gw);
+  ConvArgs wa = make_args(exec, s, backward_weight_gemm(s));
   wa.out = dw, wa.out_rows = dbias, wa.split = plan.split, wa.partial = partials;
-  wa.partial_stride = gw.M * gw.N + (dbias ? gw.M : 0);
+  wa.partial_stride = channels_last::weight_gradient(exec, "conv2d_backward_weight",
+                                                     tensor_core_cost(s, plan.tile.format), f, dy_cl, x_cl, plan);
   return wa;
 }
 

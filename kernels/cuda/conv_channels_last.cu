@@ -567,8 +567,8 @@ size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows) {
   return split > 1 ? size_t(split) * (size_t(f.M) * f.K + (bias_rows ? f.M : 0)) : 0;
 }
 
-void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
-                     const float* x_cl, const WeightPlan& plan) {
+int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
+                    const float* x_cl, const WeightPlan& plan) {
   require_tf32_code(name);
   const Format format = plan.tile.format;
   const int vector = vector_of(format);
@@ -578,9 +578,9 @@ void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& 
   NT_CHECK(plan.split >= 1 && (plan.split == 1 || f.partial != nullptr), name, ": a split needs its partials");
   NT_CHECK(serves_weight(plan.tile), name, ": no channels-last ", format_name(format), " backward_weight on ",
            plan.tile.bm, "x", plan.tile.bn, " tiles of ", plan.tile.warps, " warps");
-  if (f.M == 0 || f.K == 0) return;
   f.split = plan.split;
   f.partial_stride = static_cast<int>(size_t(f.M) * f.K + (f.out_rows ? f.M : 0));
+  if (f.M == 0 || f.K == 0) return f.partial_stride;
   with_format(format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;
@@ -597,6 +597,7 @@ void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& 
       }
     });
   });
+  return f.partial_stride;
 }
 
 }  // namespace nt::kernels::cuda::channels_last

@@ -82,10 +82,9 @@ size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows);
 // dw = f.out (f.M, f.c, f.r, f.s) and dbias = f.out_rows (nullable) from dy_cl (f.n·f.p·f.q, f.M) and x_cl (f.n, f.h,
 // f.w, f.c), both staged in plan.tile.format; f conv.cu's make_args of the forward shape. plan.split > 1: through
 // the partials at f.partial (weight_partial_floats), which the caller's reduction then sums with
-// ChannelsLastWeightPass (f's split and partial_stride are set here; the reduction uses the same: M·K + (dbias ? M :
-// 0)).
-void weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
-                     const float* x_cl, const WeightPlan& plan);
+// ChannelsLastWeightPass. Returns the partials' stride, M·K + (dbias ? M : 0), the reduction's partial_stride.
+int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs f, const float* dy_cl,
+                    const float* x_cl, const WeightPlan& plan);
 
 // y = the forward of a from the staged operands (a.out, a.bias, a.stats as conv.cu's forward; no split).
 // Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous. source (nullable, BF16): the

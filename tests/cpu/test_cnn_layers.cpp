@@ -80,7 +80,7 @@ TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer, an
 }
 
 TEST_CASE(
-    "the CPU stem stages its output as the GPU's does: y rounded to BF16, channels-last; the backward's ReLU "
+    "the CPU stem stages its output as the GPU's does (y rounded to BF16, channels-last), and its backward's ReLU "
     "reads it there",
     "[cpu][cnn][bf16]") {
   // The CPU twin of ConvBatchNormPoolArgs::y_staged (kernels/conv_batchnorm_pool.h), against the same op with y.
