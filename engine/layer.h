@@ -33,6 +33,8 @@ struct PlanInfo {
   // Synchronized BatchNorm (--sync-bn): the ranks whose batches a BatchNorm's training statistics span (world > 1);
   // null: this process's batch alone.
   kernels::ProcessGroup* batch_statistics = nullptr;
+  // The math mode the model runs in (Context's): what only one mode uses is planned for that mode alone.
+  kernels::Math math = kernels::Math::fp32;
 };
 
 struct ParamSpec {

@@ -95,7 +95,7 @@ void Model::compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_
     plan.request(&activations_[i], full, params_.dtype());
     if (i > 0) plan.request(&activation_grads_[i], full, params_.dtype());
   }
-  const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics};
+  const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics, ctx.exec().math};
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, info, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
   for (size_t i = 1; i < shapes_.size(); ++i) {

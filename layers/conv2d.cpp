@@ -84,9 +84,9 @@ const uint16_t* Conv2d::staged(const Tensor& t, bool offered, const kernels::Exe
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   planned_input_ = input;
-  // The staged operands are planned wherever a BF16 run of the full batch would take them (the math mode is the
-  // run's).
-  if (info.dtype == DType::f32 && kernels::conv2d_takes_staged(info.backend, s, kernels::Math::bf16)) {
+  // The staged operands are planned where the full batch takes them (--bf16 on the GPU): an fp32 or TF32 run's arena
+  // is as it was without them.
+  if (info.dtype == DType::f32 && kernels::conv2d_takes_staged(info.backend, s, info.math)) {
     if (offers_staged_input_) plan.request(&staged_.input, Shape{info.batch, s.h, s.w, s.c}, DType::bf16);
     if (offers_staged_output_grad_)
       plan.request(&staged_.output_grad, Shape{info.batch, s.p(), s.q(), s.k}, DType::bf16);
