@@ -81,6 +81,11 @@ struct StagedOperands {
   Tensor input;        // (batch, H, W, C) BF16 bits, planned by the convolution; undefined where none is written
   Tensor output_grad;  // (batch, P, Q, K)
   std::function<bool(const kernels::Exec&, int64_t rows)> used;
+  // t's (input's or output_grad's) BF16 bits for a batch of `rows` where t is planned and used, else nullptr (the
+  // tensor is fp32 NCHW): what every side of the link asks.
+  uint16_t* for_batch(const Tensor& t, const kernels::Exec& exec, int64_t rows) const {
+    return t.defined() && used(exec, rows) ? t.data<uint16_t>() : nullptr;
+  }
 };
 
 class Layer {

@@ -159,9 +159,9 @@ void BatchNorm::backward_typed(const kernels::Exec& exec, const Tensor& x, const
   if (!relu) a.y = nullptr;  // y is read only through the ReLU
   a.dy = dy.data<T>();
   a.dx = dx ? dx->data<T>() : nullptr;
-  if (const StagedOperands* s = staged_input_grad_;
-      std::is_same_v<T, float> && dx && s && s->output_grad.defined() && s->used(exec, x.shape()[0]))
-    a.dx_staged = s->output_grad.data<uint16_t>(), a.dx = nullptr;  // the convolution before reads this instead
+  if (const StagedOperands* s = staged_input_grad_; std::is_same_v<T, float> && dx && s)
+    a.dx_staged = s->for_batch(s->output_grad, exec, x.shape()[0]);  // the convolution before reads it, not dx
+  if (a.dx_staged) a.dx = nullptr;
   a.dgamma = affine_ ? gamma_->grad.data<T>() : nullptr;
   a.dbeta = affine_ ? beta_->grad.data<T>() : nullptr;
   a.group = group_;

@@ -77,10 +77,6 @@ StagedOperands& Conv2d::offer_staged_output_grad() {
   return offer_staged();
 }
 
-const uint16_t* Conv2d::staged(const Tensor& t, bool offered, const kernels::Exec& exec, int64_t rows) const {
-  return offered && t.defined() && staged_.used(exec, rows) ? t.data<uint16_t>() : nullptr;
-}
-
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   planned_input_ = input;
@@ -121,7 +117,7 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
     args.statistics = statistics_.partials.data<float>();
   // The layer before wrote x staged (it runs the same test): its kernel reads and writes neither w nor the workspace,
   // so the filters' stage may run beside it.
-  args.x_staged = staged(staged_.input, offers_staged_input_, exec, x.shape()[0]);
+  args.x_staged = staged_.for_batch(staged_.input, exec, x.shape()[0]);
   args.overlaps_previous = args.x_staged != nullptr;
   statistics_.chunks = kernels::conv2d_forward(exec, args);
 }
@@ -137,8 +133,8 @@ void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
                               .dw = weight_->grad.data<T>(),
                               .dbias = bias_ ? bias_param_->grad.data<T>() : nullptr,
                               .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr,
-                              .x_staged = staged(staged_.input, offers_staged_input_, exec, rows),
-                              .dy_staged = staged(staged_.output_grad, offers_staged_output_grad_, exec, rows)};
+                              .x_staged = staged_.for_batch(staged_.input, exec, rows),
+                              .dy_staged = staged_.for_batch(staged_.output_grad, exec, rows)};
   // The layer after wrote dy staged (it runs the same test): its kernel touches neither w nor the workspace.
   args.overlaps_previous = args.dy_staged != nullptr;
   backward_ended_on_gradients_ = kernels::conv2d_backward(exec, args);

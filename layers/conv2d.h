@@ -60,8 +60,6 @@ class Conv2d final : public Layer {
   Shape planned_input_;  // the sample shape of the latest plan
   StagedOperands staged_;
   StagedOperands& offer_staged();
-  // The staged tensor's BF16 bits for this call where a neighbour writes it, or nullptr (fp32 NCHW).
-  const uint16_t* staged(const Tensor& t, bool offered, const kernels::Exec& exec, int64_t rows) const;
 };
 
 }  // namespace nt::layers

@@ -78,9 +78,7 @@ kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const
 }
 
 uint16_t* ConvBatchNormPool::staged_output(const kernels::Exec& exec, int64_t rows) const {
-  return staged_output_ && staged_output_->input.defined() && staged_output_->used(exec, rows)
-             ? staged_output_->input.data<uint16_t>()
-             : nullptr;
+  return staged_output_ ? staged_output_->for_batch(staged_output_->input, exec, rows) : nullptr;
 }
 
 void ConvBatchNormPool::forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
