@@ -628,28 +628,30 @@ size_t channels_last_floats(const Conv2dShape& s, bool backward_data) {
 // Offsets into the workspace stay 16-byte aligned (the channels-last kernel's copies).
 size_t align4(size_t floats) { return (floats + 3) / 4 * 4; }
 
-// ---- backward_weight on the channels-last kernel (BF16) ----
-// With BF16, where backward_data runs channels-last (so dy is staged anyway) and x's channels are a multiple of 8,
-// backward_weight multiplies the same staged dy and x staged beside it (one stage kernel for both), on k-major slabs
-// of 32 pixels, where conv.cu's MMA kernel gathers and rounds every operand itself (docs/conv.md, 'backward_weight on
-// staged operands'). Its tiles are few (M × R·S·C: 3 of 64×96 for the cnn's conv2), so the pixels are split over
-// parts, and this file's reduction adds the parts: as many as give kTargetBlocks blocks (two an SM), each part at
-// least kMinWeightSlabs slabs deep. Measured in the cnn's epochs (docs/conv.md): at batch 64, 44 parts of 9 slabs
-// (88.7–89.8 ms) beat 88 of 4.5 (90.4–90.7), whose blocks crowded backward_data beside them; at batch 256, 88 parts of
-// 18 (53.6–53.8) beat 44 of 36 (54.7–55.1).
-// TF32 keeps conv.cu's kernel: with its 4-stage slabs (90 KB of shared memory a block, BF16's 45) this kernel was
-// faster at batch 256 (71.2 → 67.4 ms, 44 parts) but left backward_data no room beside it at batch 64 (106.8 →
-// 121.6 ms); the kernel lab runs it in TF32.
+// ---- backward_weight on the channels-last kernel (TF32 and BF16) ----
+// Where backward_data runs channels-last (so dy is staged anyway) and x's and dy's channels are a multiple of the
+// format's vector (4 TF32, 8 BF16), backward_weight multiplies the same staged dy and x staged beside it (one stage
+// kernel for both), on k-major slabs of 32 pixels, where conv.cu's MMA kernel gathers and rounds every operand itself
+// (docs/conv.md, 'backward_weight on staged operands'). Its tiles are few (M × R·S·C: 3 of 64×96 for the cnn's
+// conv2), so the pixels are split over parts, and this file's reduction adds the parts: as many as give kTargetBlocks
+// blocks (two an SM), each part at least kMinWeightSlabs slabs deep. Measured in the cnn's epochs (docs/conv.md): at
+// batch 64, 44 parts of 9 slabs (88.7–89.8 ms) beat 88 of 4.5 (90.4–90.7), whose blocks crowded backward_data beside
+// them; at batch 256, 88 parts of 18 (53.6–53.8) beat 44 of 36 (54.7–55.1).
+// TF32 takes it without a bias only: the TF32 contract sums dbias over the unrounded dy, and the staged dy is rounded.
+// A TF32 block's four stages take 90 KB of shared memory (BF16's 45); the kernel asks for the SM's largest shared
+// memory carveout so that backward_data's blocks still fit beside it (conv_channels_last.cu, weight_gradient).
 constexpr int kMinWeightSlabs = 9;  // 288 pixels a part at least
 
-std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dShape& s, Math math) {
+std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dShape& s, Math math, bool bias) {
   const auto data_tile = channels_last_plan(s, true, math);
-  if (math != Math::bf16 || !data_tile) return std::nullopt;
+  if (!data_tile || (math == Math::tf32 && bias)) return std::nullopt;
+  const auto format = math == Math::bf16 ? channels_last::Format::bf16 : channels_last::Format::tf32;
+  const int vector = format == channels_last::Format::bf16 ? 8 : 4;
   const ConvArgs f = make_args(Exec{}, s, forward_gemm(s));
-  if (f.c % 8 != 0 || f.M % 8 != 0 || f.K == 0 || f.N == 0) return std::nullopt;
+  if (f.c % vector != 0 || f.M % vector != 0 || f.K == 0 || f.N == 0) return std::nullopt;
   channels_last::Tile tile = f.M > 32 ? channels_last::Tile{.bm = 64, .bn = 96, .warps = 8}
                                       : channels_last::Tile{.bm = 32, .bn = 96, .warps = 12};
-  tile.format = channels_last::Format::bf16;
+  tile.format = format;
   const int64_t tiles = channels_last::tiles(tile, f.M, f.K), slabs = (int64_t(f.N) + 31) / 32;
   const int64_t deepest = (slabs + kMinWeightSlabs - 1) / kMinWeightSlabs;  // parts of kMinWeightSlabs
   const int64_t split = std::clamp<int64_t>((kTargetBlocks + tiles - 1) / tiles, 1, deepest);
@@ -659,11 +661,12 @@ std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dS
 // conv2d_backward's workspace holds backward_weight's partials first, backward_data's part after them. The weight's
 // region: the partials of either kernel in any math mode (dbias rows included).
 size_t weight_region_floats(const Conv2dShape& s) {
-  const size_t floats = split_floats(backward_weight_gemm(s), s.k);
-  const auto plan = channels_last_weight_plan(s, Math::bf16);
-  return plan ? std::max(floats,
-                         channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), plan->split, true))
-              : floats;
+  size_t floats = split_floats(backward_weight_gemm(s), s.k);
+  for (const Math math : {Math::bf16, Math::tf32})
+    if (const auto plan = channels_last_weight_plan(s, math, /*bias=*/false))
+      floats = std::max(floats,
+                        channels_last::weight_partial_floats(make_args(Exec{}, s, forward_gemm(s)), plan->split, true));
+  return floats;
 }
 
 // The staged operands of the channels-last backward_weight, after `partials` floats of partials: dy (with room for
@@ -689,8 +692,10 @@ size_t workspace_for(const Conv2dShape& s) {
   const size_t data = std::max(split_floats(backward_data_gemm(s), 0), channels_last_floats(s, true));
   const size_t forward =
       direct_taps(s) ? 0 : std::max(split_floats(forward_gemm(s), 0), channels_last_floats(s, false));
-  const auto weight_plan = channels_last_weight_plan(s, Math::bf16);
-  const size_t staged = weight_plan ? staged_weight_layout(s, weight, weight_plan->tile.format).floats : 0;
+  size_t staged = 0;
+  for (const Math math : {Math::bf16, Math::tf32})
+    if (const auto plan = channels_last_weight_plan(s, math, /*bias=*/false))
+      staged = std::max(staged, staged_weight_layout(s, weight, plan->tile.format).floats);
   return std::max({forward, (direct_taps(s) ? 0 : align4(weight)) + data, weight, staged});
 }
 
@@ -955,7 +960,7 @@ void check_staged(const Exec& exec, const Conv2dArgs<float>& args, const char* o
 }  // namespace
 
 bool conv2d_takes_staged(const Conv2dShape& s, Math math) {
-  return math == Math::bf16 && channels_last_plan(s, false, math) && channels_last_weight_plan(s, math);
+  return math == Math::bf16 && channels_last_plan(s, false, math) && channels_last_weight_plan(s, math, false);
 }
 
 size_t conv2d_statistics_floats(const Conv2dShape& s) {
@@ -1029,7 +1034,7 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
     launch_split_reduce<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", a, dbias ? g.M : 0);
     return;
   }
-  if (const auto plan = channels_last_weight_plan(s, exec.math)) {
+  if (const auto plan = channels_last_weight_plan(s, exec.math, dbias != nullptr)) {
     NT_CHECK(workspace != nullptr, "conv2d_backward_weight: needs a workspace (conv2d_workspace_floats)");
     return channels_last_backward_weight(exec, s, x, dy, args, args.dw, dbias, workspace, *plan,
                                          weight_region_floats(s));
@@ -1060,7 +1065,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   // what runs beside that GEMM reads only what kernels before it wrote. With the channels-last weight plan the same
   // kernel stages x, and backward_weight multiplies the staged dy and x.
   const auto channels_last_tile = channels_last_plan(s, true, exec.math);
-  const auto weight_plan = channels_last_weight_plan(s, exec.math);
+  const auto weight_plan = channels_last_weight_plan(s, exec.math, dbias != nullptr);
   ConvArgs flipped{};
   // x and dy channels-last: staged here, or as the layer's neighbours wrote them (x_staged, dy_staged). With both
   // given, only the filters are staged, beside the kernel before where the caller promises it.

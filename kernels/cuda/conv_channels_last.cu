@@ -412,15 +412,19 @@ size_t source_elements(const ConvArgs& a) { return size_t(a.n) * a.hw * a.c; }
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Dynamic shared memory above the default 48 KB needs the kernel's opt-in, once per kernel and device (a template of
-// the kernel itself: the tiles' kernels share one function type).
+// the kernel itself: the tiles' kernels share one function type). carveout_max_shared: also prefer the SM's largest
+// shared-memory carveout (less L1), for a kernel whose blocks share the SMs with another kernel's (weight_gradient).
 template <auto kKernel>
-void allow_shared_bytes(size_t bytes) {
+void allow_shared_bytes(size_t bytes, bool carveout_max_shared = false) {
   static std::atomic<uint64_t> done{0};  // a bit per device
   int device = 0;
   NT_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device % 64);
   if (done.load(std::memory_order_acquire) & bit) return;
   NT_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (carveout_max_shared)
+    NT_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
@@ -589,7 +593,10 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
       if constexpr (serves_weight_tile<Ops, Cfg>()) {
         constexpr auto kernel = conv_channels_last_weight_kernel<Ops, Cfg>;
         constexpr size_t smem = size_t(kStages) * Ops::template KMajor<Cfg>::kStageElements * sizeof(Element);
-        allow_shared_bytes<kernel>(smem);
+        // backward_data runs beside this kernel (conv2d_backward). An SM's carveout is set as blocks start, and the
+        // default one made room for this kernel's blocks alone: with TF32's 90 KB blocks, backward_data's waited for
+        // them (26.8 µs in the cnn's step at batch 64 against 3.9 with the largest carveout; docs/conv.md).
+        allow_shared_bytes<kernel>(smem, /*carveout_max_shared=*/true);
         const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
                         static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
         launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f,
