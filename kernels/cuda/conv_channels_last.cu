@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -594,9 +595,10 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
         constexpr auto kernel = conv_channels_last_weight_kernel<Ops, Cfg>;
         constexpr size_t smem = size_t(kStages) * Ops::template KMajor<Cfg>::kStageElements * sizeof(Element);
         // backward_data runs beside this kernel (conv2d_backward). An SM's carveout is set as blocks start, and the
-        // default one made room for this kernel's blocks alone: with TF32's 90 KB blocks, backward_data's waited for
-        // them (26.8 µs in the cnn's step at batch 64 against 3.9 with the largest carveout; docs/conv.md).
-        allow_shared_bytes<kernel>(smem, /*carveout_max_shared=*/true);
+        // default one made room for TF32's 90 KB blocks alone: backward_data's waited for them (26.8 µs in the cnn's
+        // step at batch 64 against 3.9 with the largest carveout). BF16's 45 KB blocks leave room under the default,
+        // and with the largest carveout its epochs were slower (batch 256: 51.5–51.7 → 52.0–52.2 ms; docs/conv.md).
+        allow_shared_bytes<kernel>(smem, /*carveout_max_shared=*/std::is_same_v<Ops, Operands<Format::tf32>>);
         const dim3 grid(static_cast<unsigned>((f.K + Cfg::BN - 1) / Cfg::BN),
                         static_cast<unsigned>((f.M + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(plan.split));
         launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(Cfg::kThreads), smem, f,
