@@ -608,7 +608,7 @@ ConvArgs channels_last_args(const Exec& exec, const Conv2dShape& s, bool backwar
 
 std::optional<channels_last::Tile> channels_last_plan(const Conv2dShape& s, bool backward_data, Math math) {
   if (math == Math::fp32 || (backward_data ? s.stride != 1 : direct_taps(s))) return std::nullopt;
-  const auto format = math == Math::bf16 ? channels_last::Format::bf16 : channels_last::Format::tf32;
+  const auto format = channels_last::format_of(math);
   const ConvArgs f = channels_last_args(Exec{}, s, backward_data);
   if (!channels_last::serves(f, format)) return std::nullopt;
   channels_last::Tile tile = channels_last::choose_tile(f.M, f.N);
@@ -645,10 +645,9 @@ constexpr int kMinWeightSlabs = 9;  // 288 pixels a part at least
 std::optional<channels_last::WeightPlan> channels_last_weight_plan(const Conv2dShape& s, Math math, bool bias) {
   const auto data_tile = channels_last_plan(s, true, math);
   if (!data_tile || (math == Math::tf32 && bias)) return std::nullopt;
-  const auto format = math == Math::bf16 ? channels_last::Format::bf16 : channels_last::Format::tf32;
-  const int vector = format == channels_last::Format::bf16 ? 8 : 4;
+  const auto format = channels_last::format_of(math);
   const ConvArgs f = make_args(Exec{}, s, forward_gemm(s));
-  if (f.c % vector != 0 || f.M % vector != 0 || f.K == 0 || f.N == 0) return std::nullopt;
+  if (!channels_last::serves_weight(f, format)) return std::nullopt;
   channels_last::Tile tile = f.M > 32 ? channels_last::Tile{.bm = 64, .bn = 96, .warps = 8}
                                       : channels_last::Tile{.bm = 32, .bn = 96, .warps = 12};
   tile.format = format;

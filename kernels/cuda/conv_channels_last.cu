@@ -568,6 +568,11 @@ bool serves_weight(const Tile& tile) {
   return served;
 }
 
+bool serves_weight(const ConvArgs& f, Format format) {
+  const int vector = vector_of(format);
+  return f.c % vector == 0 && f.M % vector == 0 && f.M > 0 && f.K > 0 && f.N > 0;
+}
+
 size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows) {
   return split > 1 ? size_t(split) * (size_t(f.M) * f.K + (bias_rows ? f.M : 0)) : 0;
 }

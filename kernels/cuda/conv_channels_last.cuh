@@ -38,6 +38,8 @@ struct Tile {
 // The forward convolution `a` describes (conv.cu's ConvArgs of a forward, or backward_data's flipped forward): its
 // source channels allow 16-byte copies (a multiple of 4 in TF32, of 8 in BF16), and its GEMM has any work.
 bool serves(const ConvArgs& a, Format format = Format::tf32);
+// The format Exec::math multiplies in (TF32 or BF16; fp32 has no channels-last kernel).
+constexpr Format format_of(Math math) { return math == Math::bf16 ? Format::bf16 : Format::tf32; }
 // The kernel has no split-K: the planner (conv.cu) takes it only where its tiles give about every SM of a 132-SM H100
 // or H200 a block (128 tiles: 12544 pixels make 131 of 96). Fixed, so that plans do not depend on the device (the
 // same bits on every GPU).
@@ -77,6 +79,9 @@ struct WeightPlan {
 // Whether the weight kernel has the tile: its k-major fragment loads are conflict-free (a TF32 tile's columns a
 // multiple of 32, a BF16 tile's of 16).
 bool serves_weight(const Tile& tile);
+// Whether the weight kernel serves f (the forward's args) in the format: x's and dy's channels (f.c, f.M) allow
+// 16-byte copies, and the GEMM has any work.
+bool serves_weight(const ConvArgs& f, Format format);
 // Floats of partials a split takes (f: the forward's args; bias_rows: dbias is written).
 size_t weight_partial_floats(const ConvArgs& f, int split, bool bias_rows);
 // dw = f.out (f.M, f.c, f.r, f.s) and dbias = f.out_rows (nullable) from dy_cl (f.n·f.p·f.q, f.M) and x_cl (f.n, f.h,
