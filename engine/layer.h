@@ -72,19 +72,20 @@ struct ChannelStatistics {
   int chunks = 0;   // what the latest forward wrote: > 0 only right after a training forward that gave them
 };
 
-// A convolution's input and output gradient in the form its GPU kernels multiply them under --bf16 (kernels/conv.h,
-// 'Staged operands': BF16, channels-last), which its neighbours write instead of their fp32 outputs wherever `used`
-// holds for a batch: the layer before writes the input, the layer after the output gradient. The builder links them
-// (layers/fusion.h, "bf16 input" and "bf16 gradient"). Every side asks `used` before each forward and backward, so
-// they always agree on which form the batch's tensors have.
+// A convolution's input and output gradient in the form its GPU kernels multiply them under --tf32 or --bf16
+// (kernels/conv.h, 'Staged operands': channels-last, TF32 or BF16), which its neighbours write instead of their fp32
+// outputs wherever `used` holds for a batch: the layer before writes the input, the layer after the output gradient.
+// The builder links them (layers/fusion.h, "staged input" and "staged gradient"). Every side asks `used` before each
+// forward and backward, so they always agree on which form the batch's tensors have.
 struct StagedOperands {
-  Tensor input;        // (batch, H, W, C) BF16 bits, planned by the convolution; undefined where none is written
+  Tensor input;        // (batch, H, W, C), planned by the convolution in the math's element (kernels/operand.h);
+                       // undefined where none is written
   Tensor output_grad;  // (batch, P, Q, K)
   std::function<bool(const kernels::Exec&, int64_t rows)> used;
-  // t's (input's or output_grad's) BF16 bits for a batch of `rows` where t is planned and used, else nullptr (the
+  // t's (input's or output_grad's) elements for a batch of `rows` where t is planned and used, else nullptr (the
   // tensor is fp32 NCHW): what every side of the link asks.
-  uint16_t* for_batch(const Tensor& t, const kernels::Exec& exec, int64_t rows) const {
-    return t.defined() && used(exec, rows) ? t.data<uint16_t>() : nullptr;
+  void* for_batch(const Tensor& t, const kernels::Exec& exec, int64_t rows) const {
+    return t.defined() && used(exec, rows) ? t.raw() : nullptr;
   }
 };
 

@@ -103,10 +103,10 @@ struct BatchNormArgs {
   T* workspace = nullptr;                  // batchnorm_workspace_floats / batchnorm_pool_workspace_floats elements
   ChannelPartials given = {};              // forward_train, f32: x's statistics from the kernel before; none: {}
   ProcessGroup* group = nullptr;           // training, f32: synchronized over these ranks (world > 1); null: local
-  // batchnorm_pool_backward, f32 (nullable): dx as the convolution before multiplies it under BF16 (kernels/conv.h,
-  // 'Staged operands'): BF16 bits, channels-last (n, h, w, c), c a multiple of 8, 16-byte aligned. Written instead
-  // of dx (which may then be null).
-  uint16_t* dx_staged = nullptr;
+  // batchnorm_pool_backward, f32 with Exec::math TF32 or BF16 (nullable): dx as the convolution before multiplies it
+  // (kernels/conv.h, 'Staged operands'): channels-last (n, h, w, c) in the math's element (kernels/operand.h), c a
+  // multiple of 8, 16-byte aligned. Written instead of dx (which may then be null).
+  void* dx_staged = nullptr;
 };
 
 inline void check_batchnorm_pool(const BatchNormShape& s, const BatchNormPool& pool) {

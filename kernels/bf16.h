@@ -45,25 +45,9 @@ __host__ __device__
 }
 
 // The 16 bits a BF16 store keeps of round_to_bf16(v), and the value they hold (host code: the CPU twins of the kernels
-// that store BF16 activations, kernels/conv.h's 'Staged operands').
+// that store BF16 activations, kernels/operand.h's stage_channels_last).
 inline uint16_t bf16_bits(float v) { return static_cast<uint16_t>(bits_of(round_to_bf16(v)) >> 16); }
 inline float from_bf16_bits(uint16_t bits) { return float_of(uint32_t(bits) << 16); }
-
-// An activation (n, c, hw) as those kernels store it, channels-last in BF16: staged[(i·hw + e)·c + k] =
-// bf16_bits(nchw[(i·c + k)·hw + e]); and back, each value the BF16 one it holds.
-template <class T>
-void stage_channels_last(const T* nchw, int64_t n, int64_t c, int64_t hw, uint16_t* staged) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < c; ++k)
-      for (int64_t e = 0; e < hw; ++e)
-        staged[(i * hw + e) * c + k] = bf16_bits(static_cast<float>(nchw[(i * c + k) * hw + e]));
-}
-template <class T>
-void unstage_channels_last(const uint16_t* staged, int64_t n, int64_t c, int64_t hw, T* nchw) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t k = 0; k < c; ++k)
-      for (int64_t e = 0; e < hw; ++e) nchw[(i * c + k) * hw + e] = from_bf16_bits(staged[(i * hw + e) * c + k]);
-}
 
 // A copy of `values`, each rounded (the operands a CPU reference multiplies).
 inline std::vector<float> rounded_to_bf16(std::vector<float> values) {

@@ -17,14 +17,16 @@
 // (products of TF32 or BF16 values are exact in fp32).
 // Any sizes >= 0 (an empty output launches nothing; an empty sum writes 0, or the bias).
 //
-// Staged operands (BF16, the GPU): where conv2d_takes_staged(backend, shape, math) holds, the layer's neighbours may
-// write x and dy as the channels-last kernels multiply them, instead of fp32 NCHW, and the ops read them from
-// Conv2dArgs::x_staged and dy_staged (each optional, 16-byte aligned):
-//   x_staged[n][h][w][c]  = round_to_bf16(x[n][c][h][w])     (N·H·W·C BF16 values)
-//   dy_staged[n][p][q][k] = round_to_bf16(dy[n][k][p][q])    (N·P·Q·K)
-// The kernels round x and dy the same way as they stage them, so the results are the same bits as from x and dy (dbias
-// under BF16 sums the rounded dy either way). It halves the activations' bytes, and the passes no longer transpose
-// them (docs/bf16.md, 'Activations in BF16').
+// Staged operands (TF32 or BF16, the GPU): where conv2d_takes_staged(backend, shape, math, bias) holds, the layer's
+// neighbours may write x and dy as the channels-last kernels multiply them, instead of fp32 NCHW, and the ops read
+// them from Conv2dArgs::x_staged and dy_staged (each optional, 16-byte aligned), in the element Exec::math gives
+// (kernels/operand.h, stage_channels_last: BF16 bits under BF16, fp32 rounded to TF32 under TF32):
+//   x_staged[n][h][w][c]  = round_operand(x[n][c][h][w], math)     (N·H·W·C elements)
+//   dy_staged[n][p][q][k] = round_operand(dy[n][k][p][q], math)    (N·P·Q·K)
+// The kernels round x and dy the same way as they stage them, so the results are the same bits as from x and dy
+// (dbias under BF16 sums the rounded dy either way; under TF32 it sums dy itself, so a convolution with a bias takes
+// no staged operands there). The passes no longer transpose them, and BF16 halves their bytes (docs/bf16.md,
+// 'Activations in BF16').
 //
 // Workspace: the CUDA passes split long sums (K of their GEMM) over several blocks and reduce the partial
 // results in a fixed order; the partials live in a caller-provided Conv2dArgs::workspace of
@@ -75,11 +77,11 @@ struct Conv2dArgs {
   // Forward only (nullable): room for conv2d_statistics_floats(backend, shape) floats, where the forward may leave
   // y's per-channel statistics as ChannelPartials (C = K): see conv2d_forward.
   float* statistics = nullptr;
-  // The GPU with Exec::math BF16 only, where conv2d_takes_staged(shape) (nullable; see 'Staged operands' above): x
-  // as BF16 bits, channels-last (N,H,W,C), which the forward and backward_weight read instead of x; dy (N,P,Q,K), which
-  // backward_data and backward_weight read instead of dy.
-  const uint16_t* x_staged = nullptr;
-  const uint16_t* dy_staged = nullptr;
+  // The GPU with Exec::math TF32 or BF16, where conv2d_takes_staged (nullable; see 'Staged operands' above): x
+  // channels-last (N,H,W,C) in the math's element, which the forward and backward_weight read instead of x; dy
+  // (N,P,Q,K), which backward_data and backward_weight read instead of dy.
+  const void* x_staged = nullptr;
+  const void* dy_staged = nullptr;
   // The caller's promise that the kernel launched just before reads and writes neither w nor the workspace: the
   // layer's neighbour that wrote x_staged (forward) or dy_staged (backward). The filters' stage then runs beside it.
   bool overlaps_previous = false;
@@ -97,7 +99,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<T>& a);
 }  // namespace cpu
 
 namespace cuda {
-bool conv2d_takes_staged(const Conv2dShape& s, Math math);
+bool conv2d_takes_staged(const Conv2dShape& s, Math math, bool bias);
 size_t conv2d_workspace_floats(const Conv2dShape& s);
 size_t conv2d_statistics_floats(const Conv2dShape& s);
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& a);
@@ -106,12 +108,13 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& a);
 bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& a);
 }  // namespace cuda
 
-// Whether the passes of this shape (and batch) multiply x and dy channels-last in BF16, so that Conv2dArgs::x_staged
-// and dy_staged may replace them: the GPU with Math::bf16, where the forward, backward_data and backward_weight all run
-// on the channels-last kernels. Never on the CPU.
-inline bool conv2d_takes_staged(Backend backend, const Conv2dShape& s, Math math) {
+// Whether the passes of this shape (and batch) multiply x and dy channels-last, so that Conv2dArgs::x_staged and
+// dy_staged may replace them: the GPU with Math::tf32 or Math::bf16, where the forward, backward_data and
+// backward_weight all run on the channels-last kernels (under TF32 only without a bias: its dbias sums the unrounded
+// dy). Never on the CPU.
+inline bool conv2d_takes_staged(Backend backend, const Conv2dShape& s, Math math, bool bias) {
   if constexpr (kCudaBuilt)
-    return backend == Backend::cuda && cuda::conv2d_takes_staged(s, math);
+    return backend == Backend::cuda && cuda::conv2d_takes_staged(s, math, bias);
   else
     return false;
 }

@@ -52,7 +52,7 @@ inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
 //   conv_batchnorm_pool_forward_eval   reads x, w, gamma, beta, running_*; writes y, argmax
 //   conv_batchnorm_pool_backward       reads x, w, y or y_staged (with hyper.relu), dy, argmax, gamma, save_* (and
 //                                      the forward's moments); writes dw, dgamma, dbeta
-// (the forwards write y_staged instead of y where it is set)
+// (the forwards write y_staged where it is set, and y where it is set)
 template <class T>
 struct ConvBatchNormPoolArgs {
   ConvBatchNormPoolShape shape = {};
@@ -73,11 +73,12 @@ struct ConvBatchNormPoolArgs {
   T* dgamma = nullptr;                     // backward, nullable
   T* dbeta = nullptr;                      // backward, nullable
   T* workspace = nullptr;                  // conv_batchnorm_pool_workspace_floats elements, 8-byte aligned
-  // The next convolution's staged input (kernels/conv.h, 'Staged operands'), nullable, f32 only: y as BF16 bits,
-  // channels-last (n, P/window, Q/window, K), K a multiple of 8, 16-byte aligned. Where set, the forwards write it
-  // instead of y (which may be nullptr), and the backward's ReLU reads it instead of y (its sign is y's, but below
-  // BF16's smallest subnormal, 2^-133, where y rounds to 0).
-  uint16_t* y_staged = nullptr;
+  // The next convolution's staged input (kernels/conv.h, 'Staged operands'), nullable, f32 with Exec::math TF32 or
+  // BF16 only: y channels-last (n, P/window, Q/window, K) in the math's element (kernels/operand.h), K a multiple of
+  // 8, 16-byte aligned. Where set, the forwards write it, and y as well where y is set (either may be nullptr, not
+  // both); the backward's ReLU reads y where it is set, else y_staged (its sign is y's, but below the format's
+  // smallest subnormal, where y rounds to 0: 2^-133 in BF16, 2^-136 in TF32).
+  void* y_staged = nullptr;
   // backward: the caller's promise that the kernel launched just before reads and writes only its own layer's
   // workspace and gradients (Model::backward decides it, Layer::backward_overlaps_previous); the reduce then runs
   // beside it on the GPU. Ignored on the CPU.

@@ -10,8 +10,11 @@
 // well. The CPU twin rounds the same values (kernels/cpu/rounded_operands.h).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/bf16.h"
 #include "kernels/exec.h"
 #include "kernels/tf32.h"
@@ -29,6 +32,43 @@ inline bool gemm_rounds_operands(Math math) { return math == Math::bf16; }
 inline std::vector<float> rounded_operands(std::vector<float> values, Math math) {
   for (float& v : values) v = round_operand(v, math);
   return values;
+}
+
+// Staged activations (kernels/conv.h, 'Staged operands'): an activation channels-last, each value as the tensor cores
+// read it under `math`: BF16 bits (2 bytes) under Math::bf16, an fp32 pattern rounded to TF32 (4 bytes) under
+// Math::tf32. fp32 math multiplies NCHW on the FMA units and stages nothing.
+inline bool stages_activations(Math math) { return math == Math::bf16 || math == Math::tf32; }
+inline size_t staged_element_bytes(Math math) { return math == Math::bf16 ? sizeof(uint16_t) : sizeof(float); }
+
+// f(NCHW index, channels-last index) of every element of an activation (n, c, hw).
+template <class F>
+void for_each_channels_last(int64_t n, int64_t c, int64_t hw, F&& f) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k)
+      for (int64_t e = 0; e < hw; ++e) f((i * c + k) * hw + e, (i * hw + e) * c + k);
+}
+
+// The CPU twins of the kernels that write or read a staged activation (n, c, hw):
+//   staged[(i·hw + e)·c + k] = round_operand(nchw[(i·c + k)·hw + e], math), stored in the math's element;
+// and back, each value the rounded one the element holds.
+template <class T>
+void stage_channels_last(const T* nchw, int64_t n, int64_t c, int64_t hw, Math math, void* staged) {
+  NT_CHECK(stages_activations(math), "stage_channels_last: fp32 math stages no activation");
+  for_each_channels_last(n, c, hw, [&](int64_t from, int64_t to) {
+    const float v = static_cast<float>(nchw[from]);
+    if (math == Math::bf16)
+      static_cast<uint16_t*>(staged)[to] = bf16_bits(v);
+    else
+      static_cast<float*>(staged)[to] = round_to_tf32(v);
+  });
+}
+template <class T>
+void unstage_channels_last(const void* staged, int64_t n, int64_t c, int64_t hw, Math math, T* nchw) {
+  NT_CHECK(stages_activations(math), "unstage_channels_last: fp32 math stages no activation");
+  for_each_channels_last(n, c, hw, [&](int64_t to, int64_t from) {
+    nchw[to] = math == Math::bf16 ? from_bf16_bits(static_cast<const uint16_t*>(staged)[from])
+                                  : static_cast<const float*>(staged)[from];
+  });
 }
 
 }  // namespace nt::kernels

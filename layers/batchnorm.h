@@ -42,7 +42,7 @@ class BatchNorm final : public Layer {
   // The training forward takes its statistics from the layer before where that one gave them (Conv2d::
   // offer_statistics; kernels/batchnorm.h, statistics given), instead of reading x for them.
   void take_statistics(const ChannelStatistics& given) { given_ = &given; }
-  // From now on the backward writes its input gradient as the convolution before multiplies it (BF16 channels-last,
+  // From now on the backward writes its input gradient as the convolution before multiplies it (channels-last,
   // Conv2d::offer_staged_output_grad) wherever that one's `used` holds for the batch; needs the fused max-pool, NCHW.
   void write_staged_input_grad(const StagedOperands& staged) { staged_input_grad_ = &staged; }
   bool can_write_staged_input_grad() const { return pool_ > 0 && spatial_ && layout_ == kernels::Layout::nchw; }

@@ -164,7 +164,7 @@ std::unique_ptr<Model> build_model(const std::string& name_or_spec, const Shape&
   if (shape != Shape{classes})
     throw Error(cat("--model: the model ends in ", shape.str(), " but the data has ", classes, " classes"));
   const auto fusions =
-      plan_fusions(layers, input_shape, {.stem = !options.sync_batchnorm, .bf16_operands = options.bf16_operands});
+      plan_fusions(layers, input_shape, {.stem = !options.sync_batchnorm, .staged_operands = options.staged_operands});
   const std::string name = named_models().count(name_or_spec) ? name_or_spec : "custom";
   return std::make_unique<Model>(name, input_shape, std::move(layers), describe(fusions));
 }

@@ -31,9 +31,10 @@ struct BuildOptions {
   // The BatchNorms will take their training statistics over several ranks (--sync-bn; PlanInfo::batch_statistics):
   // no fusion that keeps them on the chip (the stem, layers/fusion.h).
   bool sync_batchnorm = false;
-  // A convolution's neighbours write its input and output gradient in BF16 under --bf16 (layers/fusion.h, "bf16 input"
-  // and "bf16 gradient"); off, they write fp32 and the convolution stages them (the same bits: the tests compare).
-  bool bf16_operands = true;
+  // A convolution's neighbours write its input and output gradient as its kernels multiply them under --tf32 or
+  // --bf16 (layers/fusion.h, "staged input" and "staged gradient"); off, they write fp32 and the convolution stages
+  // them (the same bits: the tests compare).
+  bool staged_operands = true;
 };
 
 // sample_shape: (channels, rows, cols) of the data. Throws nt::Error naming --model on a bad spec.

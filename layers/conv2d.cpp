@@ -64,7 +64,7 @@ kernels::Conv2dShape Conv2d::shape_for(int64_t rows, const Shape& sample) const 
 
 StagedOperands& Conv2d::offer_staged() {
   staged_.used = [this](const kernels::Exec& exec, int64_t rows) {
-    return kernels::conv2d_takes_staged(exec.backend, shape_for(rows, planned_input_), exec.math);
+    return kernels::conv2d_takes_staged(exec.backend, shape_for(rows, planned_input_), exec.math, bias_);
   };
   return staged_;
 }
@@ -80,12 +80,16 @@ StagedOperands& Conv2d::offer_staged_output_grad() {
 void Conv2d::plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) {
   const auto s = shape_for(info.batch, input);
   planned_input_ = input;
-  // The staged operands are planned where the full batch takes them (--bf16 on the GPU): an fp32 or TF32 run's arena
-  // is as it was without them.
-  if (info.dtype == DType::f32 && kernels::conv2d_takes_staged(info.backend, s, info.math)) {
-    if (offers_staged_input_) plan.request(&staged_.input, Shape{info.batch, s.h, s.w, s.c}, DType::bf16);
-    if (offers_staged_output_grad_)
-      plan.request(&staged_.output_grad, Shape{info.batch, s.p(), s.q(), s.k}, DType::bf16);
+  // The staged operands are planned where the full batch takes them (--tf32 or --bf16 on the GPU): an fp32 run's
+  // arena is as it was without them. The output gradient under BF16 only: a TF32 dx written channels-last (32 bytes a
+  // pixel, K apart) cost the BatchNorm's backward more than this layer's own stage of dy saves (docs/bf16.md, 'The
+  // same link under --tf32').
+  staged_.input = Tensor{}, staged_.output_grad = Tensor{};
+  if (info.dtype == DType::f32 && kernels::conv2d_takes_staged(info.backend, s, info.math, bias_)) {
+    const DType element = info.math == kernels::Math::bf16 ? DType::bf16 : DType::f32;  // kernels/operand.h
+    if (offers_staged_input_) plan.request(&staged_.input, Shape{info.batch, s.h, s.w, s.c}, element);
+    if (offers_staged_output_grad_ && info.math == kernels::Math::bf16)
+      plan.request(&staged_.output_grad, Shape{info.batch, s.p(), s.q(), s.k}, element);
   }
   const size_t floats = kernels::conv2d_workspace_floats(info.backend, s);
   if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);

@@ -32,12 +32,12 @@ class Conv2d final : public Layer {
     return statistics_;
   }
   // From now on the layer before writes this convolution's input into the returned input buffer (the layer after its
-  // output gradient into output_grad) wherever `used` holds for a batch (BF16 channels-last:
+  // output gradient into output_grad) wherever `used` holds for a batch (channels-last in TF32 or BF16:
   // kernels::conv2d_takes_staged), and this layer reads it from there.
   StagedOperands& offer_staged_input();
   StagedOperands& offer_staged_output_grad();
-  // Whether the channels allow staged operands at all (multiples of the BF16 kernels' 8-channel vector); the plan for
-  // a batch and math mode decides the rest (kernels::conv2d_takes_staged).
+  // Whether the channels allow staged operands at all (multiples of 8: the BF16 kernels' vector, and the writers'
+  // channel groups); the plan for a batch and math mode decides the rest (kernels::conv2d_takes_staged).
   bool may_take_staged() const { return in_ % 8 == 0 && out_ % 8 == 0; }
 
  private:

@@ -77,7 +77,7 @@ kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const
           .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
 }
 
-uint16_t* ConvBatchNormPool::staged_output(const kernels::Exec& exec, int64_t rows) const {
+void* ConvBatchNormPool::staged_output(const kernels::Exec& exec, int64_t rows) const {
   return staged_output_ ? staged_output_->for_batch(staged_output_->input, exec, rows) : nullptr;
 }
 
@@ -97,7 +97,10 @@ void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, con
 template <class T>
 void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
   kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_);
-  a.y_staged = staged_output(exec, x.shape()[0]);  // then y is not written: the next convolution reads this
+  // The next convolution reads the staged output; y beside it only for the backward's ReLU (no backward follows an
+  // evaluation).
+  a.y_staged = staged_output(exec, x.shape()[0]);
+  if (a.y_staged && (mode == Mode::eval || !keeps_fp32_output(exec))) a.y = nullptr;
   if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, a);
   const kernels::BatchNormShape bn = a.shape.batchnorm();
   bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));
@@ -110,7 +113,8 @@ void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& 
   const bool relu = bn_->relu_ && !dy_is_preactivation_;
   kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, relu);
   if (!relu) a.y = nullptr;
-  a.y_staged = relu ? staged_output(exec, x.shape()[0]) : nullptr;  // the forward wrote it instead of y
+  a.y_staged = relu ? staged_output(exec, x.shape()[0]) : nullptr;  // the ReLU reads y, or this where y is not written
+  if (a.y_staged && !keeps_fp32_output(exec)) a.y = nullptr;
   a.dy = dy.data<T>();
   a.dw = conv_->weight_->grad.template data<T>();
   a.dgamma = bn_->affine_ ? bn_->gamma_->grad.template data<T>() : nullptr;

@@ -47,7 +47,11 @@ class ConvBatchNormPool final : public Layer {
   // the workspace; the backward adds its gradients.
   template <class T>
   kernels::ConvBatchNormPoolArgs<T> args(const Tensor& x, const Tensor& y, bool relu) const;
-  uint16_t* staged_output(const kernels::Exec& exec, int64_t rows) const;  // nullptr: y is fp32
+  void* staged_output(const kernels::Exec& exec, int64_t rows) const;  // nullptr: y is fp32 NCHW
+  // Whether y is written in fp32 beside a staged output, for the backward's ReLU to read: under TF32, whose
+  // channels-last reads (4 bytes, K apart) cost the backward's reduce more than the extra store costs the forward;
+  // under BF16 the reduce reads the staged copy (docs/bf16.md, 'The same link under --tf32').
+  static bool keeps_fp32_output(const kernels::Exec& exec) { return exec.math != kernels::Math::bf16; }
   template <class T>
   void forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode);
   template <class T>

@@ -38,12 +38,13 @@ void link_staged_operands(std::vector<std::unique_ptr<Layer>>& layers, std::vect
     if (!conv || !conv->may_take_staged()) continue;
     if (auto* stem = i > 0 ? dynamic_cast<ConvBatchNormPool*>(layers[i - 1].get()) : nullptr) {
       stem->write_staged_output(conv->offer_staged_input());
-      made.push_back({"bf16 input", cat(stem->label(), " -> ", conv->label(), ", with --bf16 on the GPU")});
+      made.push_back({"staged input", cat(stem->label(), " -> ", conv->label(), ", with --tf32 or --bf16 on the GPU")});
     }
     auto* bn = i + 1 < layers.size() ? dynamic_cast<BatchNorm*>(layers[i + 1].get()) : nullptr;
     if (bn && bn->can_write_staged_input_grad()) {
       bn->write_staged_input_grad(conv->offer_staged_output_grad());
-      made.push_back({"bf16 gradient", cat(conv->label(), " <- ", bn->label(), ", with --bf16 on the GPU")});
+      made.push_back(
+          {"staged gradient", cat(conv->label(), " <- ", bn->label(), ", with --tf32 or --bf16 on the GPU")});
     }
   }
 }
@@ -71,7 +72,7 @@ std::vector<Fusion> plan_fusions(std::vector<std::unique_ptr<Layer>>& layers, co
   if (layers.empty()) return made;
   if (choices.stem) fuse_stem(layers, input, made);
   link_statistics(layers, made);
-  if (choices.bf16_operands) link_staged_operands(layers, made);
+  if (choices.staged_operands) link_staged_operands(layers, made);
   mask_relu_gradients(layers, made);
   note_head(layers, made);
   return made;

@@ -8,11 +8,11 @@
 //   relu mask   a layer right after one that ends in ReLU takes its input gradient through that ReLU (a select on
 //               the ReLU's output), and the earlier layer receives the gradient of its pre-activation
 //               (Layer::mask_input_grad)
-//   bf16 input  a convolution right after a fused stem takes its input as its GPU kernels multiply it under --bf16
-//               (BF16, channels-last: kernels/conv.h, 'Staged operands'), which the stem writes instead of its fp32
-//               output: half the bytes, and no transpose in the convolution's passes (Conv2d::offer_staged_input;
-//               the same bits)
-//   bf16 gradient  likewise its output gradient, from a BatchNorm with a fused max-pool right after it
+//   staged input  a convolution right after a fused stem takes its input as its GPU kernels multiply it under
+//               --tf32 or --bf16 (channels-last, rounded: kernels/conv.h, 'Staged operands'), which the stem writes
+//               instead of its fp32 output: no transpose in the convolution's passes, and half the bytes in BF16
+//               (Conv2d::offer_staged_input; the same bits)
+//   staged gradient  likewise its output gradient, from a BatchNorm with a fused max-pool right after it
 //               (Conv2d::offer_staged_output_grad, BatchNorm::write_staged_input_grad)
 //   head        a last Linear that fits the fused classifier head (kernels/classifier_head.h) may run inside a
 //               softmax cross-entropy loss: the Trainer runs it there when its loss takes it (Loss::fuses)
@@ -29,13 +29,13 @@
 namespace nt::layers {
 
 struct Fusion {
-  std::string kind;  // stem, statistics, bf16 input, relu mask, head
+  std::string kind;  // stem, statistics, staged input, staged gradient, relu mask, head
   std::string what;  // the layers it joins, by their sequential index and description
 };
 
 struct FusionChoices {
   bool stem = true;  // false where the BatchNorms synchronize their statistics over ranks, which the stem cannot
-  bool bf16_operands = true;  // the bf16 input and gradient links
+  bool staged_operands = true;  // the staged input and gradient links
 };
 
 // Makes the fusions of `layers` (a model's, in order; `input` its per-sample input shape) and returns them.

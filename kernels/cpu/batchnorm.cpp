@@ -35,10 +35,10 @@
 #include <vector>
 
 #include "kernels/batchnorm.h"
-#include "kernels/bf16.h"
 #include "kernels/collective.h"
 #include "kernels/cpu/op_scope.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/operand.h"
 #include "kernels/pool.h"
 
 namespace nt::kernels::cpu {
@@ -395,7 +395,7 @@ void batchnorm_pool_forward_eval(const Exec& exec, const BatchNormArgs<T>& a) {
 }
 template <class T>
 void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<T>& a) {
-  // A staged dx (BF16 channels-last, the GPU's form for a convolution before it under --bf16): dx, then rounded into
+  // A staged dx (channels-last in TF32 or BF16, the GPU's form for a convolution before it): dx, then rounded into
   // place. Only tests ask the CPU for one (a model stages nothing on the CPU), so its scratch is allocated here.
   const BatchNormShape& s = a.shape;
   std::vector<T> unstaged(a.dx_staged ? size_t(s.n * s.c * s.hw) : 0);
@@ -403,7 +403,7 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<T>& a) {
   pool_backward_impl(exec, s, a.pool, a.hyper, a.x, static_cast<const T*>(a.y), a.dy, a.argmax, a.gamma,
                      static_cast<const T*>(a.save_mean), static_cast<const T*>(a.save_invstd), dx, a.dgamma, a.dbeta,
                      a.workspace, sync_for("batchnorm_pool_backward", a, pool_scratch(s, a.pool)));
-  if (a.dx_staged) stage_channels_last(dx, s.n, s.c, s.hw, a.dx_staged);
+  if (a.dx_staged) stage_channels_last(dx, s.n, s.c, s.hw, exec.math, a.dx_staged);
 }
 
 template void batchnorm_forward_train(const Exec&, const BatchNormArgs<float>&);

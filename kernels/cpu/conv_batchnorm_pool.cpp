@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/bf16.h"
 #include "kernels/conv_batchnorm_pool.h"
+#include "kernels/operand.h"
 
 namespace nt::kernels::cpu {
 
@@ -46,7 +46,7 @@ BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratc
           .x = ws.conv,
           .gamma = a.gamma,
           .beta = a.beta,
-          .y = a.y_staged ? ws.pooled : a.y,
+          .y = a.y ? a.y : ws.pooled,
           .argmax = a.argmax,
           .save_mean = a.save_mean,
           .save_invstd = a.save_invstd,
@@ -62,8 +62,10 @@ BatchNormArgs<T> pooled_args(const ConvBatchNormPoolArgs<T>& a, const StemScratc
 
 // The forward's y, where the op stages it (y_staged), from the scratch it went to.
 template <class T>
-void stage_output(const ConvBatchNormPoolArgs<T>& a, const StemScratch<T>& ws) {
-  if (a.y_staged) stage_channels_last(ws.pooled, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), a.y_staged);
+void stage_output(const Exec& exec, const ConvBatchNormPoolArgs<T>& a, const StemScratch<T>& ws) {
+  if (a.y_staged)
+    stage_channels_last(a.y ? a.y : ws.pooled, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), exec.math,
+                        a.y_staged);
 }
 
 }  // namespace
@@ -76,21 +78,21 @@ template <class T>
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   const StemScratch<T> ws = convolved_scratch(exec, a);
   cpu::batchnorm_pool_forward_train(exec, pooled_args(a, ws));
-  stage_output(a, ws);
+  stage_output(exec, a, ws);
 }
 
 template <class T>
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   const StemScratch<T> ws = convolved_scratch(exec, a);
   cpu::batchnorm_pool_forward_eval(exec, pooled_args(a, ws));
-  stage_output(a, ws);
+  stage_output(exec, a, ws);
 }
 
 template <class T>
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   const StemScratch<T> ws = convolved_scratch(exec, a);
-  if (a.y_staged && a.hyper.relu)  // the ReLU's y, as stored
-    unstage_channels_last(a.y_staged, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), ws.pooled);
+  if (a.y_staged && a.hyper.relu && !a.y)  // the ReLU's y, as stored
+    unstage_channels_last(a.y_staged, a.shape.conv.n, a.shape.conv.k, pooled_planes(a.shape), exec.math, ws.pooled);
   cpu::batchnorm_pool_backward(exec, pooled_args(a, ws));
   cpu::conv2d_backward_weight(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .dy = ws.dconv, .dw = a.dw});
 }

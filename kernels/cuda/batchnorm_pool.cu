@@ -23,16 +23,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
-
-#include <cuda_bf16.h>
 
 #include "kernels/batchnorm.h"
 #include "kernels/cuda/batchnorm_params.cuh"
 #include "kernels/cuda/batchnorm_passes.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/staged_activation.cuh"
 
 namespace nt::kernels::cuda {
 
@@ -227,17 +225,17 @@ __global__ void __launch_bounds__(kThreads, kPooledMinBlocks)
   }
 }
 
-// The backward's dx staged for the convolution before (BatchNormArgs::dx_staged: BF16, channels-last, kernels/conv.h
-// 'Staged operands'): nchw_pool_backward_apply_kernel's values, transposed through shared memory so that the NCHW
-// reads and the channels-last stores both coalesce. The work is items of (image, band of cell rows) and groups of
-// kStagedChannels channels; grid (item ranges, channel groups). A block first finalizes its channels (warp j channel
+// The backward's dx staged for the convolution before (BatchNormArgs::dx_staged: channels-last in TF32 or BF16,
+// kernels/conv.h 'Staged operands'): nchw_pool_backward_apply_kernel's values, transposed through shared memory so that
+// the NCHW reads and the channels-last stores both coalesce. The work is items of (image, band of cell rows) and groups
+// of kStagedChannels channels; grid (item ranges, channel groups). A block first finalizes its channels (warp j channel
 // c0 + j, as the apply kernel's warp 0 does; the blocks of item range 0 store dgamma/dbeta), then for each item:
 //   1. a thread per (channel, cell), cells fastest (reads along x's rows, as the apply kernel's): the window's argmax,
 //      dy (and y) once, then dx of each of the cell's elements into tile[element][channel];
-//   2. a thread per element: one 16-byte store of its 8 channels in BF16.
+//   2. a thread per element: its 8 channels in one 16-byte store of BF16, or two of TF32 (staged_activation.cuh).
 // Eight channels a block, not more: a block of 32 (a warp finalizing four in turn, four times fewer blocks) took
 // 17.6 µs at the cnn's batch 64 on an H200, against 4.4 for the apply kernel it replaces (docs/bf16.md).
-constexpr int kStagedChannels = 8;        // 16 bytes of BF16; a warp of the block finalizes each
+constexpr int kStagedChannels = 8;        // 16 bytes of BF16, 32 of TF32; a warp of the block finalizes each
 constexpr int kStagedTileFloats = 4096;   // 16 KB: the cnn's 14x14 plane in one band, 28x28 in two
 constexpr int kStagedTargetBlocks = 528;  // four blocks an SM of a 132-SM H100/H200
 struct StagedGeometry {
@@ -247,10 +245,10 @@ struct StagedGeometry {
   int64_t items = 0;   // images x bands
 };
 
-template <bool kRelu, int kWindow>
+template <bool kRelu, int kWindow, class Staged>
 __global__ void __launch_bounds__(kThreads)
     nchw_pool_backward_staged_kernel(const PoolGeometry pg, const StagedGeometry sg, const BackwardArgs b,
-                                     const int32_t* argmax, __nv_bfloat16* dx_staged, StampRing stamps) {
+                                     const int32_t* argmax, Staged* dx_staged, StampRing stamps) {
   begin_dependent_kernel(stamps);
   static_assert(kThreads / kWarpSize == kStagedChannels, "a warp finalizes each channel");
   constexpr int cb = kStagedChannels, ld = cb + 1;  // the tile's row stride: conflict-free column writes
@@ -291,15 +289,13 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     __syncthreads();
-    __nv_bfloat16* to = dx_staged + (img * plane + int64_t(h0) * pg.w) * C + c0;
+    Staged* to = dx_staged + (img * plane + int64_t(h0) * pg.w) * C + c0;
     for (int e = threadIdx.x; e < elements; e += kThreads) {
-      const float* v = tile + e * ld;
-      __nv_bfloat162 pairs[cb / 2];
+      const float* from = tile + e * ld;
+      float v[cb];
 #pragma unroll
-      for (int j = 0; j < cb / 2; ++j) pairs[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-      uint4 packed;
-      memcpy(&packed, pairs, sizeof(packed));
-      *reinterpret_cast<uint4*>(to + int64_t(e) * C) = packed;
+      for (int j = 0; j < cb; ++j) v[j] = from[j];
+      store_staged<cb>(to + int64_t(e) * C, v);
     }
     __syncthreads();  // the tile is read before the next item writes it
   }
@@ -441,6 +437,8 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& args)
   NT_CHECK(args.workspace != nullptr, "batchnorm_pool_backward needs batchnorm_pool_workspace_floats() of workspace");
   NT_CHECK(!with_relu || args.y != nullptr, "batchnorm_pool_backward with relu needs the pooled forward output y");
   NT_CHECK(argmax != nullptr, "batchnorm_pool_backward needs the forward's argmax");
+  NT_CHECK(!args.dx_staged || stages_activations(exec.math),
+           "batchnorm_pool_backward: a staged dx needs TF32 or BF16 math (fp32 stages nothing)");
   NT_CHECK(!args.dx_staged || (s.c % 8 == 0 && aligned16(args.dx_staged)),
            "batchnorm_pool_backward: a staged dx needs channels a multiple of 8 and 16-byte aligned memory, got ", s.c,
            " channels");
@@ -450,7 +448,8 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& args)
   const double pooled_reads = with_relu ? 3 : 2;  // dy, argmax (and y) per pooled output
   const profile::OpCost reduce_cost{pooled * 4 * (pooled_reads + 1), pooled * 3};
   const profile::OpCost apply_cost{elems * 8 + pooled * 4 * pooled_reads, elems * 5};
-  const profile::OpCost staged_cost{elems * 6 + pooled * 4 * pooled_reads, elems * 5};  // dx in 2 bytes
+  const double staged_bytes = args.dx_staged ? double(staged_element_bytes(exec.math)) : 0.0;
+  const profile::OpCost staged_cost{elems * (4 + staged_bytes) + pooled * 4 * pooled_reads, elems * 5};
   const profile::OpCost finalize_cost{double(pg.chunks) * double(s.c) * 8, double(pg.chunks) * double(s.c) * 2};
   const bool pairs = pool.w % 2 == 0 && aligned8(args.x) && aligned8(args.dx);
   with_relu_window(with_relu, pool.window, pairs, [&](auto relu, auto window, auto pairs_choice) {
@@ -460,11 +459,14 @@ void batchnorm_pool_backward(const Exec& exec, const BatchNormArgs<float>& args)
     if (synchronized(args)) args.group->all_reduce_mean(exec, args.workspace, size_t(2 * pg.chunks * s.c));
     if (args.dx_staged) {
       const StagedGeometry sg = make_staged_geometry(s, pg);
-      launch(exec, "batchnorm_pool_backward_staged", staged_cost,
-             nchw_pool_backward_staged_kernel<kRelu, decltype(window)::value>,
-             dim3(static_cast<unsigned>(div_up<int64_t>(sg.items, sg.per_block)),
-                  static_cast<unsigned>(s.c / kStagedChannels)),
-             dim3(kThreads), 0, pg, sg, b, argmax, reinterpret_cast<__nv_bfloat16*>(args.dx_staged));
+      with_staged_element(exec.math, args.dx_staged, [&](auto* staged) {
+        launch(
+            exec, "batchnorm_pool_backward_staged", staged_cost,
+            nchw_pool_backward_staged_kernel<kRelu, decltype(window)::value, std::remove_pointer_t<decltype(staged)>>,
+            dim3(static_cast<unsigned>(div_up<int64_t>(sg.items, sg.per_block)),
+                 static_cast<unsigned>(s.c / kStagedChannels)),
+            dim3(kThreads), 0, pg, sg, b, argmax, staged);
+      });
     } else if (args.dx) {
       launch(exec, "batchnorm_pool_backward_nchw", apply_cost,
              nchw_pool_backward_apply_kernel<kRelu, decltype(window)::value, decltype(pairs_choice)::value>,

@@ -79,6 +79,7 @@
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
+#include "kernels/operand.h"
 #include "kernels/tf32.h"
 
 namespace nt::kernels::cuda {
@@ -912,7 +913,7 @@ profile::OpCost tensor_core_cost(const Conv2dShape& s, channels_last::Format for
 // are staged, beside the kernel before where the caller promises it (Conv2dArgs::overlaps_previous).
 void run_channels_last(const Exec& exec, const profile::OpCost& cost, const ConvArgs& f, const float* src,
                        const float* w, bool flipped, float* workspace, const channels_last::Tile& tile,
-                       const uint16_t* staged = nullptr, bool overlaps_previous = false) {
+                       const void* staged = nullptr, bool overlaps_previous = false) {
   channels_last::stage(exec, f, tile.format, staged ? nullptr : src, w, flipped, workspace, nullptr, nullptr,
                        staged && overlaps_previous);
   channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile, staged);
@@ -950,16 +951,17 @@ void channels_last_backward_weight(const Exec& exec, const Conv2dShape& s, const
                                       dbias ? s.k : 0);
 }
 
-// Checks a call's staged operands against the plan (the layer asks conv2d_takes_staged first).
-void check_staged(const Exec& exec, const Conv2dArgs<float>& args, const char* op) {
-  NT_CHECK((args.x_staged == nullptr && args.dy_staged == nullptr) || conv2d_takes_staged(args.shape, exec.math), op,
-           ": staged (BF16 channels-last) operands, but this shape's plan does not multiply them");
+// Checks a call's staged operands against the plan (the layer asks conv2d_takes_staged first). bias: the pass sums
+// dbias (a TF32 plan stages nothing for it); a forward's bias changes nothing.
+void check_staged(const Exec& exec, const Conv2dArgs<float>& args, const char* op, bool bias) {
+  NT_CHECK((args.x_staged == nullptr && args.dy_staged == nullptr) || conv2d_takes_staged(args.shape, exec.math, bias),
+           op, ": staged (channels-last) operands, but this shape's plan does not multiply them");
 }
 
 }  // namespace
 
-bool conv2d_takes_staged(const Conv2dShape& s, Math math) {
-  return math == Math::bf16 && channels_last_plan(s, false, math) && channels_last_weight_plan(s, math, false);
+bool conv2d_takes_staged(const Conv2dShape& s, Math math, bool bias) {
+  return stages_activations(math) && channels_last_plan(s, false, math) && channels_last_weight_plan(s, math, bias);
 }
 
 size_t conv2d_statistics_floats(const Conv2dShape& s) {
@@ -975,7 +977,7 @@ size_t conv2d_workspace_floats(const Conv2dShape& s) { return most_over_batches(
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   const Conv2dShape& s = args.shape;
   check_shape(s);
-  check_staged(exec, args, "conv2d_forward");
+  check_staged(exec, args, "conv2d_forward", /*bias=*/false);
   const PassGemm g = forward_gemm(s);
   if (g.M == 0 || g.N == 0) return 0;  // y is empty
   ConvArgs a = make_args(exec, s, g);
@@ -999,7 +1001,7 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
 void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& args) {
   const Conv2dShape& s = args.shape;
   check_shape(s);
-  check_staged(exec, args, "conv2d_backward_data");
+  check_staged(exec, args, "conv2d_backward_data", /*bias=*/false);
   const PassGemm g = backward_data_gemm(s);
   if (g.M == 0 || g.N == 0) return;  // dx is empty
   if (const auto tile = channels_last_plan(s, true, exec.math)) {
@@ -1019,7 +1021,7 @@ void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& args) {
   const float *x = args.x, *dy = args.dy;
   float *dbias = args.dbias, *workspace = args.workspace;
   check_shape(s);
-  check_staged(exec, args, "conv2d_backward_weight");
+  check_staged(exec, args, "conv2d_backward_weight", args.dbias != nullptr);
   const PassGemm g = backward_weight_gemm(s);
   if (g.M == 0 || (g.N == 0 && dbias == nullptr)) return;  // nothing to write
   ConvArgs a = make_args(exec, s, g);
@@ -1047,7 +1049,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
   const float *x = args.x, *dy = args.dy, *w = args.w;
   float *dw = args.dw, *dbias = args.dbias, *dx = args.dx, *workspace = args.workspace;
   check_shape(s);
-  check_staged(exec, args, "conv2d_backward");
+  check_staged(exec, args, "conv2d_backward", args.dbias != nullptr);
   const PassGemm gw = backward_weight_gemm(s), gd = backward_data_gemm(s);
   if (!dx || gd.M == 0 || gd.N == 0 || direct_taps(s) || gw.M == 0 || gw.N == 0 || gw.K == 0) {
     cuda::conv2d_backward_weight(exec, args);

@@ -29,8 +29,8 @@
 //   forward_train  stem_moments (a block per image group: the group's moments, kept in the workspace for the
 //                  backward, and from them each channel's (mean, M2) partial in the pooled statistics'
 //                  [field][k][p] layout) → stem_pool (normalize each window, write its maximum and argmax;
-//                  with y_staged the maximum goes there instead, BF16 channels-last, a thread's 4 channels in one
-//                  8-byte store); forward_eval: stem_pool alone.
+//                  with y_staged the maximum goes there instead, channels-last in BF16 or TF32, a thread's 4
+//                  channels in one 8- or 16-byte store: staged_activation.cuh); forward_eval: stem_pool alone.
 //   backward       stem_pool_backward_reduce (S1, S2 and P_t over the pooled outputs: one value at each argmax)
 //                  → stem_weight (a warp per channel: dgamma, dbeta and dw from the sums and the moments).
 // Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
@@ -43,12 +43,11 @@
 #include <type_traits>
 #include <utility>
 
-#include <cuda_bf16.h>
-
 #include "kernels/conv_batchnorm_pool.h"
 #include "kernels/cuda/batchnorm_params.cuh"
 #include "kernels/cuda/fast_divmod.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/staged_activation.cuh"
 #include "kernels/operand.h"
 
 namespace nt::kernels::cuda {
@@ -88,22 +87,6 @@ struct StemGeometry {
     return (int64_t(chunk * per_block + image) * (int64_t(pooled_p) * pooled_q) + ij) * parts.C + k;
   }
 };
-
-// A pooled pixel's Kb channels into the staged y, rounded to BF16 (ConvBatchNormPoolArgs::y_staged): four channels
-// (nine taps) as one 8-byte store, which K % 8 == 0 aligns.
-template <int Kb>
-__device__ __forceinline__ void store_staged(__nv_bfloat16* to, const float (&v)[Kb]) {
-  if constexpr (Kb == 4) {
-    const __nv_bfloat162 low = __floats2bfloat162_rn(v[0], v[1]), high = __floats2bfloat162_rn(v[2], v[3]);
-    uint2 packed;
-    memcpy(&packed.x, &low, 4);
-    memcpy(&packed.y, &high, 4);
-    *reinterpret_cast<uint2*>(to) = packed;
-  } else {
-#pragma unroll
-    for (int c = 0; c < Kb; ++c) to[c] = __float2bfloat16_rn(v[c]);
-  }
-}
 
 // Every thread of the block: the block's images of x into `staged` ([image][c][padded_h][padded_w], zeros in the
 // padding), rounded as math says. First the whole area is zeroed, then x's values (consecutive, so the loads
@@ -462,10 +445,10 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 
 // grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values (training: the statistics from the
 // moments, stem_forward_params).
-template <bool kTrain, bool kRelu, int Taps>
+template <bool kTrain, bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax, __nv_bfloat16* y_staged, StampRing stamps) {
+                             int32_t* argmax, Staged* y_staged, StampRing stamps) {
   const StemBlock<Taps> b =
       enter_stem_block<Taps, kTrain>(cv, sg, stamps);  // evaluation: x from the gather just before
   constexpr int Kb = StemBlock<Taps>::kChannels;
@@ -498,7 +481,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = 0; c < Kb; ++c)
       if (b.has(c, sg.parts.C)) {
         const int64_t out = sg.pooled_at(b.chunk, image, b.k0 + c, ij);
-        if (!y_staged) __stcs(a.y + out, best[c]);
+        if (a.y) __stcs(a.y + out, best[c]);
         __stcs(argmax + out, best_at[c]);
       }
     if (y_staged) store_staged<Kb>(y_staged + sg.staged_at(b.chunk, image, b.k0, ij), best);  // K % 8 == 0: all Kb
@@ -510,11 +493,10 @@ __global__ void __launch_bounds__(kThreads)
 // [field][k][p]. beside: it runs beside its predecessor (ConvBatchNormPoolArgs::overlaps_previous: a kernel that reads
 // only its own layer's workspace and writes only that layer's gradients), since everything it reads comes from
 // kernels before that one.
-template <bool kRelu, int Taps>
+template <bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
-                                     const int32_t* argmax, const __nv_bfloat16* y_staged, bool beside,
-                                     StampRing stamps) {
+                                     const int32_t* argmax, const Staged* y_staged, bool beside, StampRing stamps) {
   const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, stamps, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
@@ -533,7 +515,7 @@ __global__ void __launch_bounds__(kThreads)
       float d = __ldg(b.dy + out);
       if constexpr (kRelu) {
         const float y =
-            y_staged ? __bfloat162float(y_staged[sg.staged_at(blk.chunk, image, blk.k0 + c, ij)]) : __ldg(b.y + out);
+            y_staged ? staged_value(y_staged[sg.staged_at(blk.chunk, image, blk.k0 + c, ij)]) : __ldg(b.y + out);
         d = y > 0.f ? d : 0.f;
       }
       int oh, ow;
@@ -660,6 +642,8 @@ Stem make_stem(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
   st.values = double(bn.n * bn.hw) * double(bn.c);
   st.pooled = double(bn.n) * bn.c * pool.p() * pool.q();
   st.x_bytes = double(cs.x_size()) * 4;
+  NT_CHECK(t.y_staged == nullptr || stages_activations(exec.math),
+           "conv_batchnorm_pool: a staged output needs TF32 or BF16 math (fp32 stages nothing)");
   NT_CHECK(t.y_staged == nullptr || cs.k % 8 == 0, "conv_batchnorm_pool: a staged output needs channels a multiple ",
            "of 8, got ", cs.k);
   NT_CHECK(t.y_staged == nullptr || reinterpret_cast<uintptr_t>(t.y_staged) % 16 == 0,
@@ -690,15 +674,19 @@ void with_relu_taps(bool relu, int taps, const F& f) {
 // moments: the training forward's (nullptr in evaluation).
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
-                      const double* moments, int32_t* argmax, uint16_t* y_staged) {
+                      const double* moments, int32_t* argmax, void* y_staged) {
+  NT_CHECK(a.y != nullptr || y_staged != nullptr, name, ": no output (y or y_staged)");
   // Training: the blocks stage x and w before their wait (enter_stem_block), beside the predecessor's tail.
-  const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (y_staged ? 6 : 8),
+  const double y_bytes = (a.y ? 4.0 : 0.0) + (y_staged ? double(staged_element_bytes(exec.math)) : 0.0);
+  const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (4 + y_bytes),
                              .flops = st.values * (2.0 * st.cv.taps + 4),
                              .overlaps_previous = kTrain};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
-    launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value>,
-           stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax,
-           reinterpret_cast<__nv_bfloat16*>(y_staged));
+    with_staged_element(exec.math, y_staged, [&](auto* staged) {
+      using Staged = std::remove_pointer_t<decltype(staged)>;
+      launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value, Staged>,
+             stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax, staged);
+    });
   });
 }
 
@@ -798,7 +786,8 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
                        .ws = ws.partials,
                        .count = static_cast<float>(count)};
   const int chunks = st.sg.parts.chunks, taps = st.cv.taps, entries = moment_entries(stem_compiled_taps(taps));
-  const double pooled_bytes = 8 + (h.relu ? (t.y_staged ? 2 : 4) : 0);  // dy, argmax (and y) per pooled output
+  const double y_bytes = t.y ? 4.0 : double(staged_element_bytes(exec.math));
+  const double pooled_bytes = 8 + (h.relu ? y_bytes : 0);  // dy, argmax (and y) per pooled output
   const bool beside = exec.programmatic_launch && t.overlaps_previous;
   const profile::OpCost reduce_cost{
       .bytes = st.x_bytes + st.pooled * pooled_bytes + double(chunks) * bn.c * (2 + taps) * 4,
@@ -811,9 +800,12 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
   with_relu_taps(h.relu, taps, [&](auto relu, auto compiled) {
     constexpr bool kRelu = decltype(relu)::value;
     constexpr int Taps = decltype(compiled)::value;
-    launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost, stem_pool_backward_reduce_kernel<kRelu, Taps>,
-           stem_grid(st.sg, taps), dim3(kThreads), st.smem, st.sg, b, st.cv, t.argmax,
-           h.relu ? reinterpret_cast<const __nv_bfloat16*>(t.y_staged) : nullptr, beside);
+    with_staged_element(exec.math, h.relu && !t.y ? t.y_staged : nullptr, [&](auto* staged) {
+      using Staged = std::remove_pointer_t<decltype(staged)>;
+      launch(exec, "conv_batchnorm_pool_backward_reduce", reduce_cost,
+             stem_pool_backward_reduce_kernel<kRelu, Taps, Staged>, stem_grid(st.sg, taps), dim3(kThreads), st.smem,
+             st.sg, b, st.cv, t.argmax, static_cast<const Staged*>(staged), beside);
+    });
     launch(exec, "conv_batchnorm_pool_backward_weight", weight_cost, stem_weight_kernel<Taps>,
            dim3(static_cast<unsigned>(div_up<int64_t>(bn.c, kWarps))), dim3(kThreads), 0, st.sg, b, st.cv, ws.moments,
            t.dw);

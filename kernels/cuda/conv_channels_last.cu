@@ -538,7 +538,6 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
            " kernel needs source channels a multiple of ", vector_of(tile.format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging) && (source == nullptr || aligned16(source)), name,
            ": the channels-last operands need a 16-byte aligned workspace");
-  NT_CHECK(source == nullptr || tile.format == Format::bf16, name, ": a staged source is BF16");
   a.split = 1;
   with_format(tile.format, [&](auto ops) {
     using Ops = decltype(ops);

@@ -92,8 +92,8 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
                     const float* x_cl, const WeightPlan& plan);
 
 // y = the forward of a from the staged operands (a.out, a.bias, a.stats as conv.cu's forward; no split).
-// Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous. source (nullable, BF16): the
-// source channels-last where its layer's neighbour wrote it; else staging's.
+// Launched after its predecessor, as conv.cu's TF32 tiles, unless a.overlaps_previous. source (nullable, in the
+// format): the source channels-last where its layer's neighbour wrote it; else staging's.
 void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, ConvArgs a, const float* staging,
               const Tile& tile, const void* source = nullptr);
 

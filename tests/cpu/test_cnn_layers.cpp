@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "engine/checkpoint.h"
-#include "kernels/bf16.h"
 #include "kernels/conv_batchnorm_pool.h"
+#include "kernels/operand.h"
 #include "layers/builder.h"
 #include "layers/conv_batchnorm_pool.h"
 #include "rig.h"
@@ -80,18 +80,24 @@ TEST_CASE("a leading conv with few taps, bn and max-pool fuse into one layer, an
 }
 
 TEST_CASE(
-    "the CPU stem stages its output as the GPU's does (y rounded to BF16, channels-last), and its backward's ReLU "
-    "reads it there",
+    "the CPU stem stages its output as the GPU's does (y rounded to TF32 or BF16, channels-last), and its backward's "
+    "ReLU reads it there",
     "[cpu][cnn][bf16]") {
-  // The CPU twin of ConvBatchNormPoolArgs::y_staged (kernels/conv_batchnorm_pool.h), against the same op with y.
+  // The CPU twin of ConvBatchNormPoolArgs::y_staged (kernels/conv_batchnorm_pool.h), alone or with y beside it,
+  // against the same op with y alone, in both formats (the math also rounds the stem's operands, the same in every
+  // run). Written beside the staged copy, y has the bits it has alone.
+  const kernels::Math math = GENERATE(kernels::Math::tf32, kernels::Math::bf16);
+  kernels::Exec exec;
+  exec.math = math;
   const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{3, 1, 9, 7, 8, 3, 3, 1, 1}, 2};
   const int64_t planes = int64_t(stem.pool().p()) * stem.pool().q();
   const size_t pooled = size_t(3 * 8 * planes), C = 8;
   const auto x = test::random_floats(stem.conv.x_size()), w = test::random_floats(stem.conv.w_size());
   const auto dy = test::random_floats(pooled);
-  auto run = [&](bool staged) {
+  std::vector<std::vector<float>> y_bits;
+  auto run = [&](bool staged, bool with_y) {
     std::vector<float> y(pooled, test::kPoison), mean(C), invstd(C), dw(stem.conv.w_size()), dgamma(C), dbeta(C);
-    std::vector<uint16_t> y_staged(staged ? pooled : 0);
+    std::vector<uint32_t> y_staged(staged ? test::staged_words(math, pooled) : 0);
     std::vector<int32_t> argmax(pooled);
     std::vector<float> ws(kernels::conv_batchnorm_pool_workspace_floats(Backend::cpu, stem));
     kernels::BatchNormHyper h;
@@ -100,7 +106,7 @@ TEST_CASE(
                                                   .hyper = h,
                                                   .x = x.data(),
                                                   .w = w.data(),
-                                                  .y = staged ? nullptr : y.data(),
+                                                  .y = with_y ? y.data() : nullptr,
                                                   .argmax = argmax.data(),
                                                   .save_mean = mean.data(),
                                                   .save_invstd = invstd.data(),
@@ -110,14 +116,20 @@ TEST_CASE(
                                                   .dbeta = dbeta.data(),
                                                   .workspace = ws.data(),
                                                   .y_staged = staged ? y_staged.data() : nullptr};
-    kernels::conv_batchnorm_pool_forward_train(kernels::Exec{}, a);
-    kernels::conv_batchnorm_pool_backward(kernels::Exec{}, a);
-    std::vector<float> out = staged ? test::unstaged_bf16(y_staged, 3, 8, planes) : kernels::rounded_to_bf16(y);
+    kernels::conv_batchnorm_pool_forward_train(exec, a);
+    kernels::conv_batchnorm_pool_backward(exec, a);
+    std::vector<float> out =
+        staged ? test::unstaged_copy(math, y_staged, 3, 8, planes) : kernels::rounded_operands(y, math);
     for (const auto& v : {mean, invstd, dw, dgamma, dbeta}) out.insert(out.end(), v.begin(), v.end());
     out.insert(out.end(), argmax.begin(), argmax.end());
+    if (with_y) y_bits.push_back(y);
     return out;
   };
-  CHECK(test::same_bits(run(true), run(false)));
+  const auto alone = run(false, true);
+  CHECK(test::same_bits(run(true, false), alone));
+  CHECK(test::same_bits(run(true, true), alone));
+  REQUIRE(y_bits.size() == 2);
+  CHECK(test::same_bits(y_bits[1], y_bits[0]));
 }
 
 TEST_CASE("bad cnn specs fail with one message naming --model and the item", "[cpu][cnn]") {

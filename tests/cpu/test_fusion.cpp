@@ -20,7 +20,7 @@ std::vector<std::string> fusions_in(const Model& model) {
 }  // namespace
 
 TEST_CASE(
-    "the cnn gets its stem, the conv statistics, the bf16 input and gradient, a relu mask and the head, each "
+    "the cnn gets its stem, the conv statistics, the staged input and gradient, a relu mask and the head, each "
     "listed in its summary",
     "[cpu][fusion]") {
   const auto model = layers::build_model("cnn", Shape{1, 28, 28}, 10);
@@ -29,19 +29,21 @@ TEST_CASE(
   REQUIRE(fusions.size() == 6);
   CHECK_THAT(fusions[0], Contains("stem: 0 conv 1->32"));
   CHECK_THAT(fusions[1], Contains("statistics: 4 conv 32->64"));
-  CHECK_THAT(fusions[2], Contains("bf16 input: 0 conv 1->32") && Contains("-> 4 conv 32->64"));
-  CHECK_THAT(fusions[3], Contains("bf16 gradient: 4 conv 32->64") && Contains("<- 5 batchnorm2d 64 +relu +maxpool 2"));
+  CHECK_THAT(fusions[2], Contains("staged input: 0 conv 1->32") && Contains("-> 4 conv 32->64"));
+  CHECK_THAT(fusions[3],
+             Contains("staged gradient: 4 conv 32->64") && Contains("<- 5 batchnorm2d 64 +relu +maxpool 2"));
   CHECK_THAT(fusions[4], Contains("relu mask: 9 linear 3136->128 +relu -> 11 linear 128->10"));
   CHECK_THAT(fusions[5], Contains("head: 11 linear 128->10"));
-  CHECK(fusions_in(*layers::build_model("cnn", Shape{1, 28, 28}, 10, {.bf16_operands = false})).size() == 4);
-  // Without a fused stem (sync-bn), conv 4's input has no writer, and conv 0's single channel no BF16 vector; without a
-  // max-pool after the BatchNorm, no gradient link.
+  CHECK(fusions_in(*layers::build_model("cnn", Shape{1, 28, 28}, 10, {.staged_operands = false})).size() == 4);
+  // Without a fused stem (sync-bn), conv 4's input has no writer, and conv 0's single channel no 8-channel vector;
+  // without a max-pool after the BatchNorm, no gradient link.
   const auto synced = fusions_in(*layers::build_model("cnn", Shape{1, 28, 28}, 10, {.sync_batchnorm = true}));
-  CHECK(std::count_if(synced.begin(), synced.end(), [](const std::string& f) { return f.starts_with("bf16 "); }) == 1);
+  CHECK(std::count_if(synced.begin(), synced.end(), [](const std::string& f) { return f.starts_with("staged "); }) ==
+        1);
   CHECK(std::count_if(synced.begin(), synced.end(),
-                      [](const std::string& f) { return f.starts_with("bf16 gradient: 4 conv 32->64"); }) == 1);
+                      [](const std::string& f) { return f.starts_with("staged gradient: 4 conv 32->64"); }) == 1);
   const auto unpooled = fusions_in(*layers::build_model("conv:8:3,bn,relu,flatten,linear:10", Shape{1, 8, 8}, 10));
-  CHECK(std::none_of(unpooled.begin(), unpooled.end(), [](const std::string& f) { return f.starts_with("bf16 "); }));
+  CHECK(std::none_of(unpooled.begin(), unpooled.end(), [](const std::string& f) { return f.starts_with("staged "); }));
   // stem, conv, batchnorm(+relu+maxpool), flatten, linear+relu, linear: the stem is one layer in place of two
   CHECK(model->layers().size() == 6);
 }

@@ -285,73 +285,80 @@ PoolResults run_cuda_pool(const Exec& gpu, const BatchNormShape& s, const kernel
 }
 
 TEST_CASE(
-    "batchnorm with a fused max-pool on CUDA writes a staged dx for a BF16 convolution before it: dx's bits, "
+    "batchnorm with a fused max-pool on CUDA writes a staged dx for a TF32 or BF16 convolution before it: dx's bits, "
     "rounded",
     "[cuda][batchnorm][bf16]") {
-  // BatchNormArgs::dx_staged (kernels/conv.h, 'Staged operands'): the backward writes dx channels-last in BF16
-  // instead of dx. Against the same backward with dx: the staged bits are staged_bf16(dx) exactly, dx is left as it
-  // was, dgamma and dbeta the same bits, nothing past the end; and the CPU twin's staged dx is staged_bf16 of its own
-  // dx. The cnn's second BatchNorm, an odd plane with partial cells, window 3, and 27x28 planes of 32 channels, which
-  // the kernel's tile takes in two bands of cell rows (the last one cut by the odd height); with and without the ReLU.
+  // BatchNormArgs::dx_staged (kernels/conv.h, 'Staged operands'): the backward writes dx channels-last in the math's
+  // element (BF16 bits, or fp32 rounded to TF32) instead of dx. Against the same backward with dx: the staged words are
+  // staged_copy(math, dx) exactly, dx is left as it was, dgamma and dbeta the same bits, nothing past the end; and the
+  // CPU twin's staged dx is staged_copy(math) of its own dx. The cnn's second BatchNorm, an odd plane with partial
+  // cells, window 3, and 27x28 planes of 32 channels, which the kernel's tile takes in two bands of cell rows (the last
+  // one cut by the odd height); with and without the ReLU; in both formats.
   CudaExec cuda;
   const PoolCase cases[] = {{64, 64, 14, 14, 2}, {3, 8, 7, 9, 2}, {2, 16, 9, 10, 3}, {3, 32, 27, 28, 2}};
-  for (const PoolCase& k : cases)
-    for (bool relu : {false, true}) {
-      const BatchNormShape s{k.n, k.c, int64_t(k.h) * k.w, Layout::nchw};
-      const kernels::BatchNormPool pool{k.h, k.w, k.window};
-      INFO("n=" << k.n << " c=" << k.c << " " << k.h << "x" << k.w << " window " << k.window << (relu ? " relu" : ""));
-      BatchNormHyper h;
-      h.relu = relu;
-      const Inputs in = make_inputs(s, true);
-      const size_t pooled = size_t(s.n * s.c) * pool.p() * pool.q(), count = in.x.size(), C = size_t(s.c);
-      const auto dy = random_floats(pooled);
-      PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);  // the forward's argmax, y and statistics (mutable: the
-                                                           // args' pointers are not const)
-      const Exec& gpu = cuda.exec;
-      DeviceBuffer<float> x(gpu, in.x), dyd(gpu, dy), y(gpu, cpu.r.y), gamma(gpu, in.gamma);
-      DeviceBuffer<float> mean(gpu, cpu.r.mean), invstd(gpu, cpu.r.invstd);
-      DeviceBuffer<int32_t> argmax(gpu, cpu.argmax);
-      DeviceBuffer<float> ws(gpu, poisoned(kernels::batchnorm_pool_workspace_floats(Backend::cuda, s, pool)));
-      auto run = [&](bool staged) {
-        DeviceBuffer<float> dx(gpu, poisoned(count)), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
-        DeviceBuffer<uint16_t> dx_staged(gpu, std::vector<uint16_t>(count + 8, 0x7fc1));
-        const kernels::BatchNormArgs<float> a{.shape = s,
-                                              .hyper = h,
-                                              .pool = pool,
-                                              .x = x.get(),
-                                              .gamma = gamma.get(),
-                                              .y = relu ? y.get() : nullptr,
-                                              .argmax = argmax.get(),
-                                              .save_mean = mean.get(),
-                                              .save_invstd = invstd.get(),
-                                              .dy = dyd.get(),
-                                              .dx = staged ? nullptr : dx.get(),
-                                              .dgamma = dgamma.get(),
-                                              .dbeta = dbeta.get(),
-                                              .workspace = ws.get(),
-                                              .dx_staged = staged ? dx_staged.get() : nullptr};
-        kernels::batchnorm_pool_backward(gpu, a);
-        std::vector<uint16_t> bits = dx_staged.download();
-        if (staged) {
-          CHECK(std::all_of(bits.begin() + long(count), bits.end(), [](uint16_t b) { return b == 0x7fc1; }));
-          bits.resize(count);
-          const auto untouched = dx.download();
-          CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
-        } else {
-          bits = staged_bf16(dx.download(), s.n, s.c, s.hw);
-        }
-        return std::make_tuple(bits, dgamma.download(), dbeta.download());
-      };
-      const auto [bits, dgamma, dbeta] = run(true);
-      const auto [want_bits, want_dgamma, want_dbeta] = run(false);
-      CHECK(bits == want_bits);
-      CHECK(same_bits(dgamma, want_dgamma));
-      CHECK(same_bits(dbeta, want_dbeta));
+  for (const kernels::Math math : {kernels::Math::bf16, kernels::Math::tf32})
+    for (const PoolCase& k : cases)
+      for (bool relu : {false, true}) {
+        const BatchNormShape s{k.n, k.c, int64_t(k.h) * k.w, Layout::nchw};
+        const kernels::BatchNormPool pool{k.h, k.w, k.window};
+        INFO(math_name(math) << " n=" << k.n << " c=" << k.c << " " << k.h << "x" << k.w << " window " << k.window
+                             << (relu ? " relu" : ""));
+        BatchNormHyper h;
+        h.relu = relu;
+        const Inputs in = make_inputs(s, true);
+        const size_t pooled = size_t(s.n * s.c) * pool.p() * pool.q(), count = in.x.size(), C = size_t(s.c);
+        const size_t words = staged_words(math, count);
+        const auto dy = random_floats(pooled);
+        PoolResults cpu = run_cpu_pool(s, pool, h, in, dy);  // the forward's argmax, y and statistics (mutable: the
+                                                             // args' pointers are not const)
+        Exec gpu = cuda.exec;
+        gpu.math = math;
+        DeviceBuffer<float> x(gpu, in.x), dyd(gpu, dy), y(gpu, cpu.r.y), gamma(gpu, in.gamma);
+        DeviceBuffer<float> mean(gpu, cpu.r.mean), invstd(gpu, cpu.r.invstd);
+        DeviceBuffer<int32_t> argmax(gpu, cpu.argmax);
+        DeviceBuffer<float> ws(gpu, poisoned(kernels::batchnorm_pool_workspace_floats(Backend::cuda, s, pool)));
+        auto run = [&](bool from_staged) {
+          DeviceBuffer<float> dx(gpu, poisoned(count)), dgamma(gpu, poisoned(C)), dbeta(gpu, poisoned(C));
+          DeviceBuffer<uint32_t> dx_staged(gpu, std::vector<uint32_t>(words + 4, kStagedPoison));
+          const kernels::BatchNormArgs<float> a{.shape = s,
+                                                .hyper = h,
+                                                .pool = pool,
+                                                .x = x.get(),
+                                                .gamma = gamma.get(),
+                                                .y = relu ? y.get() : nullptr,
+                                                .argmax = argmax.get(),
+                                                .save_mean = mean.get(),
+                                                .save_invstd = invstd.get(),
+                                                .dy = dyd.get(),
+                                                .dx = from_staged ? nullptr : dx.get(),
+                                                .dgamma = dgamma.get(),
+                                                .dbeta = dbeta.get(),
+                                                .workspace = ws.get(),
+                                                .dx_staged = from_staged ? dx_staged.get() : nullptr};
+          kernels::batchnorm_pool_backward(gpu, a);
+          std::vector<uint32_t> bits = dx_staged.download();
+          if (from_staged) {
+            CHECK(std::all_of(bits.begin() + long(words), bits.end(), [](uint32_t b) { return b == kStagedPoison; }));
+            bits.resize(words);
+            const auto untouched = dx.download();
+            CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+          } else {
+            bits = staged_copy(math, dx.download(), s.n, s.c, s.hw);
+          }
+          return std::make_tuple(bits, dgamma.download(), dbeta.download());
+        };
+        const auto [bits, dgamma, dbeta] = run(true);
+        const auto [want_bits, want_dgamma, want_dbeta] = run(false);
+        CHECK(bits == want_bits);
+        CHECK(same_bits(dgamma, want_dgamma));
+        CHECK(same_bits(dbeta, want_dbeta));
 
-      // The CPU twin: its staged dx is its dx, rounded and channels-last.
-      std::vector<uint16_t> cpu_bits(count);
-      std::vector<float> cpu_ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, s, pool)), g(C), b(C);
-      kernels::batchnorm_pool_backward(Exec{}, kernels::BatchNormArgs<float>{.shape = s,
+        // The CPU twin: its staged dx is its dx, rounded and channels-last.
+        std::vector<uint32_t> cpu_bits(words);
+        std::vector<float> cpu_ws(kernels::batchnorm_pool_workspace_floats(Backend::cpu, s, pool)), g(C), b(C);
+        Exec host;
+        host.math = math;
+        kernels::batchnorm_pool_backward(host, kernels::BatchNormArgs<float>{.shape = s,
                                                                              .hyper = h,
                                                                              .pool = pool,
                                                                              .x = in.x.data(),
@@ -365,8 +372,8 @@ TEST_CASE(
                                                                              .dbeta = b.data(),
                                                                              .workspace = cpu_ws.data(),
                                                                              .dx_staged = cpu_bits.data()});
-      CHECK(cpu_bits == staged_bf16(cpu.r.dx, s.n, s.c, s.hw));
-    }
+        CHECK(cpu_bits == staged_copy(math, cpu.r.dx, s.n, s.c, s.hw));
+      }
 }
 
 TEST_CASE("batchnorm with a fused max-pool on CUDA matches the CPU twin", "[cuda][batchnorm]") {

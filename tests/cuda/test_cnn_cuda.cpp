@@ -334,26 +334,29 @@ TEST_CASE("two GPU cnn runs with the same seed give bit-identical weights, with 
 }
 
 TEST_CASE(
-    "the cnn with --bf16 on the GPU trains and evaluates to the same bits whether conv2's neighbours write its "
-    "input and output gradient in BF16 or in fp32",
+    "the cnn with --tf32 or --bf16 on the GPU trains and evaluates to the same bits whether conv2's neighbours write "
+    "its input and output gradient staged or in fp32",
     "[cuda][cnn][bf16]") {
-  // layers/fusion.h, "bf16 input" and "bf16 gradient": the stem writes conv2's input and BatchNorm 2's backward
-  // conv2's output gradient channels-last in BF16 (Conv2d::offer_staged_input, offer_staged_output_grad), which conv2's
-  // passes would otherwise stage from fp32 with the same rounding. 3232 images: 50 batches of 64 that take the staged
-  // operands and a last one of 32 that does not (too few pixels for the channels-last tiles), all sides deciding
-  // alike. Weights, running statistics, the training totals and the evaluation's logits: bit for bit.
-  if (!test::cuda_device().has_tf32()) return test::check_context_refuses(kernels::Math::bf16);
+  // layers/fusion.h, "staged input" and "staged gradient": the stem writes conv2's input and BatchNorm 2's backward
+  // conv2's output gradient channels-last in the math's element (Conv2d::offer_staged_input,
+  // offer_staged_output_grad), which conv2's passes would otherwise stage from fp32 with the same rounding. 3232
+  // images: 50 batches of 64 that take the staged operands and a last one of 32 that does not (too few pixels for the
+  // channels-last tiles), all sides deciding alike. Weights, running statistics, the training totals and the
+  // evaluation's logits: bit for bit.
+  const kernels::Math math = GENERATE(kernels::Math::tf32, kernels::Math::bf16);
+  INFO(math_name(math));
+  if (!test::cuda_device().has_tf32()) return test::check_context_refuses(math);
   auto train = data::subset(test::mnist().train, 0, 3232);
-  auto run = [&](bool bf16_operands) {
+  auto run = [&](bool staged_operands) {
     test::RigOptions o;
     o.device = "cuda";
     o.model = "cnn";
-    o.math = kernels::Math::bf16;
+    o.math = math;
     o.optimizer = OptimizerConfig{"adam", 1e-3};
-    o.bf16_operands = bf16_operands;
+    o.staged_operands = staged_operands;
     test::Rig rig(train, o);
-    CHECK((rig.model->summary().find("bf16 input") != std::string::npos) == bf16_operands);
-    CHECK((rig.model->summary().find("bf16 gradient") != std::string::npos) == bf16_operands);
+    CHECK((rig.model->summary().find("staged input") != std::string::npos) == staged_operands);
+    CHECK((rig.model->summary().find("staged gradient") != std::string::npos) == staged_operands);
     const EpochMetrics m = rig.trainer.train_epoch(1);
     data::DeviceBatcher eval_data(rig.ctx, data::subset(test::mnist().test, 0, 1000), false, 1);
     std::vector<float> logits;

@@ -244,18 +244,20 @@ TEST_CASE(
   REQUIRE_THROWS_AS(kernels::conv_batchnorm_pool_forward_train(cuda.exec, t), Error);
 }
 
-TEST_CASE("the fused stem on CUDA writes its output staged in BF16 for the next convolution: y's bits, rounded",
+TEST_CASE("the fused stem on CUDA writes its output staged in TF32 or BF16 for the next convolution: y's bits, rounded",
           "[cuda][batchnorm][bf16]") {
-  // ConvBatchNormPoolArgs::y_staged: the forwards write y channels-last in BF16 instead of y, and the backward's ReLU
-  // reads it there. Against the same op with y: the staged bits are staged_bf16(y) exactly, y is left as it was, the
-  // other outputs (argmax, statistics) and the backward's (dw, dgamma, dbeta) the same bits. The cnn's stem, an odd
-  // plane of 8 channels, and 25 taps (a channel a thread: no paired stores); in fp32 and BF16 operands.
+  // ConvBatchNormPoolArgs::y_staged: the forwards write y channels-last in the math's element (BF16 bits, or fp32
+  // rounded to TF32) instead of y, or beside it where y is set too, and the backward's ReLU reads y where it is set,
+  // else the staged copy. Against the same op with y alone: the staged values are y's, rounded, exactly, y is left as
+  // it was (or, written beside, y's bits), the other outputs (argmax, statistics) and the backward's (dw, dgamma,
+  // dbeta) the same bits. The cnn's stem, an odd plane of 8 channels, and 25 taps (a channel a thread:
+  // no vector stores); in TF32 and BF16.
   CudaExec cuda;
   const StemCase cases[] = {
       {64, 1, 28, 28, 32, 3, 1, 1, 2}, {5, 1, 9, 7, 8, 3, 1, 1, 2}, {3, 1, 12, 12, 16, 5, 1, 2, 2}};
   for (const StemCase& k : cases)
-    for (const kernels::Math math : {kernels::Math::fp32, kernels::Math::bf16}) {
-      if (math == kernels::Math::bf16 && !cuda_device().has_tf32()) continue;
+    for (const kernels::Math math : {kernels::Math::tf32, kernels::Math::bf16}) {
+      if (!cuda_device().has_tf32()) continue;
       Exec gpu = cuda.exec;
       gpu.math = math;
       const kernels::ConvBatchNormPoolShape stem{
@@ -268,12 +270,15 @@ TEST_CASE("the fused stem on CUDA writes its output staged in BF16 for the next 
       const auto dy = random_floats(pooled), gamma = random_floats(C, 0.5f, 1.5f), beta = random_floats(C);
       BatchNormHyper h;
       h.relu = true;
-      // Everything each run writes: y (or the staged bits, as floats), argmax, statistics, eval's y, the gradients.
-      auto run = [&](bool staged) {
+      // Everything each run writes: y (or the staged bits, as floats), argmax, statistics, eval's y, the gradients;
+      // with_y: y too (the staged runs), whose bits go to y_bits.
+      std::vector<std::vector<float>> y_bits;
+      auto run = [&](bool staged, bool with_y) {
         DeviceBuffer<float> xd(gpu, x), wd(gpu, w), dyd(gpu, dy), gd(gpu, gamma), bd(gpu, beta);
         DeviceBuffer<float> y(gpu, poisoned(pooled)), y_eval(gpu, poisoned(pooled));
-        DeviceBuffer<uint16_t> y_staged(gpu, std::vector<uint16_t>(pooled + 8, 0x7fc1)),
-            y_eval_staged(gpu, std::vector<uint16_t>(pooled + 8, 0x7fc1));
+        const size_t words = staged_words(math, pooled);
+        DeviceBuffer<uint32_t> y_staged(gpu, std::vector<uint32_t>(words + 4, kStagedPoison)),
+            y_eval_staged(gpu, std::vector<uint32_t>(words + 4, kStagedPoison));
         DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled, -7)), argmax_eval(gpu, argmax.download());
         DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, std::vector<float>(C, 0.f)),
             rv(gpu, std::vector<float>(C, 1.f));
@@ -285,7 +290,7 @@ TEST_CASE("the fused stem on CUDA writes its output staged in BF16 for the next 
                                                 .w = wd.get(),
                                                 .gamma = gd.get(),
                                                 .beta = bd.get(),
-                                                .y = staged ? nullptr : y.get(),
+                                                .y = with_y ? y.get() : nullptr,
                                                 .argmax = argmax.get(),
                                                 .save_mean = mean.get(),
                                                 .save_invstd = invstd.get(),
@@ -300,33 +305,45 @@ TEST_CASE("the fused stem on CUDA writes its output staged in BF16 for the next 
         kernels::conv_batchnorm_pool_forward_train(gpu, t);
         kernels::conv_batchnorm_pool_backward(gpu, t);
         auto e = t;
-        e.y = staged ? nullptr : y_eval.get(), e.argmax = argmax_eval.get();
+        e.y = with_y ? y_eval.get() : nullptr, e.argmax = argmax_eval.get();
         e.y_staged = staged ? y_eval_staged.get() : nullptr;
         kernels::conv_batchnorm_pool_forward_eval(gpu, e);
         std::vector<std::vector<float>> out;
         if (staged) {
           auto bits = y_staged.download(), eval_bits = y_eval_staged.download();
-          CHECK(std::all_of(bits.begin() + long(pooled), bits.end(), [](uint16_t b) { return b == 0x7fc1; }));
-          bits.resize(pooled), eval_bits.resize(pooled);
-          out.push_back(unstaged_bf16(bits, k.n, k.k, planes));
-          out.push_back(unstaged_bf16(eval_bits, k.n, k.k, planes));
-          const auto untouched = y.download();  // y itself is not written
-          CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return std::isnan(v); }));
+          for (const auto* b : {&bits, &eval_bits})
+            CHECK(std::all_of(b->begin() + long(words), b->end(), [](uint32_t v) { return v == kStagedPoison; }));
+          bits.resize(words), eval_bits.resize(words);
+          out.push_back(unstaged_copy(math, bits, k.n, k.k, planes));
+          out.push_back(unstaged_copy(math, eval_bits, k.n, k.k, planes));
+          const auto written = y.download();  // y itself only where it is set
+          if (with_y)
+            y_bits.push_back(written);
+          else
+            CHECK(std::all_of(written.begin(), written.end(), [](float v) { return std::isnan(v); }));
         } else {
-          out.push_back(kernels::rounded_to_bf16(y.download()));  // what a staged y holds
-          out.push_back(kernels::rounded_to_bf16(y_eval.download()));
-          CHECK(same_bits(staged_bf16(y.download(), k.n, k.k, planes),
-                          staged_bf16(out[0], k.n, k.k, planes)));  // rounding twice changes nothing
+          y_bits.push_back(y.download());
+          out.push_back(kernels::rounded_operands(y.download(), math));  // what a staged y holds
+          out.push_back(kernels::rounded_operands(y_eval.download(), math));
+          CHECK(staged_copy(math, y.download(), k.n, k.k, planes) ==
+                staged_copy(math, out[0], k.n, k.k, planes));  // rounding twice changes nothing
         }
         for (const auto& v : {argmax.download(), argmax_eval.download()}) out.emplace_back(v.begin(), v.end());
         for (auto* b : {&mean, &invstd, &rm, &rv, &dw, &dgamma, &dbeta}) out.push_back(b->download());
         return out;
       };
-      const auto from_y = run(false), from_staged = run(true);
-      for (size_t i = 0; i < from_y.size(); ++i) {
-        INFO("output " << i << " (y, eval y, argmax, eval argmax, mean, invstd, running mean, var, dw, dgamma, dbeta)");
-        CHECK(same_bits(from_staged[i], from_y[i]));
+      const auto from_y = run(false, true);
+      for (const bool with_y : {false, true}) {
+        INFO("staged" << (with_y ? ", y beside it" : " alone"));
+        const auto from_staged = run(true, with_y);
+        for (size_t i = 0; i < from_y.size(); ++i) {
+          INFO("output " << i
+                         << " (y, eval y, argmax, eval argmax, mean, invstd, running mean, var, dw, dgamma, dbeta)");
+          CHECK(same_bits(from_staged[i], from_y[i]));
+        }
       }
+      REQUIRE(y_bits.size() == 2);
+      CHECK(same_bits(y_bits[1], y_bits[0]));  // y written beside the staged copy: the same bits as alone
     }
 }
 

@@ -406,33 +406,38 @@ TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32
 }
 
 TEST_CASE(
-    "conv2d on CUDA takes x and dy staged in BF16 where its plan multiplies them so, with the bits they give "
+    "conv2d on CUDA takes x and dy staged in TF32 or BF16 where its plan multiplies them so, with the bits they give "
     "in fp32",
     "[cuda][conv][bf16]") {
-  // kernels/conv.h, 'Staged operands': the layer's neighbours write x and dy channels-last in BF16 and the passes
-  // read them there, which must change nothing, since the passes round x and dy to BF16 as they stage them. Every
-  // output poisoned with a sentinel past its end; the passes from x_staged, dy_staged or both against the same passes
-  // from x and dy, bit for bit (conv2d_backward and backward_data and backward_weight alone), and against the CPU twin
-  // on rounded operands (fp32_dot, as the tests above). Shapes: the cnn's conv2 at batch 64 and at 42 (the fewest
-  // images whose pixels fill the channels-last tiles), and 16 -> 24 channels of 19x21 images (a 32-row tile).
+  // kernels/conv.h, 'Staged operands': the layer's neighbours write x and dy channels-last in the math's element and
+  // the passes read them there, which must change nothing, since the passes round x and dy the same way as they stage
+  // them. Every output poisoned with a sentinel past its end; the passes from x_staged, dy_staged or both against the
+  // same passes from x and dy, bit for bit (conv2d_backward and backward_data and backward_weight alone), and against
+  // the CPU twin on rounded operands (fp32_dot, as the tests above). Shapes: the cnn's conv2 at batch 64 and at 42
+  // (the fewest images whose pixels fill the channels-last tiles), and 16 -> 24 channels of 19x21 images (a 32-row
+  // tile). BF16 with dbias; TF32 without (its dbias sums the unrounded dy, so a bias takes no staged operands).
+  const kernels::Math math = GENERATE(kernels::Math::tf32, kernels::Math::bf16);
+  INFO(math_name(math));
   if (!cuda_device().has_tf32()) {
-    WARN("BF16 not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
+    WARN("staged operands not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
     return;
   }
   CudaExec cuda;
   Exec gpu = cuda.exec;
-  gpu.math = kernels::Math::bf16;
+  gpu.math = math;
+  const bool bias = math == kernels::Math::bf16;
   const Conv2dShape shapes[] = {
       {64, 32, 14, 14, 64, 3, 3, 1, 1}, {42, 32, 14, 14, 64, 3, 3, 1, 1}, {40, 16, 19, 21, 24, 3, 3, 1, 1}};
   for (const Conv2dShape& s : shapes) {
     INFO("n=" << s.n << " c=" << s.c << " " << s.h << "x" << s.w << " k=" << s.k);
-    REQUIRE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, kernels::Math::bf16));
-    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, kernels::Math::tf32));
-    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cpu, s, kernels::Math::bf16));
+    REQUIRE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, math, bias));
+    CHECK(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, math, true) == (math == kernels::Math::bf16));
+    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, s, kernels::Math::fp32, false));
+    CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cpu, s, math, false));
     const auto x = random_floats(s.x_size()), w = random_floats(s.w_size()), dy = random_floats(s.y_size());
     DeviceBuffer<float> d_x(gpu, x), d_w(gpu, w), d_dy(gpu, dy);
-    DeviceBuffer<uint16_t> x_staged(gpu, staged_bf16(x, s.n, s.c, int64_t(s.h) * s.w)),
-        dy_staged(gpu, staged_bf16(dy, s.n, s.k, int64_t(s.p()) * s.q()));
+    DeviceBuffer<uint32_t> x_staged(gpu, staged_copy(math, x, s.n, s.c, int64_t(s.h) * s.w)),
+        dy_staged(gpu, staged_copy(math, dy, s.n, s.k, int64_t(s.p()) * s.q()));
     DeviceBuffer<float> d_ws(gpu, poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, s)));
     // y, dx, dw and dbias, from x and dy or from the staged ones (the fp32 pointers then null): conv2d_backward, and
     // backward_data and backward_weight alone, which must agree with it.
@@ -447,7 +452,7 @@ TEST_CASE(
                           .dy = dy_from_staged ? nullptr : d_dy.get(),
                           .dx = dx.get(),
                           .dw = dw.get(),
-                          .dbias = db.get(),
+                          .dbias = bias ? db.get() : nullptr,
                           .workspace = d_ws.get(),
                           .x_staged = x_from_staged ? x_staged.get() : nullptr,
                           .dy_staged = dy_from_staged ? dy_staged.get() : nullptr};
@@ -475,7 +480,8 @@ TEST_CASE(
         CHECK(same_bits(from_staged[i], from_x[i]));
       }
     }
-    const auto xr = kernels::rounded_to_bf16(x), wr = kernels::rounded_to_bf16(w), dyr = kernels::rounded_to_bf16(dy);
+    const auto xr = kernels::rounded_operands(x, math), wr = kernels::rounded_operands(w, math),
+               dyr = kernels::rounded_operands(dy, math);
     std::vector<float> y(s.y_size()), dw(s.w_size());
     kernels::conv2d_forward(Exec{}, Conv2dArgs<float>{.shape = s, .x = xr.data(), .w = wr.data(), .y = y.data()});
     kernels::conv2d_backward_weight(Exec{},
@@ -485,17 +491,17 @@ TEST_CASE(
   }
   // A staged input where the plan has none: fp32 math, or a batch too small for the channels-last tiles.
   const Conv2dShape small{2, 32, 14, 14, 64, 3, 3, 1, 1};
-  CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, small, kernels::Math::bf16));
-  DeviceBuffer<uint16_t> staged(gpu, std::vector<uint16_t>(small.x_size()));
+  CHECK_FALSE(kernels::conv2d_takes_staged(kernels::Backend::cuda, small, math, false));
+  DeviceBuffer<uint32_t> staged_x(gpu, std::vector<uint32_t>(small.x_size()));
   DeviceBuffer<float> w(gpu, random_floats(small.w_size())), y(gpu, poisoned(small.y_size()));
   DeviceBuffer<float> ws(gpu, poisoned(kernels::conv2d_workspace_floats(kernels::Backend::cuda, small)));
   const Conv2dArgs<float> a{
-      .shape = small, .w = w.get(), .y = y.get(), .workspace = ws.get(), .x_staged = staged.get()};
+      .shape = small, .w = w.get(), .y = y.get(), .workspace = ws.get(), .x_staged = staged_x.get()};
   CHECK_THROWS_WITH(kernels::conv2d_forward(gpu, a), Contains("staged"));
   CHECK_THROWS_WITH(kernels::conv2d_forward(cuda.exec, a), Contains("staged"));
   DeviceBuffer<float> dx(gpu, poisoned(small.x_size()));
   const Conv2dArgs<float> b{
-      .shape = small, .w = w.get(), .dx = dx.get(), .workspace = ws.get(), .dy_staged = staged.get()};
+      .shape = small, .w = w.get(), .dx = dx.get(), .workspace = ws.get(), .dy_staged = staged_x.get()};
   CHECK_THROWS_WITH(kernels::conv2d_backward_data(gpu, b), Contains("staged"));
 }
 

@@ -35,7 +35,7 @@ TrainOptions train_options(const RigOptions& o) {
 Rig::Rig(const data::Dataset& train, const RigOptions& o)
     : ctx({o.device, o.threads, false, true, o.math}),
       model(layers::build_model(o.model, Shape{train.channels, train.rows, train.cols}, train.classes,
-                                {.bf16_operands = o.bf16_operands})),
+                                {.staged_operands = o.staged_operands})),
       train_data(ctx, train, true, o.seed),
       optimizer(make_optimizer(ctx.exec(), initialized(*model, ctx, o.seed).params(), optimizer_config(o))),
       trainer(ctx, *model, loss, *optimizer, train_data, train_options(o)) {

@@ -25,7 +25,7 @@ struct RigOptions {
   int threads = 0;
   bool use_graphs = true;
   bool fuse_head = true;                     // TrainOptions::fuse_head
-  bool bf16_operands = true;                 // layers::BuildOptions::bf16_operands
+  bool staged_operands = true;               // layers::BuildOptions::staged_operands
   kernels::Math math = kernels::Math::fp32;  // ContextOptions::math: TF32 or BF16 operands (kernels/operand.h)
   std::function<void(const EpochProgress&)> on_progress;  // TrainOptions::on_progress
 };

@@ -13,7 +13,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/context.h"
-#include "kernels/bf16.h"
+#include "kernels/operand.h"
 
 namespace nt::test {
 
@@ -80,15 +80,21 @@ std::vector<float> random_floats(size_t n, float lo, float hi) {
   return v;
 }
 
-std::vector<uint16_t> staged_bf16(const std::vector<float>& nchw, int64_t n, int64_t c, int64_t hw) {
-  std::vector<uint16_t> staged(nchw.size());
-  kernels::stage_channels_last(nchw.data(), n, c, hw, staged.data());
-  return staged;
+size_t staged_words(kernels::Math math, size_t elements) {
+  return (elements * kernels::staged_element_bytes(math) + sizeof(uint32_t) - 1) / sizeof(uint32_t);
 }
 
-std::vector<float> unstaged_bf16(const std::vector<uint16_t>& staged, int64_t n, int64_t c, int64_t hw) {
-  std::vector<float> nchw(staged.size());
-  kernels::unstage_channels_last(staged.data(), n, c, hw, nchw.data());
+std::vector<uint32_t> staged_copy(kernels::Math math, const std::vector<float>& nchw, int64_t n, int64_t c,
+                                  int64_t hw) {
+  std::vector<uint32_t> words(staged_words(math, nchw.size()), 0);
+  kernels::stage_channels_last(nchw.data(), n, c, hw, math, words.data());
+  return words;
+}
+
+std::vector<float> unstaged_copy(kernels::Math math, const std::vector<uint32_t>& words, int64_t n, int64_t c,
+                                 int64_t hw) {
+  std::vector<float> nchw(size_t(n * c * hw));
+  kernels::unstage_channels_last(words.data(), n, c, hw, math, nchw.data());
   return nchw;
 }
 

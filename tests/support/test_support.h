@@ -125,10 +125,15 @@ inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, kPoi
 // The same quiet NaN, as an input value.
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// An activation (n, c, hw) as a BF16 store keeps it channels-last, (n, hw, c) of kernels::bf16_bits (kernels/conv.h,
-// 'Staged operands'), and back to fp32 NCHW.
-std::vector<uint16_t> staged_bf16(const std::vector<float>& nchw, int64_t n, int64_t c, int64_t hw);
-std::vector<float> unstaged_bf16(const std::vector<uint16_t>& staged, int64_t n, int64_t c, int64_t hw);
+// An activation (n, c, hw) as the GPU's writers stage it under `math` (kernels/operand.h, stage_channels_last:
+// channels-last, BF16 bits or TF32-rounded fp32), held in 32-bit words (two BF16 elements a word), and back to fp32
+// NCHW. staged_words: the words `elements` staged elements take. kStagedPoison: a word that is NaN in either format
+// (two BF16 NaNs, or one fp32 NaN), to prove what a kernel wrote and where it stopped.
+size_t staged_words(kernels::Math math, size_t elements);
+std::vector<uint32_t> staged_copy(kernels::Math math, const std::vector<float>& nchw, int64_t n, int64_t c, int64_t hw);
+std::vector<float> unstaged_copy(kernels::Math math, const std::vector<uint32_t>& words, int64_t n, int64_t c,
+                                 int64_t hw);
+inline constexpr uint32_t kStagedPoison = 0x7fc17fc1u;
 
 // Max-pooling inputs in [-2, 2): uniform; ties (four values: ties in most windows); nan (a NaN in many windows,
 // sometimes two).
