@@ -43,8 +43,7 @@ void link_staged_operands(std::vector<std::unique_ptr<Layer>>& layers, std::vect
     auto* bn = i + 1 < layers.size() ? dynamic_cast<BatchNorm*>(layers[i + 1].get()) : nullptr;
     if (bn && bn->can_write_staged_input_grad()) {
       bn->write_staged_input_grad(conv->offer_staged_output_grad());
-      made.push_back(
-          {"staged gradient", cat(conv->label(), " <- ", bn->label(), ", with --tf32 or --bf16 on the GPU")});
+      made.push_back({"staged gradient", cat(conv->label(), " <- ", bn->label(), ", with --bf16 on the GPU")});
     }
   }
 }

@@ -12,8 +12,9 @@
 //               --tf32 or --bf16 (channels-last, rounded: kernels/conv.h, 'Staged operands'), which the stem writes
 //               instead of its fp32 output: no transpose in the convolution's passes, and half the bytes in BF16
 //               (Conv2d::offer_staged_input; the same bits)
-//   staged gradient  likewise its output gradient, from a BatchNorm with a fused max-pool right after it
-//               (Conv2d::offer_staged_output_grad, BatchNorm::write_staged_input_grad)
+//   staged gradient  likewise its output gradient, from a BatchNorm with a fused max-pool right after it, under
+//               --bf16 only (Conv2d::plan says why; Conv2d::offer_staged_output_grad,
+//               BatchNorm::write_staged_input_grad)
 //   head        a last Linear that fits the fused classifier head (kernels/classifier_head.h) may run inside a
 //               softmax cross-entropy loss: the Trainer runs it there when its loss takes it (Loss::fuses)
 // The spec parser (layers/builder.cpp) also merges items into one layer where a layer has the fused variant
