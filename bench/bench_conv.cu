@@ -32,6 +32,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_lab.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/runtime.h"
 
 namespace {
@@ -285,6 +286,18 @@ int main(int argc, char** argv) {
       {lab::backward_weight, lab::channels_last_64x64_8w, 108},
       {lab::backward_weight, lab::channels_last_64x32, 60},
       {lab::backward_weight, lab::channels_last_64x32, 120},
+      {lab::forward, lab::channels_last_wg_64x64, 1},
+      {lab::forward, lab::channels_last_wg_64x96, 1},
+      {lab::forward, lab::channels_last_wg_64x128, 1},
+      {lab::backward_data, lab::channels_last_wg_32x64, 1},
+      {lab::backward_data, lab::channels_last_wg_32x96, 1},
+      {lab::backward_data, lab::channels_last_wg_32x128, 1},
+      {lab::forward, lab::channels_last_bf16_wg_64x64, 1},
+      {lab::forward, lab::channels_last_bf16_wg_64x96, 1},
+      {lab::forward, lab::channels_last_bf16_wg_64x128, 1},
+      {lab::backward_data, lab::channels_last_bf16_wg_32x64, 1},
+      {lab::backward_data, lab::channels_last_bf16_wg_32x96, 1},
+      {lab::backward_data, lab::channels_last_bf16_wg_32x128, 1},
   };
   const char* tile_names[] = {"medium",        "narrow",         "narrow_grouped", "small",           "small_grouped",
                               "tall_grouped",  "wide_grouped",   "mma_64x64",      "mma_64x32",       "mma_32x64",
@@ -293,7 +306,9 @@ int main(int argc, char** argv) {
                               "cl_64x48_6w",   "cl_32x96_12w",   "cl_32x48_6w",    "cl_64x128_16w",   "cl_32x128_16w",
                               "cl_64x96_8w",   "bf16_64x64_8w",  "bf16_32x64_8w",  "bf16_64x32",      "bf16_64x96_12w",
                               "bf16_64x48_6w", "bf16_32x96_12w", "bf16_32x48_6w",  "bf16_64x128_16w", "bf16_32x128_16w",
-                              "bf16_64x96_8w"};  // in lab::ConvTile's order
+                              "bf16_64x96_8w", "wg_64x64",       "wg_64x96",       "wg_64x128",       "wg_32x64",
+                              "wg_32x96",      "wg_32x128",      "bf16_wg_64x64",  "bf16_wg_64x96",   "bf16_wg_64x128",
+                              "bf16_wg_32x64", "bf16_wg_32x96",  "bf16_wg_32x128"};  // in lab::ConvTile's order
   static_assert(std::size(tile_names) == lab::conv_tile_count, "a name for every lab tile");
   const char* pass_names[] = {"forward", "backward_data", "backward_weight"};
   std::string vcsv = "shape,pass,tile,split,us_graph,rel_diff\n";
@@ -312,12 +327,14 @@ int main(int argc, char** argv) {
     // Each pass writes its own output, all into `out`.
     const Conv2dArgs<float> args{.shape = s, .x = x, .w = w, .y = out, .dy = dy, .dx = out, .dw = out, .workspace = ws};
     for (const auto& v : variants) {
+      const bool warpgroup = v.tile >= lab::channels_last_wg_64x64;
+      if (warpgroup && !nt::kernels::cuda::runs_warpgroup_mma()) continue;  // wgmma needs sm_90a code
       auto call = [&] { lab::conv2d_variant(exec, v.pass, args, v.tile, v.split); };
       call();
       nt::kernels::synchronize(exec);
-      const Math math = v.tile >= lab::channels_last_bf16_64x64_8w ? Math::bf16
-                        : v.tile >= lab::mma_64x64                 ? Math::tf32
-                                                                   : Math::fp32;
+      const bool bf16 =
+          (v.tile >= lab::channels_last_bf16_64x64_8w && !warpgroup) || v.tile >= lab::channels_last_bf16_wg_64x64;
+      const Math math = bf16 ? Math::bf16 : v.tile >= lab::mma_64x64 ? Math::tf32 : Math::fp32;
       const double diff = relative_difference(out, refs.out[static_cast<int>(math)][v.pass]);
       const double us_graph = nt::bench::time_graph_us(exec, kCalls, kReps, call);
       std::printf("%-11s %-16s %-15s %5d %9.2f %9.1e\n", c.name, pass_names[v.pass], tile_names[v.tile], v.split,

@@ -62,6 +62,20 @@ enum ConvTile : int {
   channels_last_bf16_64x128_16w,
   channels_last_bf16_32x128_16w,
   channels_last_bf16_64x96_8w,
+  // The same forward and backward_data on warpgroup MMAs (wgmma, sm_90a code only; one warpgroup up to 64 pixels, two
+  // above), TF32 then BF16:
+  channels_last_wg_64x64,
+  channels_last_wg_64x96,
+  channels_last_wg_64x128,
+  channels_last_wg_32x64,
+  channels_last_wg_32x96,
+  channels_last_wg_32x128,
+  channels_last_bf16_wg_64x64,
+  channels_last_bf16_wg_64x96,
+  channels_last_bf16_wg_64x128,
+  channels_last_bf16_wg_32x64,
+  channels_last_bf16_wg_32x96,
+  channels_last_bf16_wg_32x128,
   conv_tile_count  // not a tile: how many there are
 };
 

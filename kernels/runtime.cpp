@@ -29,8 +29,9 @@ cudaStream_t stream_of(const Exec& exec) { return static_cast<cudaStream_t>(exec
 
 #if NT_WITH_CUDA
 namespace cuda {
-int running_code_arch();  // kernels/cuda/probe.cu
-}
+int running_code_arch();            // kernels/cuda/probe.cu
+bool running_warpgroup_mma_code();  // kernels/cuda/probe.cu
+}  // namespace cuda
 #endif
 
 void throw_no_cuda_backend() { throw Error("this build of nanotrain has no CUDA backend"); }
@@ -82,6 +83,7 @@ DeviceInfo cuda_device_info(int device) {
     cudaGetLastError();
   } else {
     info.code_arch = cuda::running_code_arch();
+    info.warpgroup_mma = cuda::running_warpgroup_mma_code();
     size_t total = 0;
     if (cudaMemGetInfo(&info.free_memory, &total) != cudaSuccess) cudaGetLastError();
   }
@@ -95,9 +97,10 @@ DeviceInfo cuda_device_info(int device) {
 std::string DeviceInfo::code_path() const {
   if (!open_error.empty()) return "cannot be opened: " + open_error;
   if (code_arch == 0) return "no code for it in this build";
-  const char* features = has_clusters() ? "clusters, programmatic launch, TF32 tensor cores"
-                         : has_tf32()   ? "TF32 tensor cores (clusters and programmatic launch need sm_90 code)"
-                                        : "fp32 only (TF32 tensor cores need sm_80 code, clusters sm_90)";
+  const char* features = warpgroup_mma    ? "clusters, programmatic launch, TF32 tensor cores, warpgroup MMAs (sm_90a)"
+                         : has_clusters() ? "clusters, programmatic launch, TF32 tensor cores"
+                         : has_tf32()     ? "TF32 tensor cores (clusters and programmatic launch need sm_90 code)"
+                                          : "fp32 only (TF32 tensor cores need sm_80 code, clusters sm_90)";
   return cat("compute_", code_arch, " code: ", features);
 }
 

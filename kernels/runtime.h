@@ -24,8 +24,9 @@ struct DeviceInfo {
   size_t total_memory = 0;  // bytes
   size_t free_memory = 0;   // bytes, when the device was asked
   int cc_major = 0, cc_minor = 0;
-  int code_arch = 0;       // the virtual architecture of the code that runs there (90: compute_90), 0: none
-  std::string open_error;  // why no context could be opened on the device; "" when one could
+  int code_arch = 0;           // the virtual architecture of the code that runs there (90: compute_90), 0: none
+  bool warpgroup_mma = false;  // that code is sm_90a's, whose kernels may use wgmma (the channels-last convolution)
+  std::string open_error;      // why no context could be opened on the device; "" when one could
 
   bool runs_code() const { return open_error.empty() && code_arch > 0; }
   bool has_tf32() const { return runs_code() && code_arch >= 80; }  // mma.sync on TF32 operands, cp.async

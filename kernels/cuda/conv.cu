@@ -379,56 +379,82 @@ constexpr auto kTf32 = channels_last::Format::tf32;
 // The channels-last tiles come last in Tile: conv_channels_last.cu's kernel, not this file's implicit GEMM.
 bool is_channels_last(Tile tile) { return tile >= Tile::channels_last_64x64; }
 
-// The channels-last kernel's tile of a lab tile (channels_last_*): rows, columns, warps and the operands' format.
+// The channels-last kernel's tile of a lab tile (channels_last_*): rows, columns, warps, the operands' format and the
+// MMA instruction (the lab names the one it times).
 channels_last::Tile channels_last_tile_of(Tile tile) {
   constexpr auto kBf16 = channels_last::Format::bf16;
+  constexpr auto kSync = channels_last::Mma::sync, kWarpgroup = channels_last::Mma::warpgroup;
   switch (tile) {
     case Tile::channels_last_64x64:
-      return {.bm = 64, .bn = 64, .warps = 4};
+      return {.bm = 64, .bn = 64, .warps = 4, .mma = kSync};
     case Tile::channels_last_64x32:
-      return {.bm = 64, .bn = 32, .warps = 4};
+      return {.bm = 64, .bn = 32, .warps = 4, .mma = kSync};
     case Tile::channels_last_32x64:
-      return {.bm = 32, .bn = 64, .warps = 4};
+      return {.bm = 32, .bn = 64, .warps = 4, .mma = kSync};
     case Tile::channels_last_32x32:
-      return {.bm = 32, .bn = 32, .warps = 4};
+      return {.bm = 32, .bn = 32, .warps = 4, .mma = kSync};
     case Tile::channels_last_64x64_8w:
-      return {.bm = 64, .bn = 64, .warps = 8};
+      return {.bm = 64, .bn = 64, .warps = 8, .mma = kSync};
     case Tile::channels_last_32x64_8w:
-      return {.bm = 32, .bn = 64, .warps = 8};
+      return {.bm = 32, .bn = 64, .warps = 8, .mma = kSync};
     case Tile::channels_last_bf16_64x64_8w:
-      return {.bm = 64, .bn = 64, .warps = 8, .format = kBf16};
+      return {.bm = 64, .bn = 64, .warps = 8, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_32x64_8w:
-      return {.bm = 32, .bn = 64, .warps = 8, .format = kBf16};
+      return {.bm = 32, .bn = 64, .warps = 8, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_64x32:
-      return {.bm = 64, .bn = 32, .warps = 4, .format = kBf16};
+      return {.bm = 64, .bn = 32, .warps = 4, .format = kBf16, .mma = kSync};
     case Tile::channels_last_64x96_12w:
-      return {.bm = 64, .bn = 96, .warps = 12};
+      return {.bm = 64, .bn = 96, .warps = 12, .mma = kSync};
     case Tile::channels_last_64x48_6w:
-      return {.bm = 64, .bn = 48, .warps = 6};
+      return {.bm = 64, .bn = 48, .warps = 6, .mma = kSync};
     case Tile::channels_last_32x96_12w:
-      return {.bm = 32, .bn = 96, .warps = 12};
+      return {.bm = 32, .bn = 96, .warps = 12, .mma = kSync};
     case Tile::channels_last_32x48_6w:
-      return {.bm = 32, .bn = 48, .warps = 6};
+      return {.bm = 32, .bn = 48, .warps = 6, .mma = kSync};
     case Tile::channels_last_bf16_64x96_12w:
-      return {.bm = 64, .bn = 96, .warps = 12, .format = kBf16};
+      return {.bm = 64, .bn = 96, .warps = 12, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_64x48_6w:
-      return {.bm = 64, .bn = 48, .warps = 6, .format = kBf16};
+      return {.bm = 64, .bn = 48, .warps = 6, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_32x96_12w:
-      return {.bm = 32, .bn = 96, .warps = 12, .format = kBf16};
+      return {.bm = 32, .bn = 96, .warps = 12, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_32x48_6w:
-      return {.bm = 32, .bn = 48, .warps = 6, .format = kBf16};
+      return {.bm = 32, .bn = 48, .warps = 6, .format = kBf16, .mma = kSync};
     case Tile::channels_last_64x128_16w:
-      return {.bm = 64, .bn = 128, .warps = 16};
+      return {.bm = 64, .bn = 128, .warps = 16, .mma = kSync};
     case Tile::channels_last_32x128_16w:
-      return {.bm = 32, .bn = 128, .warps = 16};
+      return {.bm = 32, .bn = 128, .warps = 16, .mma = kSync};
     case Tile::channels_last_64x96_8w:
-      return {.bm = 64, .bn = 96, .warps = 8};
+      return {.bm = 64, .bn = 96, .warps = 8, .mma = kSync};
     case Tile::channels_last_bf16_64x128_16w:
-      return {.bm = 64, .bn = 128, .warps = 16, .format = kBf16};
+      return {.bm = 64, .bn = 128, .warps = 16, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_32x128_16w:
-      return {.bm = 32, .bn = 128, .warps = 16, .format = kBf16};
+      return {.bm = 32, .bn = 128, .warps = 16, .format = kBf16, .mma = kSync};
     case Tile::channels_last_bf16_64x96_8w:
-      return {.bm = 64, .bn = 96, .warps = 8, .format = kBf16};
+      return {.bm = 64, .bn = 96, .warps = 8, .format = kBf16, .mma = kSync};
+    case Tile::channels_last_wg_64x64:
+      return {.bm = 64, .bn = 64, .warps = 4, .mma = kWarpgroup};
+    case Tile::channels_last_wg_64x96:
+      return {.bm = 64, .bn = 96, .warps = 8, .mma = kWarpgroup};
+    case Tile::channels_last_wg_64x128:
+      return {.bm = 64, .bn = 128, .warps = 8, .mma = kWarpgroup};
+    case Tile::channels_last_wg_32x64:
+      return {.bm = 32, .bn = 64, .warps = 4, .mma = kWarpgroup};
+    case Tile::channels_last_wg_32x96:
+      return {.bm = 32, .bn = 96, .warps = 8, .mma = kWarpgroup};
+    case Tile::channels_last_wg_32x128:
+      return {.bm = 32, .bn = 128, .warps = 8, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_64x64:
+      return {.bm = 64, .bn = 64, .warps = 4, .format = kBf16, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_64x96:
+      return {.bm = 64, .bn = 96, .warps = 8, .format = kBf16, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_64x128:
+      return {.bm = 64, .bn = 128, .warps = 8, .format = kBf16, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_32x64:
+      return {.bm = 32, .bn = 64, .warps = 4, .format = kBf16, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_32x96:
+      return {.bm = 32, .bn = 96, .warps = 8, .format = kBf16, .mma = kWarpgroup};
+    case Tile::channels_last_bf16_wg_32x128:
+      return {.bm = 32, .bn = 128, .warps = 8, .format = kBf16, .mma = kWarpgroup};
     default:
       NT_CHECK(false, "conv lab: tile ", static_cast<int>(tile), " is no channels-last tile");
       return {};

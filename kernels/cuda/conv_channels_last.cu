@@ -17,7 +17,8 @@
 //   Kg = R·S·C in the order (r, s, c):
 //   A(m, kg)  = filters[m·Kg + kg]
 //   B(kg, n)  = src_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside the image)
-// Block: BM × BN of C (4 or 8 warps of m16n8k8 TF32 or m16n8k16 BF16 MMAs: mma_tf32.cuh, mma_bf16.cuh), Kg in slabs
+// Block: BM × BN of C (4 to 16 warps of m16n8k8 TF32 or m16n8k16 BF16 MMAs: mma_tf32.cuh, mma_bf16.cuh; on sm_90a one
+// or two warpgroups of wgmma instead: conv_channels_last_wgmma_kernel below), Kg in slabs
 // of 32. A slab of each operand is BM (or BN) rows of BK / V chunks of V consecutive kg (V = 4 TF32 or 8 BF16 values,
 // 16 bytes), each chunk one copy: thread t copies chunk t % (BK / V) of rows t / (BK / V) + step·i. As kg and C are
 // multiples of V, a chunk lies in one tap: one range check for its V values. The copies land in shared memory as
@@ -53,6 +54,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace nt::kernels::cuda::channels_last {
 
@@ -70,6 +72,7 @@ struct Operands;
 template <>
 struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna), m16n8k8
   using Element = float;
+  static constexpr wgmma::Operand kWarpgroup = wgmma::Operand::tf32;
   template <int BM, int BN, int Warps>
   using Config = mma_tf32::MmaConfig<BM, BN, 2, Warps / 2>;
   __device__ static Element from(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
@@ -91,6 +94,7 @@ struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna),
 template <>
 struct Operands<Format::bf16> {  // bf16 (cvt.rn: to nearest, ties to even), m16n8k16
   using Element = __nv_bfloat16;
+  static constexpr wgmma::Operand kWarpgroup = wgmma::Operand::bf16;
   template <int BM, int BN, int Warps>
   using Config = mma_bf16::MmaConfig<BM, BN, 2, Warps / 2>;
   __device__ static Element from(float v) { return __float2bfloat16_rn(v); }
@@ -275,6 +279,123 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   conv_epilogue::write_staged<ForwardPass, BM, BN, kThreads>(a, smem, m0, n0, columns);
 }
 
+// ---- multiply on warpgroup MMAs (sm_90a) -----------------------------------------------------------------------
+
+// The GEMM, the tile and the epilogue of conv_channels_last_kernel, on wgmma (wgmma.cuh): a block of WG warpgroups owns
+// BM output channels × BN pixels; the MMA's M is 64 channel rows (a 32-row tile leaves rows 32..63 zero, their sums
+// never stored), warpgroup i takes the pixels [i·BN/WG, (i+1)·BN/WG) as the MMA's N. A slab is wgmma::kChunks chunks
+// of 16 bytes of Kg a row (32 TF32 or 64 BF16 values), in wgmma's swizzled layout: A (64 filter rows, 8 KB), then
+// B (BN pixel rows), one stage, each 1024-byte aligned; the same 4-stage cp.async pipeline, each thread's landed copies
+// fenced for the async proxy before the barrier. A warp copies 8 rows × 4 chunks of one 8-row group (each 8 lanes one
+// chunk of 8 rows: distinct banks), so a thread's chunk, (warp % 2)·4 + lane / 8, is the same in every slab and its kg
+// is decoded once a slab.
+// Each output sums its products slab by slab in kg order, k steps in order within a slab, as the mma.sync kernel.
+template <class Ops, int BM, int BN, int WG>
+__global__ void __launch_bounds__(WG * 128)
+    conv_channels_last_wgmma_kernel(ConvArgs a, const typename Ops::Element* filters,
+                                    const typename Ops::Element* src_cl, StampRing stamps) {
+  using Element = typename Ops::Element;
+  constexpr int kThreads = WG * 128, kWarps = kThreads / 32, kWN = BN / WG;
+  constexpr int kVector = 16 / sizeof(Element), kBK = wgmma::kChunks * kVector;
+  constexpr int kABytes = wgmma::kRows * wgmma::kLineBytes, kStageBytes = kABytes + BN * wgmma::kLineBytes;
+  static_assert(BM == 64 || BM == 32, "the MMA's 64 rows hold the tile's channels");
+  static_assert(kWN % 8 == 0 && kWarps % 2 == 0, "whole 8-row groups of pixels a warpgroup; a thread's chunk is fixed");
+  static_assert(BM * conv_epilogue::kStagedLd<BN> * sizeof(float) <= size_t(kStages) * kStageBytes,
+                "the tile is staged in the stages");
+  begin_kernel(a.overlaps_previous, stamps);
+#if NT_WGMMA
+  extern __shared__ __align__(16) unsigned char dynamic_bytes[];
+  __shared__ int4 columns[BN];
+  // The swizzle's period: the launch gives wgmma::kAlignment bytes more than the stages take.
+  const uint32_t dynamic_at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_bytes));
+  unsigned char* stage_bytes =
+      dynamic_bytes + ((wgmma::kAlignment - dynamic_at % wgmma::kAlignment) % wgmma::kAlignment);
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  for (int i = threadIdx.x; i < BN; i += kThreads) columns[i] = pixel_column(a, n0 + i);
+  if constexpr (BM < wgmma::kRows) {  // A's rows past the tile: zero in every stage, and no copy lands there
+    constexpr int kZeroVectors = (wgmma::kRows - BM) * wgmma::kLineBytes / 16;
+    for (int i = threadIdx.x; i < kStages * kZeroVectors; i += kThreads)
+      reinterpret_cast<int4*>(stage_bytes + (i / kZeroVectors) * kStageBytes +
+                              BM * wgmma::kLineBytes)[i % kZeroVectors] = make_int4(0, 0, 0, 0);
+    wgmma::publish_shared_to_async_proxy();
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warpgroup = warp / 4;
+  const int chunk = (warp % 2) * 4 + lane / 8, group_row = lane % 8;
+  const int slabs = (a.K + kBK - 1) / kBK;
+
+  // Slab `slab` into `stage`: piece p = warp + i·kWarps of an operand is its 8-row group p / 2, chunks (p % 2)·4 ...
+  // + 3.
+  auto copy_slab = [&](int slab, int stage) {
+    unsigned char* As = stage_bytes + stage * kStageBytes;
+    unsigned char* Bs = As + kABytes;
+    const int kg = slab * kBK + chunk * kVector;
+    const bool in_k = kg < a.K;
+    int tap, c, r, s;
+    a.by_c.divmod(kg, tap, c);
+    a.by_s.divmod(tap, r, s);
+#pragma unroll
+    for (int i = 0; i < (BM / 4 + kWarps - 1) / kWarps; ++i) {
+      const int piece = warp + i * kWarps, row = piece / 2 * 8 + group_row, m = m0 + row;
+      if (BM / 4 % kWarps != 0 && piece >= BM / 4) break;
+      const bool valid = in_k && m < a.M;
+      cp_async::copy16_or_zero(As + wgmma::offset(row, chunk), valid ? filters + size_t(m) * a.K + kg : filters, valid);
+    }
+    const int tap_offset = r * a.w + s;
+#pragma unroll
+    for (int i = 0; i < (BN / 4 + kWarps - 1) / kWarps; ++i) {
+      const int piece = warp + i * kWarps, row = piece / 2 * 8 + group_row;
+      if (BN / 4 % kWarps != 0 && piece >= BN / 4) break;
+      const int4 col = columns[row];
+      const bool valid = in_k && inside(col.y + r, a.h) && inside(col.z + s, a.w);
+      cp_async::copy16_or_zero(Bs + wgmma::offset(row, chunk),
+                               valid ? src_cl + size_t(col.x + tap_offset) * a.c + c : src_cl, valid);
+    }
+  };
+
+  float acc[kWN / 2];
+#pragma unroll
+  for (int i = 0; i < kWN / 2; ++i) acc[i] = 0.f;
+  // One batch of MMAs stays in flight while the next slab is waited for: the copies look one slab less ahead.
+  constexpr int kMmasInFlight = 1;
+  cp_async::pipeline<kStages, kMmasInFlight>(
+      slabs, copy_slab,
+      [&](int stage) {
+        const unsigned char* As = stage_bytes + stage * kStageBytes;
+        const unsigned char* Bs = As + kABytes + warpgroup * kWN * wgmma::kLineBytes;
+        wgmma::hold(acc);
+        wgmma::fence();
+#pragma unroll
+        for (int step = 0; step < wgmma::kSteps; ++step)
+          wgmma::Mma<Ops::kWarpgroup, kWN>::run(acc, wgmma::descriptor(As + step * wgmma::kStepBytes),
+                                                wgmma::descriptor(Bs + step * wgmma::kStepBytes));
+        wgmma::commit_and_wait<kMmasInFlight>();
+        wgmma::hold(acc);
+      },
+      [] { wgmma::publish_shared_to_async_proxy(); });
+  wgmma::commit_and_wait<0>();
+  wgmma::hold(acc);
+  __syncthreads();  // the stages are free for the finished tile
+  end_kernel(a.overlaps_previous, stamps);
+
+  // d[4j + e] of warp w in its warpgroup: channel row 16w + g + 8·(e / 2), pixel 8j + 2t + e % 2 of the warpgroup's
+  float* tile = reinterpret_cast<float*>(stage_bytes);
+  const int g = lane / 4, t = lane % 4, w = warp % 4;
+#pragma unroll
+  for (int j = 0; j < kWN / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = 16 * w + g + 8 * (e / 2), col = warpgroup * kWN + 8 * j + 2 * t + e % 2;
+      if (row < BM) conv_epilogue::stage<ForwardPass, BN>(a, tile, m0, row, col, acc[4 * j + e]);
+    }
+  conv_epilogue::write_staged<ForwardPass, BM, BN, kThreads>(a, tile, m0, n0, columns);
+#else
+  __trap();  // no wgmma in this code: multiply() launches the kernel only where runs_warpgroup_mma()
+#endif
+}
+
 // ---- backward_weight ------------------------------------------------------------------------------------------
 
 // Whether the weight kernel serves a Cfg tile in Ops' format: conflict-free k-major fragment loads (mma_tf32.cuh,
@@ -455,6 +576,42 @@ void with_config(const Tile& tile, const char* name, F&& f) {
   return f(ConfigTag<typename T::template Config<32, 64, 8>>{});
 }
 
+// f(std::integral_constant<int, BM>, std::integral_constant<int, BN>) for a tile the wgmma kernel has (64 or 32 rows;
+// 128, 96, 64 or 32 pixels, on two warpgroups above 64): whether it has it.
+constexpr int warpgroups_of(int bn) { return bn > 64 ? 2 : 1; }
+
+template <class F>
+bool with_warpgroup_config(const Tile& tile, F&& f) {
+  const auto rows = [&](auto bm) {
+    using std::integral_constant;
+    switch (tile.bn) {
+      case 128:
+        return f(bm, integral_constant<int, 128>{}), true;
+      case 96:
+        return f(bm, integral_constant<int, 96>{}), true;
+      case 64:
+        return f(bm, integral_constant<int, 64>{}), true;
+      case 32:
+        return f(bm, integral_constant<int, 32>{}), true;
+      default:
+        return false;
+    }
+  };
+  if (tile.bm == 64) return rows(std::integral_constant<int, 64>{});
+  if (tile.bm == 32) return rows(std::integral_constant<int, 32>{});
+  return false;
+}
+
+bool has_warpgroup_kernel(const Tile& tile) {
+  return with_warpgroup_config(tile, [](auto, auto) {});
+}
+
+// The instruction a tile runs on (Mma::fastest: wgmma where this device and the tile have it).
+Mma instruction_of(const Tile& tile) {
+  if (tile.mma != Mma::fastest) return tile.mma;
+  return has_warpgroup_kernel(tile) && runs_warpgroup_mma() ? Mma::warpgroup : Mma::sync;
+}
+
 // f(Operands<format>{}).
 template <class F>
 void with_format(Format format, F&& f) {
@@ -538,12 +695,26 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
            " kernel needs source channels a multiple of ", vector_of(tile.format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging) && (source == nullptr || aligned16(source)), name,
            ": the channels-last operands need a 16-byte aligned workspace");
+  const Mma mma = instruction_of(tile);
+  NT_CHECK(mma != Mma::warpgroup || (runs_warpgroup_mma() && has_warpgroup_kernel(tile)), name,
+           ": no wgmma kernel for a ", tile.bm, "x", tile.bn, " tile on this device (wgmma needs sm_90a code)");
   a.split = 1;
   with_format(tile.format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;
     const Element* filters = reinterpret_cast<const Element*>(staging) + source_elements(a);
     const Element* src_cl = reinterpret_cast<const Element*>(source ? source : staging);
+    if (mma == Mma::warpgroup) {
+      with_warpgroup_config(tile, [&](auto bm, auto bn) {
+        constexpr int BM = decltype(bm)::value, BN = decltype(bn)::value, WG = warpgroups_of(BN);
+        const dim3 grid(static_cast<unsigned>((a.N + BN - 1) / BN), static_cast<unsigned>((a.M + BM - 1) / BM));
+        constexpr auto kernel = conv_channels_last_wgmma_kernel<Ops, BM, BN, WG>;
+        constexpr size_t smem = size_t(kStages) * (wgmma::kRows + BN) * wgmma::kLineBytes + wgmma::kAlignment;
+        allow_shared_bytes<kernel>(smem);
+        launch(placed(exec, a.overlaps_previous), name, cost, kernel, grid, dim3(WG * 128), smem, a, filters, src_cl);
+      });
+      return;
+    }
     with_config<Ops>(tile, name, [&](auto tag) {
       using Cfg = typename decltype(tag)::type;
       constexpr auto kernel = conv_channels_last_kernel<Ops, Cfg>;
@@ -585,6 +756,7 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
            " backward_weight needs input and output channels a multiple of ", vector, ", got ", f.c, " and ", f.M);
   NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
   NT_CHECK(plan.split >= 1 && (plan.split == 1 || f.partial != nullptr), name, ": a split needs its partials");
+  NT_CHECK(plan.tile.mma != Mma::warpgroup, name, ": backward_weight has no wgmma kernel (mma.sync tiles only)");
   NT_CHECK(serves_weight(plan.tile), name, ": no channels-last ", format_name(format), " backward_weight on ",
            plan.tile.bm, "x", plan.tile.bn, " tiles of ", plan.tile.warps, " warps");
   f.split = plan.split;

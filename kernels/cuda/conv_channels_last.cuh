@@ -8,7 +8,8 @@
 //   stage     src into channels-last order (N, H, W, C) and the filters into rows of (r, s, c), both rounded to the
 //             format;
 //   multiply  the implicit GEMM C(M = K, N = N·P·Q) = A(M, Kg = R·S·C) · B(Kg, N) on m16n8k8 (TF32) or m16n8k16 (BF16)
-//             MMAs, both operands fed by 16-byte cp.async copies in a 4-stage pipeline, fp32 sums, and the forward's
+//             MMAs, or on warpgroup MMAs where the device runs sm_90a code (wgmma.cuh; the same sums, the same bits),
+//             both operands fed by 16-byte cp.async copies in a 4-stage pipeline, fp32 sums, and the forward's
 //             staged epilogue (y in NCHW, bias, BatchNorm statistics: kernels/cuda/conv_epilogue.cuh).
 // With the channels innermost, a vector of consecutive Kg indices is as many channels of one tap of one pixel:
 // contiguous in both staged operands, inside the image or not as a whole. So a slab element needs one range check
@@ -28,11 +29,19 @@ namespace nt::kernels::cuda::channels_last {
 // fp32, and both need sm_80 code.
 enum class Format { tf32, bf16 };
 
+// The tensor-core instruction of the multiply: mma.sync (sm_80 on, fragments loaded into registers: mma_tf32.cuh,
+// mma_bf16.cuh) or wgmma (sm_90a, operands read from shared memory: wgmma.cuh). fastest: wgmma where the device runs
+// sm_90a code and the tile has a wgmma kernel, else mma.sync; the planner's tiles leave it so, and the kernel lab names
+// the one it times. backward_weight runs on mma.sync always.
+enum class Mma { fastest, sync, warpgroup };
+
 // A block's tile of C: BM output channels (64 or 32) × BN output pixels (the planner's 128, 96, 64 or 32; the lab's
-// also 48), on 2 × (BN / 16) warps in the planner's tiles (4 warps for 32 columns).
+// also 48), on 2 × (BN / 16) warps in the planner's tiles (4 warps for 32 columns) under mma.sync; under wgmma on
+// one warpgroup up to 64 pixels, two above (the `warps` field is then not read).
 struct Tile {
   int bm = 64, bn = 64, warps = 4;
   Format format = Format::tf32;
+  Mma mma = Mma::fastest;
 };
 
 // The forward convolution `a` describes (conv.cu's ConvArgs of a forward, or backward_data's flipped forward): its

@@ -52,21 +52,30 @@ __device__ __forceinline__ void wait_all() {
 #endif
 }
 
-// The copy pipeline of a loop over `slabs` slabs in kStages shared-memory stages: slab t + kStages − 1 is copied
-// while slab t is consumed. copy(t, stage) issues this thread's copies of slab t into `stage`; consume(stage) reads
-// slab t from its stage. Each iteration waits for slab t's copies, passes one barrier (everyone's copies have landed,
-// and everyone is done with the stage the next copy overwrites), issues the next copy, then consumes; empty groups
-// keep the count. Every copy has landed when it returns.
-template <int kStages, class Copy, class Consume>
-__device__ __forceinline__ void pipeline(int slabs, Copy&& copy, Consume&& consume) {
-  for (int t = 0; t < kStages - 1; ++t) {
+// The copy pipeline of a loop over `slabs` slabs in kStages shared-memory stages: slab t + L is copied while slab t is
+// consumed, L = kStages − 1 − kReadsInFlight. copy(t, stage) issues this thread's copies of slab t into `stage`;
+// consume(stage) reads slab t from its stage, and may leave up to kReadsInFlight slabs' reads still running when it
+// returns (asynchronous MMAs: wgmma.cuh), which is why the copies look ahead one slab less for each. Each iteration
+// waits for slab t's copies, calls publish (every thread, once its copies of slab t have landed: a consumer that reads
+// shared memory through another proxy, as wgmma does, needs a fence there), passes one barrier (everyone's copies have
+// landed, and everyone is done with the stage the next copy overwrites), issues the next copy, then consumes; empty
+// groups keep the count. Every copy has landed when it returns.
+struct NothingToPublish {
+  __device__ void operator()() const {}
+};
+template <int kStages, int kReadsInFlight = 0, class Copy, class Consume, class Publish = NothingToPublish>
+__device__ __forceinline__ void pipeline(int slabs, Copy&& copy, Consume&& consume, Publish&& publish = Publish{}) {
+  constexpr int kAhead = kStages - 1 - kReadsInFlight;
+  static_assert(kAhead >= 1, "a stage for the slab consumed, one for each read in flight, and one being copied");
+  for (int t = 0; t < kAhead; ++t) {
     if (t < slabs) copy(t, t);
     commit();
   }
   for (int t = 0; t < slabs; ++t) {
-    wait_pending<kStages - 2>();
+    wait_pending<kAhead - 1>();
+    publish();
     __syncthreads();
-    if (t + kStages - 1 < slabs) copy(t + kStages - 1, (t + kStages - 1) % kStages);
+    if (t + kAhead < slabs) copy(t + kAhead, (t + kAhead) % kStages);
     commit();
     consume(t % kStages);
   }

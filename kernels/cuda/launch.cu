@@ -9,7 +9,8 @@ void throw_launch_error(const char* kernel, cudaError_t err, dim3 grid, dim3 blo
                           grid.z, "), block (", block.x, ",", block.y, ",", block.z, "), ", smem, " B shared memory"));
 }
 
-int running_code_arch();  // kernels/cuda/probe.cu
+int running_code_arch();            // kernels/cuda/probe.cu
+bool running_warpgroup_mma_code();  // kernels/cuda/probe.cu
 
 namespace {
 // A fact about the current device, asked once per thread and device: launchers call these every step.
@@ -44,6 +45,10 @@ bool programmatic_launch_supported() {
 }
 
 bool runs_tensor_core_code() { return current_code_arch() >= 80; }
+
+bool runs_warpgroup_mma() {
+  return per_device([](int) { return running_warpgroup_mma_code() ? 1 : 0; }) != 0;
+}
 
 void require_tf32_code(const char* kernel) {
   NT_CHECK(runs_tensor_core_code(), kernel,

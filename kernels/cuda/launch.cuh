@@ -194,6 +194,7 @@ bool programmatic_launch_supported();  // the current device is sm_90 or newer, 
 // elsewhere (engine/context.cpp), so failing here is a caller's bug, or the kernel lab forcing a TF32 tile.
 void require_tf32_code(const char* kernel);
 bool runs_tensor_core_code();         // the current device runs sm_80 code or newer: mma.sync on TF32 and BF16 operands
+bool runs_warpgroup_mma();            // the current device runs sm_90a code: wgmma (kernels/cuda/wgmma.cuh)
 size_t max_shared_bytes_per_block();  // the current device's limit for a kernel that opts in (dynamic smem)
 int multiprocessor_count();           // the current device's SMs
 

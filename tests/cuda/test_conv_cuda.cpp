@@ -357,6 +357,86 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
       8, kernels::rounded_to_bf16, /*weight_splits=*/{1, 3});
 }
 
+TEST_CASE("conv2d's channels-last kernel on warpgroup MMAs (kernel lab) matches the CPU twin and mma.sync's bits",
+          "[cuda][conv]") {
+  // The wgmma kernel (sm_90a code) on the shapes of the two tests above, both formats, forward and backward_data
+  // (backward_weight has no wgmma kernel), against the CPU twin; then bit for bit against the mma.sync kernel of the
+  // same tile on conv2-like shapes: both sum each output slab by slab in kg order and a slab's k steps in order, each
+  // step an MMA of k 8 (TF32) or 16 (BF16) into the fp32 accumulator. Without sm_90a code the tiles refuse, naming it.
+  namespace lab = kernels::cuda::lab;
+  if (!cuda_device().warpgroup_mma) {
+    CudaExec cuda;
+    const Conv2dShape s{1, 8, 8, 8, 8, 3, 3, 1, 1};
+    DeviceBuffer<float> d_x(cuda.exec, random_floats(s.x_size())), d_w(cuda.exec, random_floats(s.w_size()));
+    DeviceBuffer<float> d_y(cuda.exec, poisoned(s.y_size())), d_ws(cuda.exec, poisoned(4096));
+    CHECK_THROWS_WITH(
+        lab::conv2d_variant(
+            cuda.exec, lab::forward,
+            Conv2dArgs<float>{.shape = s, .x = d_x.get(), .w = d_w.get(), .y = d_y.get(), .workspace = d_ws.get()},
+            lab::channels_last_wg_64x64, 1),
+        Contains(cuda_device().has_tf32() ? "sm_90a" : "need sm_80 code"));
+    return;
+  }
+  check_channels_last_tiles(
+      {
+          Conv2dShape{3, 8, 7, 9, 12, 3, 3, 1, 1},     // odd image sizes; 12 outputs: a part of a 32-row tile
+          Conv2dShape{1, 4, 5, 3, 8, 3, 3, 1, 1},      // one image of 15 pixels: a part of one column tile
+          Conv2dShape{2, 12, 9, 11, 20, 5, 5, 1, 2},   // 5x5, Kg = 300: a last slab of 12
+          Conv2dShape{2, 8, 8, 5, 4, 3, 2, 1, 2},      // R != S, pad > S - 1: backward_data's width pad is -1
+          Conv2dShape{3, 8, 9, 8, 7, 3, 3, 2, 1},      // stride 2, 7 outputs: the forward only
+          Conv2dShape{1, 68, 4, 5, 36, 3, 3, 1, 1},    // 36 outputs: rows past M in a 64-row tile; 68 channels
+          Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+      },
+      {lab::channels_last_wg_64x64, lab::channels_last_wg_64x96, lab::channels_last_wg_64x128,
+       lab::channels_last_wg_32x64, lab::channels_last_wg_32x96, lab::channels_last_wg_32x128},
+      4, kernels::rounded_to_tf32);
+  check_channels_last_tiles(
+      {
+          Conv2dShape{3, 8, 7, 9, 16, 3, 3, 1, 1},     // odd image sizes; 16 outputs: a part of a 32-row tile
+          Conv2dShape{2, 16, 9, 11, 24, 5, 5, 1, 2},   // 5x5, Kg = 400: a last slab of 16
+          Conv2dShape{2, 8, 8, 5, 8, 3, 2, 1, 2},      // R != S, pad > S - 1
+          Conv2dShape{1, 72, 4, 5, 40, 3, 3, 1, 1},    // 40 outputs: rows past M in a 64-row tile; 72 channels
+          Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+      },
+      {lab::channels_last_bf16_wg_64x64, lab::channels_last_bf16_wg_64x96, lab::channels_last_bf16_wg_64x128,
+       lab::channels_last_bf16_wg_32x64, lab::channels_last_bf16_wg_32x96, lab::channels_last_bf16_wg_32x128},
+      8, kernels::rounded_to_bf16);
+
+  CudaExec cuda;
+  const Exec& gpu = cuda.exec;
+  struct Pair {
+    int warpgroup, sync;
+  };
+  for (const Conv2dShape& s : {Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1}, Conv2dShape{3, 16, 9, 11, 40, 3, 3, 1, 1}})
+    for (const Pair pair : {Pair{lab::channels_last_wg_64x96, lab::channels_last_64x96_12w},
+                            Pair{lab::channels_last_wg_32x64, lab::channels_last_32x64},
+                            Pair{lab::channels_last_bf16_wg_64x96, lab::channels_last_bf16_64x96_12w},
+                            Pair{lab::channels_last_bf16_wg_32x64, lab::channels_last_bf16_32x64_8w}})
+      for (const int pass : {int(lab::forward), int(lab::backward_data)}) {
+        INFO("n=" << s.n << " c=" << s.c << " k=" << s.k << " tiles " << pair.warpgroup << ", " << pair.sync << " pass "
+                  << pass);
+        DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
+        DeviceBuffer<float> d_dy(gpu, random_floats(s.y_size()));
+        DeviceBuffer<float> d_ws(gpu,
+                                 poisoned(std::max(lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
+                                                   lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1))));
+        const size_t out_size = pass == lab::forward ? s.y_size() : s.x_size();
+        const auto run = [&](int tile) {
+          DeviceBuffer<float> d_out(gpu, poisoned(out_size));
+          const Conv2dArgs<float> args{.shape = s,
+                                       .x = d_x.get(),
+                                       .w = d_w.get(),
+                                       .y = d_out.get(),
+                                       .dy = d_dy.get(),
+                                       .dx = d_out.get(),
+                                       .workspace = d_ws.get()};
+          lab::conv2d_variant(gpu, pass, args, tile, 1);
+          return d_out.download();
+        };
+        CHECK(same_bits(run(pair.warpgroup), run(pair.sync)));
+      }
+}
+
 TEST_CASE("conv2d on CUDA with TF32 or BF16 rounds each operand as round_to_tf32 or round_to_bf16 does",
           "[cuda][conv]") {
   // A 1x1 convolution over 40 channels (a GEMM, not the direct kernel) of which only channel 0 is non-zero:
