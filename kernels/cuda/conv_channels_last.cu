@@ -327,7 +327,8 @@ __global__ void __launch_bounds__(WG * 128)
   const int slabs = (a.K + kBK - 1) / kBK;
 
   // Slab `slab` into `stage`: piece p = warp + i·kWarps of an operand is its 8-row group p / 2, chunks (p % 2)·4 ...
-  // + 3.
+  // + 3. The checks and addresses are conv_channels_last_kernel's: both loops through shared helpers changed the code
+  // generated for this kernel and cost 1–1.5 ms an epoch (docs/conv.md, 'Warpgroup MMAs'), so they stay written out.
   auto copy_slab = [&](int slab, int stage) {
     unsigned char* As = stage_bytes + stage * kStageBytes;
     unsigned char* Bs = As + kABytes;
