@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(WG * 128)
 
   // Slab `slab` into `stage`: piece p = warp + i·kWarps of an operand is its 8-row group p / 2, chunks (p % 2)·4 ...
   // + 3. The checks and addresses are conv_channels_last_kernel's: both loops through shared helpers changed the code
-  // generated for this kernel and cost 1–1.5 ms an epoch (docs/conv.md, 'Warpgroup MMAs'), so they stay written out.
+  // generated for this kernel and cost about 1 ms an epoch (docs/conv.md, 'Warpgroup MMAs'), so they stay written out.
   auto copy_slab = [&](int slab, int stage) {
     unsigned char* As = stage_bytes + stage * kStageBytes;
     unsigned char* Bs = As + kABytes;
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(WG * 128)
   __syncthreads();  // the stages are free for the finished tile
   end_kernel(a.overlaps_previous, stamps);
 
-  // d[4j + e] of warp w in its warpgroup: channel row 16w + g + 8·(e / 2), pixel 8j + 2t + e % 2 of the warpgroup's
+  // d[4j + e] of warp w in its warpgroup: channel row 16w + g + 8·(e / 2), the warpgroup's pixel 8j + 2t + e % 2
   float* tile = reinterpret_cast<float*>(stage_bytes);
   const int g = lane / 4, t = lane % 4, w = warp % 4;
 #pragma unroll
