@@ -72,7 +72,6 @@ struct Operands;
 template <>
 struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna), m16n8k8
   using Element = float;
-  static constexpr wgmma::Operand kWarpgroup = wgmma::Operand::tf32;
   template <int BM, int BN, int Warps>
   using Config = mma_tf32::MmaConfig<BM, BN, 2, Warps / 2>;
   __device__ static Element from(float v) { return __uint_as_float(mma_tf32::to_tf32(v)); }
@@ -94,7 +93,6 @@ struct Operands<Format::tf32> {  // fp32 bit patterns rounded to TF32 (cvt.rna),
 template <>
 struct Operands<Format::bf16> {  // bf16 (cvt.rn: to nearest, ties to even), m16n8k16
   using Element = __nv_bfloat16;
-  static constexpr wgmma::Operand kWarpgroup = wgmma::Operand::bf16;
   template <int BM, int BN, int Warps>
   using Config = mma_bf16::MmaConfig<BM, BN, 2, Warps / 2>;
   __device__ static Element from(float v) { return __float2bfloat16_rn(v); }
@@ -370,8 +368,8 @@ __global__ void __launch_bounds__(WG * 128)
         wgmma::fence();
 #pragma unroll
         for (int step = 0; step < wgmma::kSteps; ++step)
-          wgmma::Mma<Ops::kWarpgroup, kWN>::run(acc, wgmma::descriptor(As + step * wgmma::kStepBytes),
-                                                wgmma::descriptor(Bs + step * wgmma::kStepBytes));
+          wgmma::Mma<Element, kWN>::run(acc, wgmma::descriptor(As + step * wgmma::kStepBytes),
+                                        wgmma::descriptor(Bs + step * wgmma::kStepBytes));
         wgmma::commit_and_wait<kMmasInFlight>();
         wgmma::hold(acc);
       },

@@ -24,6 +24,7 @@
 // runs_warpgroup_mma() (kernels/cuda/launch.cu) before it launches one.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -87,11 +88,9 @@ __device__ __forceinline__ void hold(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-enum class Operand { tf32, bf16 };
-
-// D(64×N) += A·Bᵀ, k 8 (TF32) or 16 (BF16), both from shared memory (descriptors a, b), fp32 D (N / 2 values a
-// thread); scale-d 1 (accumulate), operands neither negated nor transposed.
-template <Operand kOperand, int N>
+// D(64×N) += A·Bᵀ on operands of Element (float: TF32, k 8; __nv_bfloat16: BF16, k 16), both from shared memory
+// (descriptors a, b), fp32 D (N / 2 values a thread); scale-d 1 (accumulate), operands neither negated nor transposed.
+template <class Element, int N>
 struct Mma;
 
 // The instructions the kernels use, one specialization each (N = 32, 48 or 64: 16, 24 or 32 accumulator registers,
@@ -118,24 +117,25 @@ struct Mma;
 #else
 #define NT_WGMMA_ASM(...) __trap()  // no wgmma in this code: the host never launches it here
 #endif
-#define NT_WGMMA_SPECIALIZATION(OPERAND, N, ...)                                                         \
+#define NT_WGMMA_SPECIALIZATION(ELEMENT, N, ...)                                                         \
   template <>                                                                                            \
-  struct Mma<Operand::OPERAND, N> {                                                                      \
+  struct Mma<ELEMENT, N> {                                                                               \
     __device__ static void run(float (&d)[N / 2], uint64_t a, uint64_t b) { NT_WGMMA_ASM(__VA_ARGS__); } \
   }
 
-// TF32: no transpose flags; BF16: both operands K-major (transpose 0).
-NT_WGMMA_SPECIALIZATION(tf32, 32, "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", NT_WGMMA_REGS16, "%16, %17",
+// TF32 (float elements, rounded to TF32 where they were staged): no transpose flags; BF16: both operands K-major
+// (transpose 0).
+NT_WGMMA_SPECIALIZATION(float, 32, "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", NT_WGMMA_REGS16, "%16, %17",
                         "%18", "1, 1", NT_WGMMA_OUT16);
-NT_WGMMA_SPECIALIZATION(tf32, 48, "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32", NT_WGMMA_REGS24, "%24, %25",
+NT_WGMMA_SPECIALIZATION(float, 48, "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32", NT_WGMMA_REGS24, "%24, %25",
                         "%26", "1, 1", NT_WGMMA_OUT24);
-NT_WGMMA_SPECIALIZATION(tf32, 64, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", NT_WGMMA_REGS32, "%32, %33",
+NT_WGMMA_SPECIALIZATION(float, 64, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", NT_WGMMA_REGS32, "%32, %33",
                         "%34", "1, 1", NT_WGMMA_OUT32);
-NT_WGMMA_SPECIALIZATION(bf16, 32, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", NT_WGMMA_REGS16, "%16, %17",
-                        "%18", "1, 1, 0, 0", NT_WGMMA_OUT16);
-NT_WGMMA_SPECIALIZATION(bf16, 48, "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16", NT_WGMMA_REGS24, "%24, %25",
-                        "%26", "1, 1, 0, 0", NT_WGMMA_OUT24);
-NT_WGMMA_SPECIALIZATION(bf16, 64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", NT_WGMMA_REGS32, "%32, %33",
-                        "%34", "1, 1, 0, 0", NT_WGMMA_OUT32);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 32, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", NT_WGMMA_REGS16,
+                        "%16, %17", "%18", "1, 1, 0, 0", NT_WGMMA_OUT16);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 48, "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16", NT_WGMMA_REGS24,
+                        "%24, %25", "%26", "1, 1, 0, 0", NT_WGMMA_OUT24);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", NT_WGMMA_REGS32,
+                        "%32, %33", "%34", "1, 1, 0, 0", NT_WGMMA_OUT32);
 
 }  // namespace nt::kernels::cuda::wgmma
