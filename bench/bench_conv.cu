@@ -298,6 +298,11 @@ int main(int argc, char** argv) {
       {lab::backward_data, lab::channels_last_bf16_wg_32x64, 1},
       {lab::backward_data, lab::channels_last_bf16_wg_32x96, 1},
       {lab::backward_data, lab::channels_last_bf16_wg_32x128, 1},
+      {lab::backward_weight, lab::channels_last_bf16_wg_64x96, 22},
+      {lab::backward_weight, lab::channels_last_bf16_wg_64x96, 44},
+      {lab::backward_weight, lab::channels_last_bf16_wg_64x96, 88},
+      {lab::backward_weight, lab::channels_last_bf16_wg_64x64, 54},
+      {lab::backward_weight, lab::channels_last_bf16_wg_64x128, 44},
   };
   const char* tile_names[] = {"medium",        "narrow",         "narrow_grouped", "small",           "small_grouped",
                               "tall_grouped",  "wide_grouped",   "mma_64x64",      "mma_64x32",       "mma_32x64",

@@ -38,8 +38,9 @@
 //   B(pixel, j) = x_cl[((img·H + p·st − pad + r)·W + q·st − pad_w + s)·C + c]   (0 outside; staged beside it)
 // Slabs of 32 pixels land k-major, As[pixel][m] and Bs[pixel][j]: TF32 fragments are scalar loads
 // (mma_tf32::multiply_slab with the KMajor layout), BF16 fragments come through ldmatrix.trans
-// (mma_bf16::multiply_k_major_slab). grid.z splits the pixels into parts whose partials conv.cu's split-K reduction
-// adds in part order.
+// (mma_bf16::multiply_k_major_slab); on sm_90a BF16 runs on wgmma with the slabs as MN-major operands
+// (conv_channels_last_weight_wgmma_kernel). grid.z splits the pixels into parts whose partials conv.cu's split-K
+// reduction adds in part order.
 #include "kernels/cuda/conv_channels_last.cuh"
 
 #include <algorithm>
@@ -64,6 +65,10 @@ constexpr int kStages = 4;          // slabs in flight: three copied while one i
 constexpr int kTransposeTile = 32;  // the source's transpose: 32 × 32 elements a block
 constexpr int kStageThreads = 256;  // 8 warps: each thread moves 4 elements of a transpose tile
 constexpr int kFilterBlocks = 32;   // blocks of the staging kernel that gather the filters
+
+// Warpgroups of a wgmma kernel whose tile has bn columns (pixels, or weight columns): one up to 64, two above (a
+// warpgroup's N is at most 64).
+constexpr int warpgroups_of(int bn) { return bn > 64 ? 2 : 1; }
 
 // The operands' number format: the element the stage writes and the multiply's MMA takes.
 template <Format F>
@@ -405,6 +410,34 @@ constexpr bool serves_weight_tile() {
   return Ops::template KMajor<Cfg>::kConflictFree && Cfg::BM % kVector == 0 && Cfg::BN % kVector == 0;
 }
 
+// The weight kernels' outputs. Part blockIdx.z's sums of columns col and col + 1 (K is a multiple of the vector, so
+// both are inside or neither) at row m: with a split to its partial as the tile's rows, C(m, column (r, s, c)) at
+// partial[m·K + column], a float2 (the reduction, conv.cu's ChannelsLastWeightPass, puts them in dw's order);
+// without one straight to dw's (c, r, s) places, out[m·K + c·R·S + r·S + s].
+__device__ __forceinline__ void store_weight_pair(const ConvArgs& f, int m, int col, float v0, float v1) {
+  if (m >= f.M || col >= f.K) return;
+  if (f.split > 1) {
+    float* to = f.partial + size_t(blockIdx.z) * f.partial_stride;
+    *reinterpret_cast<float2*>(to + size_t(m) * f.K + col) = make_float2(v0, v1);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    int tap, c;
+    f.by_c.divmod(col + e, tap, c);
+    f.out[size_t(m) * f.K + c * f.rs + tap] = e == 0 ? v0 : v1;
+  }
+}
+
+// dbias's row m of part blockIdx.z (after the partial's M·K weights), or dbias itself without a split.
+__device__ __forceinline__ void store_weight_row_sum(const ConvArgs& f, int m, float sum) {
+  if (m >= f.M) return;
+  if (f.split > 1)
+    f.partial[size_t(blockIdx.z) * f.partial_stride + size_t(f.M) * f.K + m] = sum;
+  else
+    f.out_rows[m] = sum;
+}
+
 // f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels),
 // with split, partial_stride, partial, out (dw) and out_rows (dbias, nullable) set.
 // grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
@@ -486,44 +519,134 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       });
   end_kernel(f.overlaps_previous, stamps);
 
-  // Part z's partial as the tile's rows, C(m, column (r, s, c)) at partial[m·K + column], a column pair a lane (K is a
-  // multiple of the vector, so both are inside or neither); the reduction (conv.cu, ChannelsLastWeightPass) puts
-  // them in dw's order. Without a split, C straight to dw's (c, r, s) place: out[m·K + c·R·S + r·S + s].
-  if (f.split > 1) {
-    float* to = f.partial + size_t(blockIdx.z) * f.partial_stride;
-    if (sums_rows && m0 + threadIdx.x < f.M) to[size_t(f.M) * f.K + m0 + threadIdx.x] = row_sum;
+  if (sums_rows) store_weight_row_sum(f, m0 + threadIdx.x, row_sum);
 #pragma unroll
-    for (int j = 0; j < Cfg::kTilesN; ++j) {
-      const int col = n0 + wn + 8 * j + mma_tf32::col_of(0);
-      if (col >= f.K) continue;
+  for (int j = 0; j < Cfg::kTilesN; ++j) {
+    const int col = n0 + wn + 8 * j + mma_tf32::col_of(0);
 #pragma unroll
-      for (int i = 0; i < Cfg::kTilesM; ++i) {
-        const int m = m0 + wm + 16 * i + mma_tf32::row_of(0);
-        if (m < f.M) *reinterpret_cast<float2*>(to + size_t(m) * f.K + col) = make_float2(acc[i][j][0], acc[i][j][1]);
-        if (m + 8 < f.M)
-          *reinterpret_cast<float2*>(to + size_t(m + 8) * f.K + col) = make_float2(acc[i][j][2], acc[i][j][3]);
-      }
+    for (int i = 0; i < Cfg::kTilesM; ++i) {
+      const int m = m0 + wm + 16 * i + mma_tf32::row_of(0);
+      store_weight_pair(f, m, col, acc[i][j][0], acc[i][j][1]);
+      store_weight_pair(f, m + 8, col, acc[i][j][2], acc[i][j][3]);
     }
-    return;
   }
-  float* to = f.out;
-  if (sums_rows && m0 + threadIdx.x < f.M) f.out_rows[m0 + threadIdx.x] = row_sum;
+}
+
+// ---- backward_weight on warpgroup MMAs (sm_90a, BF16) ----------------------------------------------------------
+
+// The weight GEMM of conv_channels_last_weight_kernel on wgmma, BF16 only. The pixels are k, the slow index of both
+// staged operands, and wgmma reads such MN-major operands in 16-bit formats alone (wgmma.cuh). A slab of 32 pixels
+// lands as lines of 64 values, one pixel a line, in the 128-byte swizzle: A, dy_cl's 64 channels of the tile (one
+// atom column, 4 KB), then B, an atom column per warpgroup of its kWN ≤ 64 weight columns (x_cl at each pixel's taps,
+// 4 KB each; 48 of 64 used at the plan's 96 columns). Warpgroup g multiplies m64n{kWN}k16 twice a slab, k steps of
+// 16 pixels 2 KB apart in both operands, into columns [g·kWN, (g+1)·kWN) of the tile. The grid, the parts, the
+// pipeline (one batch of MMAs in flight, as the forward's wgmma kernel) and the order of the sums are the mma.sync
+// kernel's, so the bits are too. dbias: threads 0..63 add their channel's line entries of each A slab, pixels
+// ascending.
+template <int BN>
+__global__ void __launch_bounds__(warpgroups_of(BN) * 128)
+    conv_channels_last_weight_wgmma_kernel(ConvArgs f, const __nv_bfloat16* dy_cl, const __nv_bfloat16* x_cl,
+                                           StampRing stamps) {
+  constexpr int BM = wgmma::kMnValues, BK = 32, kVector = 8;  // 64 channels, 32 pixels a slab, 8 BF16 a copy
+  constexpr int WG = warpgroups_of(BN), kThreads = WG * 128, kWN = BN / WG;
+  constexpr int kChunksA = BM / kVector, kChunksB = kWN / kVector;  // 16-byte chunks of a line
+  constexpr int kAtomBytes = BK * wgmma::kLineBytes;                // an operand's 32 lines
+  constexpr int kStageBytes = (1 + WG) * kAtomBytes;
+  constexpr int kPiecesA = BK * kChunksA, kPiecesB = WG * BK * kChunksB;
+  static_assert(kWN % 16 == 0 && kWN <= wgmma::kMnValues, "a warpgroup's columns: one atom, whole MMAs");
+  static_assert(kPiecesA % kThreads == 0, "a copy round is A's or B's");
+  begin_kernel(f.overlaps_previous, stamps);
+#if NT_WGMMA
+  extern __shared__ __align__(16) unsigned char dynamic_bytes[];
+  __shared__ int4
+      chunks[BN / kVector];  // chunk j of the tile's columns: {x_cl offset of its tap and channel, r, s, valid}
+  // The swizzle's period: the launch gives wgmma::kAlignment bytes more than the stages take.
+  const uint32_t dynamic_at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_bytes));
+  unsigned char* stage_bytes =
+      dynamic_bytes + ((wgmma::kAlignment - dynamic_at % wgmma::kAlignment) % wgmma::kAlignment);
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int slabs = (f.N + BK - 1) / BK, per_part = (slabs + gridDim.z - 1) / gridDim.z;
+  const int first = blockIdx.z * per_part, last = min(slabs, first + per_part);
+  for (int j = threadIdx.x; j < BN / kVector; j += kThreads) {
+    const int col = n0 + j * kVector;
+    int tap, c, r, s;
+    f.by_c.divmod(col, tap, c);
+    f.by_s.divmod(tap, r, s);
+    chunks[j] = col < f.K ? make_int4((r * f.w + s) * f.c + c, r, s, 1) : make_int4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  // Piece p = thread + i·kThreads of a slab: A's line p / 8, chunk p % 8; then B's warpgroup q / (32·kChunksB), line,
+  // chunk, q = p − kPiecesA.
+  auto copy_slab = [&](int slab, int stage) {
+    unsigned char* As = stage_bytes + stage * kStageBytes;
+    unsigned char* Bs = As + kAtomBytes;
+    const int pixel0 = slab * BK;
 #pragma unroll
-  for (int j = 0; j < Cfg::kTilesN; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = n0 + wn + 8 * j + mma_tf32::col_of(e);
-      if (col >= f.K) continue;
-      int tap_c, c;
-      f.by_c.divmod(col, tap_c, c);
-      const int place = c * f.rs + tap_c;
-#pragma unroll
-      for (int i = 0; i < Cfg::kTilesM; ++i) {
-        const int m = m0 + wm + 16 * i + mma_tf32::row_of(e);
-        if (m < f.M) to[size_t(m) * f.K + place] = acc[i][j][e];
-        if (m + 8 < f.M) to[size_t(m + 8) * f.K + place] = acc[i][j][e + 2];
+    for (int i = 0; i < (kPiecesA + kPiecesB + kThreads - 1) / kThreads; ++i) {
+      const int piece = threadIdx.x + i * kThreads;
+      if (i < kPiecesA / kThreads) {
+        const int line = piece / kChunksA, chunk = piece % kChunksA, pixel = pixel0 + line, m = m0 + chunk * kVector;
+        const bool valid = m < f.M && pixel < f.N;
+        cp_async::copy16_or_zero(As + wgmma::offset(line, chunk), valid ? dy_cl + size_t(pixel) * f.M + m : dy_cl,
+                                 valid);
+        continue;
       }
+      const int q = piece - kPiecesA;
+      if (kPiecesB % kThreads != 0 && q >= kPiecesB) break;
+      const int group = q / (BK * kChunksB), line = q % (BK * kChunksB) / kChunksB, chunk = q % kChunksB;
+      const int4 column = chunks[group * kChunksB + chunk], at = pixel_column(f, pixel0 + line);
+      const bool valid = column.w && inside(at.y + column.y, f.h) && inside(at.z + column.z, f.w);
+      cp_async::copy16_or_zero(Bs + group * kAtomBytes + wgmma::offset(line, chunk),
+                               valid ? x_cl + size_t(at.x) * f.c + column.x : x_cl, valid);
     }
+  };
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warpgroup = warp / 4;
+  const bool sums_rows = f.out_rows != nullptr && blockIdx.x == 0 && threadIdx.x < BM;
+  float row_sum = 0.f;
+  float acc[kWN / 2];
+#pragma unroll
+  for (int i = 0; i < kWN / 2; ++i) acc[i] = 0.f;
+  constexpr int kMmasInFlight = 1;
+  cp_async::pipeline<kStages, kMmasInFlight>(
+      max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
+      [&](int stage) {
+        const unsigned char* As = stage_bytes + stage * kStageBytes;
+        const unsigned char* Bs = As + kAtomBytes + warpgroup * kAtomBytes;
+        wgmma::hold(acc);
+        wgmma::fence();
+#pragma unroll
+        for (int step = 0; step < BK / 16; ++step)
+          wgmma::Mma<__nv_bfloat16, kWN, wgmma::Major::mn>::run(
+              acc, wgmma::descriptor(As + step * wgmma::kMnStepBytes, kAtomBytes),
+              wgmma::descriptor(Bs + step * wgmma::kMnStepBytes, kAtomBytes));
+        wgmma::commit_and_wait<kMmasInFlight>();
+        wgmma::hold(acc);
+        if (sums_rows)
+#pragma unroll 8
+          for (int k = 0; k < BK; ++k)
+            row_sum += __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(
+                As + wgmma::offset(k, threadIdx.x / kVector) + threadIdx.x % kVector * sizeof(__nv_bfloat16)));
+      },
+      [] { wgmma::publish_shared_to_async_proxy(); });
+  wgmma::commit_and_wait<0>();
+  wgmma::hold(acc);
+  end_kernel(f.overlaps_previous, stamps);
+
+  // d[4j + e] of warp w in its warpgroup: channel row 16w + g + 8·(e / 2), the warpgroup's column 8j + 2t + e % 2
+  if (sums_rows) store_weight_row_sum(f, m0 + threadIdx.x, row_sum);
+  const int g = lane / 4, t = lane % 4, w = warp % 4;
+#pragma unroll
+  for (int j = 0; j < kWN / 8; ++j) {
+    const int col = n0 + warpgroup * kWN + 8 * j + 2 * t;
+    store_weight_pair(f, m0 + 16 * w + g, col, acc[4 * j], acc[4 * j + 1]);
+    store_weight_pair(f, m0 + 16 * w + g + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+#else
+  __trap();  // no wgmma in this code: weight_gradient launches the kernel only where runs_warpgroup_mma()
+#endif
 }
 
 // Elements of the staged source (a.n, a.h, a.w, a.c); the filters follow it, 16-byte aligned (C is a multiple of
@@ -577,7 +700,6 @@ void with_config(const Tile& tile, const char* name, F&& f) {
 
 // f(std::integral_constant<int, BM>, std::integral_constant<int, BN>) for a tile the wgmma kernel has (64 or 32 rows;
 // 128, 96, 64 or 32 pixels, on two warpgroups above 64): whether it has it.
-constexpr int warpgroups_of(int bn) { return bn > 64 ? 2 : 1; }
 
 template <class F>
 bool with_warpgroup_config(const Tile& tile, F&& f) {
@@ -603,6 +725,36 @@ bool with_warpgroup_config(const Tile& tile, F&& f) {
 
 bool has_warpgroup_kernel(const Tile& tile) {
   return with_warpgroup_config(tile, [](auto, auto) {});
+}
+
+// f(std::integral_constant<int, BN>) for a tile the wgmma weight kernel has (BF16, 64 rows; 128, 96, 64 or 32
+// columns): whether it has it.
+template <class F>
+bool with_warpgroup_weight_config(const Tile& tile, F&& f) {
+  if (tile.format != Format::bf16 || tile.bm != wgmma::kMnValues) return false;
+  using std::integral_constant;
+  switch (tile.bn) {
+    case 128:
+      return f(integral_constant<int, 128>{}), true;
+    case 96:
+      return f(integral_constant<int, 96>{}), true;
+    case 64:
+      return f(integral_constant<int, 64>{}), true;
+    case 32:
+      return f(integral_constant<int, 32>{}), true;
+    default:
+      return false;
+  }
+}
+
+bool has_warpgroup_weight_kernel(const Tile& tile) {
+  return with_warpgroup_weight_config(tile, [](auto) {});
+}
+
+// The instruction a backward_weight tile runs on (as instruction_of).
+Mma weight_instruction_of(const Tile& tile) {
+  if (tile.mma != Mma::fastest) return tile.mma;
+  return has_warpgroup_weight_kernel(tile) && runs_warpgroup_mma() ? Mma::warpgroup : Mma::sync;
 }
 
 // The instruction a tile runs on (Mma::fastest: wgmma where this device and the tile have it).
@@ -728,6 +880,7 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
 }
 
 bool serves_weight(const Tile& tile) {
+  if (tile.mma == Mma::warpgroup) return has_warpgroup_weight_kernel(tile);
   bool served = false;
   with_format(tile.format, [&](auto ops) {
     using Ops = decltype(ops);
@@ -755,12 +908,29 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
            " backward_weight needs input and output channels a multiple of ", vector, ", got ", f.c, " and ", f.M);
   NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
   NT_CHECK(plan.split >= 1 && (plan.split == 1 || f.partial != nullptr), name, ": a split needs its partials");
-  NT_CHECK(plan.tile.mma != Mma::warpgroup, name, ": backward_weight has no wgmma kernel (mma.sync tiles only)");
+  const Mma mma = weight_instruction_of(plan.tile);
+  NT_CHECK(mma != Mma::warpgroup || (runs_warpgroup_mma() && has_warpgroup_weight_kernel(plan.tile)), name,
+           ": no wgmma backward_weight for a ", format_name(format), " ", plan.tile.bm, "x", plan.tile.bn,
+           " tile on this device (wgmma needs sm_90a code, BF16 operands and 64 rows)");
   NT_CHECK(serves_weight(plan.tile), name, ": no channels-last ", format_name(format), " backward_weight on ",
            plan.tile.bm, "x", plan.tile.bn, " tiles of ", plan.tile.warps, " warps");
   f.split = plan.split;
   f.partial_stride = static_cast<int>(size_t(f.M) * f.K + (f.out_rows ? f.M : 0));
   if (f.M == 0 || f.K == 0) return f.partial_stride;
+  if (mma == Mma::warpgroup) {
+    with_warpgroup_weight_config(plan.tile, [&](auto bn) {
+      constexpr int BN = decltype(bn)::value;
+      constexpr auto kernel = conv_channels_last_weight_wgmma_kernel<BN>;
+      constexpr size_t smem = size_t(kStages) * (1 + warpgroups_of(BN)) * 32 * wgmma::kLineBytes + wgmma::kAlignment;
+      allow_shared_bytes<kernel>(smem);
+      const dim3 grid(static_cast<unsigned>((f.K + BN - 1) / BN),
+                      static_cast<unsigned>((f.M + wgmma::kMnValues - 1) / wgmma::kMnValues),
+                      static_cast<unsigned>(plan.split));
+      launch(placed(exec, f.overlaps_previous), name, cost, kernel, grid, dim3(warpgroups_of(BN) * 128), smem, f,
+             reinterpret_cast<const __nv_bfloat16*>(dy_cl), reinterpret_cast<const __nv_bfloat16*>(x_cl));
+    });
+    return f.partial_stride;
+  }
   with_format(format, [&](auto ops) {
     using Ops = decltype(ops);
     using Element = typename Ops::Element;

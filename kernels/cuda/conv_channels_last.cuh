@@ -32,7 +32,7 @@ enum class Format { tf32, bf16 };
 // The tensor-core instruction of the multiply: mma.sync (sm_80 on, fragments loaded into registers: mma_tf32.cuh,
 // mma_bf16.cuh) or wgmma (sm_90a, operands read from shared memory: wgmma.cuh). fastest: wgmma where the device runs
 // sm_90a code and the tile has a wgmma kernel, else mma.sync; the planner's tiles leave it so, and the kernel lab names
-// the one it times. backward_weight runs on mma.sync always.
+// the one it times. backward_weight has a wgmma kernel in BF16 only, for 64-row tiles (its operands are MN-major).
 enum class Mma { fastest, sync, warpgroup };
 
 // A block's tile of C: BM output channels (64 or 32) × BN output pixels (the planner's 128, 96, 64 or 32; the lab's
@@ -85,8 +85,8 @@ struct WeightPlan {
   Tile tile;
   int split = 1;
 };
-// Whether the weight kernel has the tile: its k-major fragment loads are conflict-free (a TF32 tile's columns a
-// multiple of 32, a BF16 tile's of 16).
+// Whether a weight kernel has the tile: on mma.sync, its k-major fragment loads are conflict-free (a TF32 tile's
+// columns a multiple of 32, a BF16 tile's of 16); on wgmma, a BF16 tile of 64 rows and 32, 64, 96 or 128 columns.
 bool serves_weight(const Tile& tile);
 // Whether the weight kernel serves f (the forward's args) in the format: x's and dy's channels (f.c, f.M) allow
 // 16-byte copies, and the GEMM has any work.

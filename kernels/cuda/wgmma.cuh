@@ -15,6 +15,13 @@
 // TF32, 16 BF16): its descriptor starts 32 bytes further along the line for each k step, and its stride byte offset
 // (the next 8-row group) is 1024.
 //
+// MN-major operands (BF16 only: wgmma transposes 16-bit operands alone), for a GEMM whose k is the slow index of both
+// staged operands (the weight gradient: k = pixels, rows of channels): a line is one k of 64 consecutive M (or N)
+// values, 128 bytes, in the same swizzle (line k's chunk c at c XOR k % 8); an atom is 8 such lines (1 KB). Atoms
+// along k lie the stride byte offset apart (1024 where the lines follow each other), atoms along M or N the leading
+// byte offset apart (CUTLASS's canonical form ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) in elements). One instruction
+// takes k = 16, two atoms: its descriptor starts 2 KB further for each k step.
+//
 // D's layout (PTX ISA, "Register fragment of wgmma D"): warp w of the warpgroup holds rows 16w..16w+15; in it lane l
 // (g = l / 4, t = l % 4) holds d[4j + e] at row 16w + g + 8·(e / 2), column 8j + 2t + (e % 2): the m16n8 C fragment of
 // mma_tf32.cuh, repeated for each 8 columns j.
@@ -44,18 +51,22 @@ constexpr int kStepBytes = 32;                   // one instruction's k
 constexpr int kSteps = kLineBytes / kStepBytes;  // instructions per slab
 constexpr int kRows = 64;                        // A's rows: a warpgroup's M
 constexpr int kAlignment = kGroupBytes;          // of an operand's first row
+constexpr int kMnValues = kLineBytes / 2;        // an MN-major line: 64 BF16 values of M (or N)
+constexpr int kMnStepBytes = 2 * kGroupBytes;    // one instruction's k (16) in an MN-major operand
 
 // Byte offset of (row, chunk) in an operand's slab.
 __host__ __device__ constexpr int offset(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row % 8)) * 16); }
 
 // The matrix descriptor of an operand (1024-byte aligned) at its k step's first byte `at`: start address (bits 0–13),
-// leading byte offset (bits 16–29; unused by a K-major swizzled operand whose k fits one line: 1), stride byte offset
-// (bits 32–45: the next 8-row group), all in 16-byte units; base offset 0 (bits 49–51); 128-byte swizzle (bits 62–63:
-// 1).
-__device__ __forceinline__ uint64_t descriptor(const void* at) {
+// leading byte offset (bits 16–29), stride byte offset (bits 32–45), all in 16-byte units; base offset 0 (bits
+// 49–51); 128-byte swizzle (bits 62–63: 1). K-major (the defaults): the leading offset is unused where k fits one line
+// (1), the stride is the next 8-row group. MN-major: leading = the next atom along M or N, stride = the next 8 lines
+// of k.
+__device__ __forceinline__ uint64_t descriptor(const void* at, uint32_t leading_bytes = 16,
+                                               uint32_t stride_bytes = kGroupBytes) {
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(at));
-  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(kGroupBytes >> 4) << 32) |
-         (uint64_t(1) << 62);
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (uint64_t((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 
 // Orders this thread's earlier shared-memory writes (st.shared, cp.async once waited for) before later reads by
@@ -88,9 +99,13 @@ __device__ __forceinline__ void hold(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// How an operand lies in shared memory: rows of k (K-major), or lines of M or N (MN-major, BF16 only).
+enum class Major { k, mn };
+
 // D(64×N) += A·Bᵀ on operands of Element (float: TF32, k 8; __nv_bfloat16: BF16, k 16), both from shared memory
-// (descriptors a, b), fp32 D (N / 2 values a thread); scale-d 1 (accumulate), operands neither negated nor transposed.
-template <class Element, int N>
+// (descriptors a, b) and both laid out as kMajor says, fp32 D (N / 2 values a thread); scale-d 1 (accumulate),
+// operands not negated.
+template <class Element, int N, Major kMajor = Major::k>
 struct Mma;
 
 // The instructions the kernels use, one specialization each (N = 32, 48 or 64: 16, 24 or 32 accumulator registers,
@@ -117,25 +132,32 @@ struct Mma;
 #else
 #define NT_WGMMA_ASM(...) __trap()  // no wgmma in this code: the host never launches it here
 #endif
-#define NT_WGMMA_SPECIALIZATION(ELEMENT, N, ...)                                                         \
+#define NT_WGMMA_SPECIALIZATION(ELEMENT, N, MAJOR, ...)                                                  \
   template <>                                                                                            \
-  struct Mma<ELEMENT, N> {                                                                               \
+  struct Mma<ELEMENT, N, MAJOR> {                                                                        \
     __device__ static void run(float (&d)[N / 2], uint64_t a, uint64_t b) { NT_WGMMA_ASM(__VA_ARGS__); } \
   }
 
 // TF32 (float elements, rounded to TF32 where they were staged): no transpose flags; BF16: both operands K-major
-// (transpose 0).
-NT_WGMMA_SPECIALIZATION(float, 32, "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", NT_WGMMA_REGS16, "%16, %17",
-                        "%18", "1, 1", NT_WGMMA_OUT16);
-NT_WGMMA_SPECIALIZATION(float, 48, "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32", NT_WGMMA_REGS24, "%24, %25",
-                        "%26", "1, 1", NT_WGMMA_OUT24);
-NT_WGMMA_SPECIALIZATION(float, 64, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", NT_WGMMA_REGS32, "%32, %33",
-                        "%34", "1, 1", NT_WGMMA_OUT32);
-NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 32, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", NT_WGMMA_REGS16,
-                        "%16, %17", "%18", "1, 1, 0, 0", NT_WGMMA_OUT16);
-NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 48, "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16", NT_WGMMA_REGS24,
-                        "%24, %25", "%26", "1, 1, 0, 0", NT_WGMMA_OUT24);
-NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 64, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", NT_WGMMA_REGS32,
-                        "%32, %33", "%34", "1, 1, 0, 0", NT_WGMMA_OUT32);
+// (transpose 0), or both MN-major (transpose 1).
+NT_WGMMA_SPECIALIZATION(float, 32, Major::k, "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", NT_WGMMA_REGS16,
+                        "%16, %17", "%18", "1, 1", NT_WGMMA_OUT16);
+NT_WGMMA_SPECIALIZATION(float, 48, Major::k, "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32", NT_WGMMA_REGS24,
+                        "%24, %25", "%26", "1, 1", NT_WGMMA_OUT24);
+NT_WGMMA_SPECIALIZATION(float, 64, Major::k, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", NT_WGMMA_REGS32,
+                        "%32, %33", "%34", "1, 1", NT_WGMMA_OUT32);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 32, Major::k, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS16, "%16, %17", "%18", "1, 1, 0, 0", NT_WGMMA_OUT16);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 48, Major::k, "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS24, "%24, %25", "%26", "1, 1, 0, 0", NT_WGMMA_OUT24);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 64, Major::k, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS32, "%32, %33", "%34", "1, 1, 0, 0", NT_WGMMA_OUT32);
+
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 32, Major::mn, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS16, "%16, %17", "%18", "1, 1, 1, 1", NT_WGMMA_OUT16);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 48, Major::mn, "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS24, "%24, %25", "%26", "1, 1, 1, 1", NT_WGMMA_OUT24);
+NT_WGMMA_SPECIALIZATION(__nv_bfloat16, 64, Major::mn, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16",
+                        NT_WGMMA_REGS32, "%32, %33", "%34", "1, 1, 1, 1", NT_WGMMA_OUT32);
 
 }  // namespace nt::kernels::cuda::wgmma

@@ -359,10 +359,11 @@ TEST_CASE("conv2d's channels-last kernel with BF16 operands (kernel lab) matches
 
 TEST_CASE("conv2d's channels-last kernel on warpgroup MMAs (kernel lab) matches the CPU twin and mma.sync's bits",
           "[cuda][conv]") {
-  // The wgmma kernel (sm_90a code) on the shapes of the two tests above, both formats, forward and backward_data
-  // (backward_weight has no wgmma kernel), against the CPU twin; then bit for bit against the mma.sync kernel of the
-  // same tile on conv2-like shapes: both sum each output slab by slab in kg order and a slab's k steps in order, each
-  // step an MMA of k 8 (TF32) or 16 (BF16) into the fp32 accumulator. Without sm_90a code the tiles refuse, naming it.
+  // The wgmma kernels (sm_90a code) on the shapes of the two tests above, against the CPU twin: forward and
+  // backward_data in both formats, backward_weight in BF16 (64-row tiles; MN-major operands, which wgmma takes in
+  // 16-bit formats only) at splits 1 and 3. Then bit for bit against the mma.sync kernel of the same tile on conv2-like
+  // shapes: both sum each output slab by slab in kg (or pixel) order and a slab's k steps in order, each step an MMA
+  // of k 8 (TF32) or 16 (BF16) into the fp32 accumulator. Without sm_90a code the tiles refuse, naming it.
   namespace lab = kernels::cuda::lab;
   if (!cuda_device().warpgroup_mma) {
     CudaExec cuda;
@@ -401,6 +402,17 @@ TEST_CASE("conv2d's channels-last kernel on warpgroup MMAs (kernel lab) matches 
       {lab::channels_last_bf16_wg_64x64, lab::channels_last_bf16_wg_64x96, lab::channels_last_bf16_wg_64x128,
        lab::channels_last_bf16_wg_32x64, lab::channels_last_bf16_wg_32x96, lab::channels_last_bf16_wg_32x128},
       8, kernels::rounded_to_bf16);
+  check_channels_last_tiles(
+      {
+          Conv2dShape{3, 8, 7, 9, 16, 3, 3, 1, 1},     // odd image sizes: 189 pixels, a last slab of 29
+          Conv2dShape{2, 16, 9, 11, 24, 5, 5, 1, 2},   // 5x5: 400 columns, a part of the last column tile
+          Conv2dShape{2, 8, 8, 5, 8, 3, 2, 1, 2},      // R != S, pad > S - 1
+          Conv2dShape{3, 8, 9, 8, 8, 3, 3, 2, 1},      // stride 2
+          Conv2dShape{1, 72, 4, 5, 40, 3, 3, 1, 1},    // 40 outputs: rows past M in the 64-row tile; 72 channels
+          Conv2dShape{7, 32, 14, 14, 64, 3, 3, 1, 1},  // the cnn's conv2
+      },
+      {lab::channels_last_bf16_wg_64x64, lab::channels_last_bf16_wg_64x96, lab::channels_last_bf16_wg_64x128}, 8,
+      kernels::rounded_to_bf16, /*weight_splits=*/{1, 3});
 
   CudaExec cuda;
   const Exec& gpu = cuda.exec;
@@ -412,15 +424,18 @@ TEST_CASE("conv2d's channels-last kernel on warpgroup MMAs (kernel lab) matches 
                             Pair{lab::channels_last_wg_32x64, lab::channels_last_32x64},
                             Pair{lab::channels_last_bf16_wg_64x96, lab::channels_last_bf16_64x96_12w},
                             Pair{lab::channels_last_bf16_wg_32x64, lab::channels_last_bf16_32x64_8w}})
-      for (const int pass : {int(lab::forward), int(lab::backward_data)}) {
-        INFO("n=" << s.n << " c=" << s.c << " k=" << s.k << " tiles " << pair.warpgroup << ", " << pair.sync << " pass "
-                  << pass);
+      for (const int pass : {int(lab::forward), int(lab::backward_data), int(lab::backward_weight)}) {
+        const bool weight = pass == lab::backward_weight;
+        if (weight && pair.warpgroup != lab::channels_last_bf16_wg_64x96) continue;  // BF16 64-row tiles only
+        const int split = weight ? 3 : 1;
+        INFO("n=" << s.n << " c=" << s.c << " k=" << s.k << " tiles " << pair.warpgroup << ", "
+                  << (weight ? int(lab::channels_last_bf16_64x96_8w) : pair.sync) << " pass " << pass);
         DeviceBuffer<float> d_x(gpu, random_floats(s.x_size())), d_w(gpu, random_floats(s.w_size()));
         DeviceBuffer<float> d_dy(gpu, random_floats(s.y_size()));
-        DeviceBuffer<float> d_ws(gpu,
-                                 poisoned(std::max(lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
-                                                   lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1))));
-        const size_t out_size = pass == lab::forward ? s.y_size() : s.x_size();
+        DeviceBuffer<float> d_ws(gpu, poisoned(std::max({lab::conv2d_variant_workspace_floats(lab::forward, s, 1),
+                                                         lab::conv2d_variant_workspace_floats(lab::backward_data, s, 1),
+                                                         lab::conv2d_variant_workspace_floats(pass, s, split)})));
+        const size_t out_size = pass == lab::forward ? s.y_size() : weight ? s.w_size() : s.x_size();
         const auto run = [&](int tile) {
           DeviceBuffer<float> d_out(gpu, poisoned(out_size));
           const Conv2dArgs<float> args{.shape = s,
@@ -429,11 +444,13 @@ TEST_CASE("conv2d's channels-last kernel on warpgroup MMAs (kernel lab) matches 
                                        .y = d_out.get(),
                                        .dy = d_dy.get(),
                                        .dx = d_out.get(),
+                                       .dw = d_out.get(),
                                        .workspace = d_ws.get()};
-          lab::conv2d_variant(gpu, pass, args, tile, 1);
+          lab::conv2d_variant(gpu, pass, args, tile, split);
           return d_out.download();
         };
-        CHECK(same_bits(run(pair.warpgroup), run(pair.sync)));
+        // The weight kernels' mma.sync tile of 64×96 runs on 8 warps (the plan's).
+        CHECK(same_bits(run(pair.warpgroup), run(weight ? int(lab::channels_last_bf16_64x96_8w) : pair.sync)));
       }
 }
 
