@@ -21,7 +21,8 @@ namespace nt {
 
 namespace kernels {
 class ProcessGroup;  // kernels/collective.h
-}
+class SideStream;    // kernels/runtime.h
+}  // namespace kernels
 
 enum class Mode { train, eval };
 
@@ -137,6 +138,9 @@ class Layer {
   // later layer's backward ended so (above); a layer whose first backward kernel may overlap passes it on as its
   // op's overlaps_previous.
   void backward_overlaps_previous(bool overlaps) { backward_overlaps_previous_ = overlaps; }
+  // Model::backward also hands each layer the side stream on which it may compute parameter gradients that nothing
+  // reads before the optimizer (nullable; it joins the stream after the last layer): Conv2d's weight gradient.
+  void backward_weight_side(const kernels::SideStream* side) { weight_side_ = side; }
 
   int sequential_index = -1;  // position of this layer's first module in the equivalent nn.Sequential
 
@@ -144,6 +148,7 @@ class Layer {
   bool mask_input_grad_ = false;
   bool dy_is_preactivation_ = false;
   bool backward_overlaps_previous_ = false;
+  const kernels::SideStream* weight_side_ = nullptr;
 };
 
 }  // namespace nt

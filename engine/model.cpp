@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kernels/runtime.h"
 #include "profile/scope.h"
 
 namespace nt {
@@ -117,8 +118,9 @@ void Model::forward(const kernels::Exec& exec, int rows, Mode mode, size_t layer
 }
 
 void Model::backward(const kernels::Exec& exec, int rows, size_t layers,
-                     const std::function<void(size_t layer)>& after_layer) {
+                     const std::function<void(size_t layer)>& after_layer, const kernels::SideStream* weight_side) {
   NT_CHECK(rows > 0 && rows <= batch_, "backward of ", rows, " rows on a model compiled for ", batch_);
+  NT_CHECK(!(after_layer && weight_side), "backward: a weight side stream with per-layer callbacks");
   bool after_own_gradients = false;  // the later layer's backward ended on a kernel of its own gradients only
   for (size_t i = std::min(layers, layers_.size()); i-- > 0;) {
     if (layers_[i]->is_view()) continue;
@@ -127,11 +129,13 @@ void Model::backward(const kernels::Exec& exec, int rows, size_t layers,
     const bool wants_dx = i > 0 && activation_grads_[i].defined();
     Tensor dx = wants_dx ? activation_grads_[i].rows(rows) : Tensor{};
     layers_[i]->backward_overlaps_previous(after_own_gradients);
+    layers_[i]->backward_weight_side(weight_side);
     layers_[i]->backward(exec, activations_[i].rows(rows), activations_[i + 1].rows(rows),
                          activation_grads_[i + 1].rows(rows), wants_dx ? &dx : nullptr);
     after_own_gradients = layers_[i]->backward_ends_on_own_gradients();
     if (after_layer) after_layer(i);
   }
+  if (weight_side) weight_side->join();
 }
 
 std::vector<std::pair<std::string, Tensor>> Model::run_state() const {

@@ -61,9 +61,12 @@ class Model {
   void forward(const kernels::Exec& exec, int rows, Mode mode, size_t layers = kAllLayers);
   // From activation_grad(layers) (output_grad() for the whole model), filling those layers' parameter gradients.
   // after_layer(i), when given, is called once layer i's backward is enqueued: its gradients, and those of every
-  // later layer, are then final (a data-parallel step starts reducing them).
+  // later layer, are then final (a data-parallel step starts reducing them). weight_side (nullable; not with
+  // after_layer, which reads each layer's gradients as it goes): a side stream of exec's on which layers may compute
+  // parameter gradients beside the rest of the backward (Layer::backward_weight_side); joined before it returns.
   void backward(const kernels::Exec& exec, int rows, size_t layers = kAllLayers,
-                const std::function<void(size_t layer)>& after_layer = {});
+                const std::function<void(size_t layer)>& after_layer = {},
+                const kernels::SideStream* weight_side = nullptr);
 
  private:
   std::string name_;

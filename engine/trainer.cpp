@@ -55,7 +55,10 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
         cat("--batch ", options.batch, ": the ", model.name(), " model's buffers do not fit: ", e.what()));
   }
   fused_head_ = options.fuse_head && loss.fuses(*model.layers().back());
-  if (options.group) reduce_stream_ = kernels::SideStream(ctx.exec());
+  if (options.group)
+    reduce_stream_ = kernels::SideStream(ctx.exec());
+  else
+    weight_stream_ = kernels::SideStream(ctx.exec());
   if (options.on_progress)
     progress_marks_ = kernels::StreamMarks(ctx.exec().backend,
                                            static_cast<int>(std::min<int64_t>(steps_per_epoch(), kProgressMarks)));
@@ -105,7 +108,7 @@ void Trainer::enqueue_train_step(int64_t step) {
   if (options_.group)
     enqueue_backward_and_all_reduce(rows);
   else
-    model_.backward(exec, rows, body_layers());
+    model_.backward(exec, rows, body_layers(), {}, exec.observer ? nullptr : &weight_stream_);
   phase.next("update");
   optimizer_.step(exec);
 }

@@ -142,6 +142,10 @@ class Trainer {
   LossTotals train_totals_, eval_totals_;
   kernels::StreamMarks progress_marks_;  // none without on_progress
   kernels::SideStream reduce_stream_;    // a data-parallel step's all-reduce, beside the backward pass
+  // A single GPU's weight gradients beside the rest of the backward (Model::backward), unless a profiler observes: a
+  // replayed graph runs a side branch on streams of the driver's own, whose CUPTI records no longer tell which launch
+  // they are (docs/profiler.md), so profiled steps keep them in the step's stream.
+  kernels::SideStream weight_stream_;
   kernels::Graph train_graph_;
   kernels::Graph eval_graph_;
   BatchSource* eval_graph_source_ = nullptr;

@@ -41,6 +41,7 @@
 
 #include "kernels/channel_partials.h"
 #include "kernels/dispatch.h"
+#include "kernels/runtime.h"
 
 namespace nt::kernels {
 
@@ -85,6 +86,11 @@ struct Conv2dArgs {
   // The caller's promise that the kernel launched just before reads and writes neither w nor the workspace: the
   // layer's neighbour that wrote x_staged (forward) or dy_staged (backward). The filters' stage then runs beside it.
   bool overlaps_previous = false;
+  // conv2d_backward on the GPU (nullable): a side stream of exec's (kernels/runtime.h) on which the weight gradient
+  // runs beside the input gradient and whatever the caller enqueues after it. The op forks it (after staging what both
+  // passes read); the caller joins it before anything reads dw or dbias. Ignored where backward_data does not run as a
+  // GEMM of its own (no dx, or the direct kernels of few taps).
+  const SideStream* weight_side = nullptr;
 };
 
 namespace cpu {

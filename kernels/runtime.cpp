@@ -286,11 +286,13 @@ SideStream& SideStream::operator=(SideStream&& other) noexcept {
   std::swap(side_, other.side_);
   std::swap(forked_, other.forked_);
   std::swap(done_, other.done_);
+  std::swap(forked_since_join_, other.forked_since_join_);
   return *this;
 }
 
 void SideStream::fork() const {
   if (!main_.on_cuda()) return;
+  forked_since_join_ = true;
 #if NT_WITH_CUDA
   NT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(forked_), stream_of(main_)));
   NT_CUDA_CHECK(cudaStreamWaitEvent(stream_of(side_), static_cast<cudaEvent_t>(forked_), 0));
@@ -298,7 +300,8 @@ void SideStream::fork() const {
 }
 
 void SideStream::join() const {
-  if (!main_.on_cuda()) return;
+  if (!main_.on_cuda() || !forked_since_join_) return;
+  forked_since_join_ = false;
 #if NT_WITH_CUDA
   NT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done_), stream_of(side_)));
   NT_CUDA_CHECK(cudaStreamWaitEvent(stream_of(main_), static_cast<cudaEvent_t>(done_), 0));

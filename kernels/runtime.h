@@ -65,8 +65,9 @@ void destroy_stream(void* stream) noexcept;
 // Work that runs beside a stream's own: fork() makes the side stream wait for what the main stream has enqueued so
 // far, join() makes the main stream wait for what the side stream has enqueued. Inside a capture both become edges of
 // the graph. A data-parallel step all-reduces each bucket of gradients here while the backward pass goes on
-// (engine/trainer.h). On the CPU, whose ops run as they are called, exec() is the main one and fork and join do
-// nothing.
+// (engine/trainer.h), and a single GPU's step computes weight gradients here that only the optimizer reads
+// (Conv2dArgs::weight_side). join() after no fork does nothing (a capture must not wait for work outside it). On the
+// CPU, whose ops run as they are called, exec() is the main one and fork and join do nothing.
 class SideStream {
  public:
   SideStream() = default;
@@ -78,6 +79,13 @@ class SideStream {
   SideStream& operator=(const SideStream&) = delete;
 
   const Exec& exec() const { return side_; }
+  // e on the side stream: its math, observer and the rest as they are (an op's exec may differ from the one the side
+  // stream was made with).
+  Exec beside(const Exec& e) const {
+    Exec on_side = e;
+    on_side.stream = side_.stream;
+    return on_side;
+  }
   void fork() const;
   void join() const;
 
@@ -85,6 +93,7 @@ class SideStream {
   Exec main_, side_;
   void* forked_ = nullptr;  // cudaEvent_t: the main stream's work so far
   void* done_ = nullptr;    // cudaEvent_t: the side stream's
+  mutable bool forked_since_join_ = false;
 };
 
 // ---- graphs --------------------------------------------------------------------------------------

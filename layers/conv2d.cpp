@@ -141,6 +141,7 @@ void Conv2d::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
                               .dy_staged = staged_.for_batch(staged_.output_grad, exec, rows)};
   // The layer after wrote dy staged (it runs the same test): its kernel touches neither w nor the workspace.
   args.overlaps_previous = args.dy_staged != nullptr;
+  args.weight_side = weight_side_;
   backward_ended_on_gradients_ = kernels::conv2d_backward(exec, args);
 }
 

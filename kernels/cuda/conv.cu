@@ -1108,42 +1108,62 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
                          filters_alone && args.overlaps_previous);
   }
   const auto* dy_cl = args.dy_staged ? reinterpret_cast<const float*>(args.dy_staged) : data_workspace;
-  ConvArgs wa{};
-  if (weight_plan) {  // channels_last_weight_plan implies channels_last_tile
-    NT_CHECK(workspace != nullptr, "conv2d_backward: needs a workspace (conv2d_workspace_floats)");
-    wa = launch_channels_last_weight(exec, s, dy_cl,
-                                     args.x_staged ? reinterpret_cast<const float*>(args.x_staged) : x_cl, dw, dbias,
-                                     workspace, *weight_plan);
-  } else {
-    wa = make_args(exec, s, gw);
+  // backward_weight's GEMM into its partials (or dw), and their reduction.
+  const auto weight_gemm = [&](const Exec& e) {
+    if (weight_plan) {  // channels_last_weight_plan implies channels_last_tile
+      NT_CHECK(workspace != nullptr, "conv2d_backward: needs a workspace (conv2d_workspace_floats)");
+      return launch_channels_last_weight(e, s, dy_cl,
+                                         args.x_staged ? reinterpret_cast<const float*>(args.x_staged) : x_cl, dw,
+                                         dbias, workspace, *weight_plan);
+    }
+    ConvArgs wa = make_args(e, s, gw);
     wa.a_src = dy, wa.b_src = x, wa.out = dw, wa.out_rows = dbias;
-    wa = launch_pass<BackwardWeightPass>(exec, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
-                                         workspace);
-  }
-  if (channels_last_tile) {
-    flipped.overlaps_previous =
-        exec.programmatic_launch && channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
-    profile::OpCost cost = tensor_core_cost(s, channels_last_tile->format);
-    cost.overlaps_previous = flipped.overlaps_previous;
-    channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile,
-                            args.dy_staged);
+    return launch_pass<BackwardWeightPass>(e, "conv2d_backward_weight", wa, rows, conv_flops(s), conv_bytes(s),
+                                           workspace);
+  };
+  const auto weight_reduction = [&](const Exec& e, const ConvArgs& wa) {
     if (weight_plan)
-      finish_pass<ChannelsLastWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+      finish_pass<ChannelsLastWeightPass>(e, "conv2d_backward_weight_reduce", wa, rows);
     else
-      finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
-    return wa.split > 1;
+      finish_pass<BackwardWeightPass>(e, "conv2d_backward_weight_reduce", wa, rows);
+  };
+  // backward_data (with its reduction, if split), launched beside backward_weight's GEMM where `beside_weight`: only
+  // while its grid fits one wave (of three blocks per SM): a larger one crowded the other's blocks (the cnn at batch
+  // 256, whose backward_data has 1568 blocks, was slower side by side; batch 64 gained: docs/conv.md, 'The two
+  // backward passes side by side').
+  const auto data_pass = [&](bool beside_weight) {
+    if (channels_last_tile) {
+      flipped.overlaps_previous = beside_weight && exec.programmatic_launch &&
+                                  channels_last::tiles(*channels_last_tile, gd.M, gd.N) <= kGroupedSplitBlocks;
+      profile::OpCost cost = tensor_core_cost(s, channels_last_tile->format);
+      cost.overlaps_previous = flipped.overlaps_previous;
+      channels_last::multiply(exec, "conv2d_backward_data", cost, flipped, data_workspace, *channels_last_tile,
+                              args.dy_staged);
+      return;
+    }
+    const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.math);
+    const auto [bm, bn] = tile_extent(data_plan.tile);
+    const bool one_wave = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
+    ConvArgs da = make_args(exec, s, gd);
+    da.a_src = w, da.b_src = dy, da.out = dx,
+    da.overlaps_previous = beside_weight && exec.programmatic_launch && one_wave;
+    da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s),
+                                       data_workspace);
+    finish_pass<BackwardDataPass>(exec, "conv2d_backward_data_reduce", da, 0);
+  };
+  if (args.weight_side) {
+    // backward_weight and its reduction on the side stream, once the stage above (if any) has run: beside
+    // backward_data and whatever the caller enqueues after it (the backward of the layers before), since only the
+    // optimizer reads dw. backward_data then waits for the stage alone.
+    args.weight_side->fork();
+    const Exec side = args.weight_side->beside(exec);
+    weight_reduction(side, weight_gemm(side));
+    data_pass(/*beside_weight=*/false);
+    return false;  // this stream's last kernel is backward_data's
   }
-  // Beside it only while backward_data's grid fits one wave (of three blocks per SM): a larger one crowded the
-  // other's blocks (the cnn at batch 256, whose backward_data has 1568 blocks, was slower side by side; batch 64
-  // gained: docs/conv.md, 'The two backward passes side by side').
-  const Plan data_plan = choose_plan(gd.M, gd.N, gd.K, exec.math);
-  const auto [bm, bn] = tile_extent(data_plan.tile);
-  const bool beside = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
-  ConvArgs da = make_args(exec, s, gd);
-  da.a_src = w, da.b_src = dy, da.out = dx, da.overlaps_previous = exec.programmatic_launch && beside;
-  da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s), data_workspace);
-  finish_pass<BackwardDataPass>(exec, "conv2d_backward_data_reduce", da, 0);
-  finish_pass<BackwardWeightPass>(exec, "conv2d_backward_weight_reduce", wa, rows);
+  const ConvArgs wa = weight_gemm(exec);
+  data_pass(/*beside_weight=*/true);
+  weight_reduction(exec, wa);
   return wa.split > 1;  // then the last kernel is backward_weight's reduction (conv_split_reduce_kernel)
 }
 

@@ -40,10 +40,11 @@ struct GpuResults {
   std::vector<float> y, dx, dw, db;
 };
 
-// together: the backward as conv2d_backward (backward_data beside backward_weight) instead of the two passes.
+// together: the backward as conv2d_backward (backward_data beside backward_weight) instead of the two passes;
+// weight_side (with together): its weight gradient on that side stream, joined before the results are read.
 GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
                    const std::vector<float>* bias, const std::vector<float>& dy, size_t workspace_floats,
-                   bool together = false) {
+                   bool together = false, const kernels::SideStream* weight_side = nullptr) {
   DeviceBuffer<float> d_x(gpu, at_least_one(x)), d_w(gpu, at_least_one(w)), d_dy(gpu, at_least_one(dy));
   DeviceBuffer<float> d_bias(gpu, at_least_one(bias ? *bias : std::vector<float>{}));
   DeviceBuffer<float> d_y(gpu, at_least_one(poisoned(s.y_size()))), d_dx(gpu, at_least_one(poisoned(s.x_size())));
@@ -58,10 +59,12 @@ GpuResults run_gpu(const Exec& gpu, const Conv2dShape& s, const std::vector<floa
                                .dx = d_dx.get(),
                                .dw = d_dw.get(),
                                .dbias = bias ? d_db.get() : nullptr,
-                               .workspace = d_ws.get()};
+                               .workspace = d_ws.get(),
+                               .weight_side = weight_side};
   kernels::conv2d_forward(gpu, args);
   if (together) {
     kernels::conv2d_backward(gpu, args);
+    if (weight_side) weight_side->join();
   } else {
     kernels::conv2d_backward_data(gpu, args);
     kernels::conv2d_backward_weight(gpu, args);
@@ -125,6 +128,12 @@ void check_against_cpu(const Exec& cuda, const Conv2dShape& s, bool with_bias,
   CHECK(same_bits(first.dx, together.dx));
   CHECK(same_bits(first.dw, together.dw));
   CHECK(same_bits(first.db, together.db));
+  // ... and with the weight gradient on a side stream (the trainer's schedule on one GPU): the same bits again.
+  const kernels::SideStream side(gpu);
+  const GpuResults aside = run_gpu(gpu, s, x, w, b, dy, ws, true, &side);
+  CHECK(same_bits(first.dx, aside.dx));
+  CHECK(same_bits(first.dw, aside.dw));
+  CHECK(same_bits(first.db, aside.db));
 }
 
 TEST_CASE("conv2d on CUDA matches the CPU twin on fixed shapes", "[cuda][conv]") {
