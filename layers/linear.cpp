@@ -6,6 +6,7 @@
 #include "kernels/activation.h"
 #include "kernels/classifier_head.h"
 #include "kernels/gemm.h"
+#include "kernels/runtime.h"
 
 namespace nt::layers {
 
@@ -91,7 +92,20 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
   dw.B = x.data<T>(), dw.ldb = in_;                       // x: (rows, in)
   dw.C = weight_->grad.data<T>(), dw.ldc = in_;
   dw.a_row_sums = bias_ ? bias_param_->grad.data<T>() : nullptr;  // db (out) = Σ_rows dz
-  kernels::gemm(exec, dw);
+  // dW on the side stream where there is one and the GEMM is large: the layers before then wait for dx alone, and only
+  // the optimizer reads dW. Small ones stay: the side branch costs the programmatic launches at its fork and join,
+  // which in the mlp (320->160, 6.6 MFLOP at batch 64, 26 at 256) lost more than the overlap gained (27.0 -> 28.7 ms
+  // an epoch at batch 64), while the cnn's 3136->128 (51 MFLOP at batch 64) gained 0.5 to 2.3 ms in every math mode
+  // (docs/conv.md, 'Weight gradients on a side stream'). The threshold lies between the two, unmeasured in between.
+  constexpr double kAsideFlops = 32e6;
+  const bool weight_aside =
+      weight_side_ != nullptr && dx != nullptr && exec.on_cuda() && 2.0 * out_ * in_ * rows >= kAsideFlops;
+  if (weight_aside) {
+    weight_side_->fork();
+    kernels::gemm(weight_side_->beside(exec), dw);
+  } else {
+    kernels::gemm(exec, dw);
+  }
 
   if (!dx) return;
   kernels::GemmArgs<T> dxd;  // dx (rows, in) = dz · W
@@ -104,9 +118,10 @@ void Linear::backward_typed(const kernels::Exec& exec, const Tensor& x, const Te
     dxd.mask = x.data<T>();
   }
   // dx reads dz, W and x, written before dW's GEMM, and writes a buffer that GEMM neither reads nor writes
-  // (unless dx shares memory with x, dz or the gradients): it may run beside it.
-  dxd.overlaps_previous = !dx->shares_memory(x) && !dx->shares_memory(dy) && !dx->shares_memory(weight_->grad) &&
-                          !(bias_ && dx->shares_memory(bias_param_->grad));
+  // (unless dx shares memory with x, dz or the gradients): it may run beside it. With dW aside, its predecessor in the
+  // stream is what wrote dz.
+  dxd.overlaps_previous = !weight_aside && !dx->shares_memory(x) && !dx->shares_memory(dy) &&
+                          !dx->shares_memory(weight_->grad) && !(bias_ && dx->shares_memory(bias_param_->grad));
   kernels::gemm(exec, dxd);
 }
 
