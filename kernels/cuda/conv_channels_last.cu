@@ -438,6 +438,29 @@ __device__ __forceinline__ void store_weight_row_sum(const ConvArgs& f, int m, f
     f.out_rows[m] = sum;
 }
 
+// The weight kernels' slabs of 32 pixels that block (x, y, z) sums: part z of the grid's split, [first, last).
+struct WeightSlabs {
+  int first, last;
+};
+__device__ __forceinline__ WeightSlabs weight_slabs(const ConvArgs& f, int pixels_per_slab) {
+  const int slabs = (f.N + pixels_per_slab - 1) / pixels_per_slab, per_part = (slabs + gridDim.z - 1) / gridDim.z;
+  const int first = blockIdx.z * per_part;
+  return {first, min(slabs, first + per_part)};
+}
+
+// The weight kernels' table of the tile's column chunks (kChunks of kVector columns from n0), filled by kThreads
+// threads: chunk j as {x_cl offset of its tap and channel, r, s, valid}.
+template <int kChunks, int kVector, int kThreads>
+__device__ __forceinline__ void fill_weight_chunks(const ConvArgs& f, int n0, int4 (&chunks)[kChunks]) {
+  for (int j = threadIdx.x; j < kChunks; j += kThreads) {
+    const int col = n0 + j * kVector;
+    int tap, c, r, s;
+    f.by_c.divmod(col, tap, c);
+    f.by_s.divmod(tap, r, s);
+    chunks[j] = col < f.K ? make_int4((r * f.w + s) * f.c + c, r, s, 1) : make_int4(0, 0, 0, 0);
+  }
+}
+
 // f: the forward's args (M = K output channels, K = R·S·C weight columns in (r, s, c) order, N = N·P·Q pixels),
 // with split, partial_stride, partial, out (dw) and out_rows (dbias, nullable) set.
 // grid (tiles of the columns, tiles of M, parts): block (x, y, z) sums the products of its tile over the slabs of
@@ -466,15 +489,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   __shared__ int4 chunks[kChunksB];  // chunk j of a B row: {x_cl offset of its tap and channel, r, s, valid}
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const int slabs = (f.N + BK - 1) / BK, per_part = (slabs + gridDim.z - 1) / gridDim.z;
-  const int first = blockIdx.z * per_part, last = min(slabs, first + per_part);
-  for (int j = threadIdx.x; j < kChunksB; j += kThreads) {
-    const int col = n0 + j * kVector;
-    int tap, c, r, s;
-    f.by_c.divmod(col, tap, c);
-    f.by_s.divmod(tap, r, s);
-    chunks[j] = col < f.K ? make_int4((r * f.w + s) * f.c + c, r, s, 1) : make_int4(0, 0, 0, 0);
-  }
+  const WeightSlabs part = weight_slabs(f, BK);
+  fill_weight_chunks<kChunksB, kVector, kThreads>(f, n0, chunks);
   __syncthreads();
 
   auto copy_slab = [&](int slab, int stage) {
@@ -509,7 +525,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   const int warp = threadIdx.x / 32;
   const int wm = (warp / Cfg::kWarpsN) * Cfg::WM, wn = (warp % Cfg::kWarpsN) * Cfg::WN;
   cp_async::pipeline<kStages>(
-      max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
+      max(part.last - part.first, 0), [&](int t, int stage) { copy_slab(part.first + t, stage); },
       [&](int stage) {
         const Element* As = stages + stage * Layout::kStageElements;
         Ops::template multiply_k_major_slab<Cfg>(acc, As, As + BK * kLdA, wm, wn);
@@ -566,15 +582,8 @@ __global__ void __launch_bounds__(warpgroups_of(BN) * 128)
       dynamic_bytes + ((wgmma::kAlignment - dynamic_at % wgmma::kAlignment) % wgmma::kAlignment);
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  const int slabs = (f.N + BK - 1) / BK, per_part = (slabs + gridDim.z - 1) / gridDim.z;
-  const int first = blockIdx.z * per_part, last = min(slabs, first + per_part);
-  for (int j = threadIdx.x; j < BN / kVector; j += kThreads) {
-    const int col = n0 + j * kVector;
-    int tap, c, r, s;
-    f.by_c.divmod(col, tap, c);
-    f.by_s.divmod(tap, r, s);
-    chunks[j] = col < f.K ? make_int4((r * f.w + s) * f.c + c, r, s, 1) : make_int4(0, 0, 0, 0);
-  }
+  const WeightSlabs part = weight_slabs(f, BK);
+  fill_weight_chunks<BN / kVector, kVector, kThreads>(f, n0, chunks);
   __syncthreads();
 
   // Piece p = thread + i·kThreads of a slab: A's line p / 8, chunk p % 8; then B's warpgroup q / (32·kChunksB), line,
@@ -611,7 +620,7 @@ __global__ void __launch_bounds__(warpgroups_of(BN) * 128)
   for (int i = 0; i < kWN / 2; ++i) acc[i] = 0.f;
   constexpr int kMmasInFlight = 1;
   cp_async::pipeline<kStages, kMmasInFlight>(
-      max(last - first, 0), [&](int t, int stage) { copy_slab(first + t, stage); },
+      max(part.last - part.first, 0), [&](int t, int stage) { copy_slab(part.first + t, stage); },
       [&](int stage) {
         const unsigned char* As = stage_bytes + stage * kStageBytes;
         const unsigned char* Bs = As + kAtomBytes + warpgroup * kAtomBytes;
