@@ -139,7 +139,8 @@ class Layer {
   // op's overlaps_previous.
   void backward_overlaps_previous(bool overlaps) { backward_overlaps_previous_ = overlaps; }
   // Model::backward also hands each layer the side stream on which it may compute parameter gradients that nothing
-  // reads before the optimizer (nullable; it joins the stream after the last layer): Conv2d's weight gradient.
+  // reads before the optimizer (nullable; it joins the stream after the last layer): Conv2d's weight gradient, a large
+  // Linear's dW.
   void backward_weight_side(const kernels::SideStream* side) { weight_side_ = side; }
 
   int sequential_index = -1;  // position of this layer's first module in the equivalent nn.Sequential
