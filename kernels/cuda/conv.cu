@@ -1145,7 +1145,7 @@ bool conv2d_backward(const Exec& exec, const Conv2dArgs<float>& args) {
     const auto [bm, bn] = tile_extent(data_plan.tile);
     const bool one_wave = tiles_for(gd.M, gd.N, bm, bn) * data_plan.split <= kGroupedSplitBlocks;
     ConvArgs da = make_args(exec, s, gd);
-    da.a_src = w, da.b_src = dy, da.out = dx,
+    da.a_src = w, da.b_src = dy, da.out = dx;
     da.overlaps_previous = beside_weight && exec.programmatic_launch && one_wave;
     da = launch_pass<BackwardDataPass>(exec, "conv2d_backward_data", da, 0, conv_flops(s), conv_bytes(s),
                                        data_workspace);

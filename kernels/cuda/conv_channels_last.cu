@@ -70,6 +70,16 @@ constexpr int kFilterBlocks = 32;   // blocks of the staging kernel that gather 
 // warpgroup's N is at most 64).
 constexpr int warpgroups_of(int bn) { return bn > 64 ? 2 : 1; }
 
+// A stage of the wgmma kernels (below), in bytes: the forward's A (64 filter rows) and B (bn pixel rows) of one
+// 128-byte line each; the weight kernel's A (32 pixel lines of dy) and one atom column of 32 lines per warpgroup for B.
+constexpr int kWeightSlabPixels = 32;
+constexpr int wgmma_stage_bytes(int bn) { return (wgmma::kRows + bn) * wgmma::kLineBytes; }
+constexpr int weight_wgmma_stage_bytes(int bn) {
+  return (1 + warpgroups_of(bn)) * kWeightSlabPixels * wgmma::kLineBytes;
+}
+// Their dynamic shared memory: kStages stages and the room to align the first to the swizzle's period.
+constexpr size_t wgmma_shared_bytes(int stage_bytes) { return size_t(kStages) * stage_bytes + wgmma::kAlignment; }
+
 // The operands' number format: the element the stage writes and the multiply's MMA takes.
 template <Format F>
 struct Operands;
@@ -300,7 +310,7 @@ __global__ void __launch_bounds__(WG * 128)
   using Element = typename Ops::Element;
   constexpr int kThreads = WG * 128, kWarps = kThreads / 32, kWN = BN / WG;
   constexpr int kVector = 16 / sizeof(Element), kBK = wgmma::kChunks * kVector;
-  constexpr int kABytes = wgmma::kRows * wgmma::kLineBytes, kStageBytes = kABytes + BN * wgmma::kLineBytes;
+  constexpr int kABytes = wgmma::kRows * wgmma::kLineBytes, kStageBytes = wgmma_stage_bytes(BN);
   static_assert(BM == 64 || BM == 32, "the MMA's 64 rows hold the tile's channels");
   static_assert(kWN % 8 == 0 && kWarps % 2 == 0, "whole 8-row groups of pixels a warpgroup; a thread's chunk is fixed");
   static_assert(BM * conv_epilogue::kStagedLd<BN> * sizeof(float) <= size_t(kStages) * kStageBytes,
@@ -309,10 +319,7 @@ __global__ void __launch_bounds__(WG * 128)
 #if NT_WGMMA
   extern __shared__ __align__(16) unsigned char dynamic_bytes[];
   __shared__ int4 columns[BN];
-  // The swizzle's period: the launch gives wgmma::kAlignment bytes more than the stages take.
-  const uint32_t dynamic_at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_bytes));
-  unsigned char* stage_bytes =
-      dynamic_bytes + ((wgmma::kAlignment - dynamic_at % wgmma::kAlignment) % wgmma::kAlignment);
+  unsigned char* stage_bytes = wgmma::aligned_to_swizzle(dynamic_bytes);
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   for (int i = threadIdx.x; i < BN; i += kThreads) columns[i] = pixel_column(a, n0 + i);
@@ -563,23 +570,20 @@ template <int BN>
 __global__ void __launch_bounds__(warpgroups_of(BN) * 128)
     conv_channels_last_weight_wgmma_kernel(ConvArgs f, const __nv_bfloat16* dy_cl, const __nv_bfloat16* x_cl,
                                            StampRing stamps) {
-  constexpr int BM = wgmma::kMnValues, BK = 32, kVector = 8;  // 64 channels, 32 pixels a slab, 8 BF16 a copy
+  constexpr int BM = wgmma::kMnValues, BK = kWeightSlabPixels, kVector = 8;  // 64 channels, 8 BF16 a copy
   constexpr int WG = warpgroups_of(BN), kThreads = WG * 128, kWN = BN / WG;
   constexpr int kChunksA = BM / kVector, kChunksB = kWN / kVector;  // 16-byte chunks of a line
   constexpr int kAtomBytes = BK * wgmma::kLineBytes;                // an operand's 32 lines
-  constexpr int kStageBytes = (1 + WG) * kAtomBytes;
+  constexpr int kStageBytes = weight_wgmma_stage_bytes(BN);
   constexpr int kPiecesA = BK * kChunksA, kPiecesB = WG * BK * kChunksB;
   static_assert(kWN % 16 == 0 && kWN <= wgmma::kMnValues, "a warpgroup's columns: one atom, whole MMAs");
   static_assert(kPiecesA % kThreads == 0, "a copy round is A's or B's");
   begin_kernel(f.overlaps_previous, stamps);
 #if NT_WGMMA
   extern __shared__ __align__(16) unsigned char dynamic_bytes[];
-  __shared__ int4
-      chunks[BN / kVector];  // chunk j of the tile's columns: {x_cl offset of its tap and channel, r, s, valid}
-  // The swizzle's period: the launch gives wgmma::kAlignment bytes more than the stages take.
-  const uint32_t dynamic_at = static_cast<uint32_t>(__cvta_generic_to_shared(dynamic_bytes));
-  unsigned char* stage_bytes =
-      dynamic_bytes + ((wgmma::kAlignment - dynamic_at % wgmma::kAlignment) % wgmma::kAlignment);
+  // chunk j of the tile's columns: {x_cl offset of its tap and channel, r, s, valid}
+  __shared__ int4 chunks[BN / kVector];
+  unsigned char* stage_bytes = wgmma::aligned_to_swizzle(dynamic_bytes);
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const WeightSlabs part = weight_slabs(f, BK);
@@ -707,42 +711,12 @@ void with_config(const Tile& tile, const char* name, F&& f) {
   return f(ConfigTag<typename T::template Config<32, 64, 8>>{});
 }
 
-// f(std::integral_constant<int, BM>, std::integral_constant<int, BN>) for a tile the wgmma kernel has (64 or 32 rows;
-// 128, 96, 64 or 32 pixels, on two warpgroups above 64): whether it has it.
-
+// f(std::integral_constant<int, BN>) for the columns the wgmma kernels have (128, 96, 64 or 32: two warpgroups above
+// 64): whether they have bn.
 template <class F>
-bool with_warpgroup_config(const Tile& tile, F&& f) {
-  const auto rows = [&](auto bm) {
-    using std::integral_constant;
-    switch (tile.bn) {
-      case 128:
-        return f(bm, integral_constant<int, 128>{}), true;
-      case 96:
-        return f(bm, integral_constant<int, 96>{}), true;
-      case 64:
-        return f(bm, integral_constant<int, 64>{}), true;
-      case 32:
-        return f(bm, integral_constant<int, 32>{}), true;
-      default:
-        return false;
-    }
-  };
-  if (tile.bm == 64) return rows(std::integral_constant<int, 64>{});
-  if (tile.bm == 32) return rows(std::integral_constant<int, 32>{});
-  return false;
-}
-
-bool has_warpgroup_kernel(const Tile& tile) {
-  return with_warpgroup_config(tile, [](auto, auto) {});
-}
-
-// f(std::integral_constant<int, BN>) for a tile the wgmma weight kernel has (BF16, 64 rows; 128, 96, 64 or 32
-// columns): whether it has it.
-template <class F>
-bool with_warpgroup_weight_config(const Tile& tile, F&& f) {
-  if (tile.format != Format::bf16 || tile.bm != wgmma::kMnValues) return false;
+bool with_warpgroup_columns(int bn, F&& f) {
   using std::integral_constant;
-  switch (tile.bn) {
+  switch (bn) {
     case 128:
       return f(integral_constant<int, 128>{}), true;
     case 96:
@@ -756,20 +730,38 @@ bool with_warpgroup_weight_config(const Tile& tile, F&& f) {
   }
 }
 
+// f(std::integral_constant<int, BM>, std::integral_constant<int, BN>) for a tile the wgmma kernel has (64 or 32 rows):
+// whether it has it.
+template <class F>
+bool with_warpgroup_config(const Tile& tile, F&& f) {
+  if (tile.bm != 64 && tile.bm != 32) return false;
+  return with_warpgroup_columns(tile.bn, [&](auto bn) {
+    if (tile.bm == 64)
+      f(std::integral_constant<int, 64>{}, bn);
+    else
+      f(std::integral_constant<int, 32>{}, bn);
+  });
+}
+
+bool has_warpgroup_kernel(const Tile& tile) {
+  return with_warpgroup_config(tile, [](auto, auto) {});
+}
+
+// f(std::integral_constant<int, BN>) for a tile the wgmma weight kernel has (BF16, 64 rows): whether it has it.
+template <class F>
+bool with_warpgroup_weight_config(const Tile& tile, F&& f) {
+  return tile.format == Format::bf16 && tile.bm == wgmma::kMnValues && with_warpgroup_columns(tile.bn, f);
+}
+
 bool has_warpgroup_weight_kernel(const Tile& tile) {
   return with_warpgroup_weight_config(tile, [](auto) {});
 }
 
-// The instruction a backward_weight tile runs on (as instruction_of).
-Mma weight_instruction_of(const Tile& tile) {
+// The instruction a tile runs on, for a pass whose wgmma kernel has the tile or not (Mma::fastest: wgmma where this
+// device and the kernel have it).
+Mma instruction_of(const Tile& tile, bool has_warpgroup_pass) {
   if (tile.mma != Mma::fastest) return tile.mma;
-  return has_warpgroup_weight_kernel(tile) && runs_warpgroup_mma() ? Mma::warpgroup : Mma::sync;
-}
-
-// The instruction a tile runs on (Mma::fastest: wgmma where this device and the tile have it).
-Mma instruction_of(const Tile& tile) {
-  if (tile.mma != Mma::fastest) return tile.mma;
-  return has_warpgroup_kernel(tile) && runs_warpgroup_mma() ? Mma::warpgroup : Mma::sync;
+  return has_warpgroup_pass && runs_warpgroup_mma() ? Mma::warpgroup : Mma::sync;
 }
 
 // f(Operands<format>{}).
@@ -855,7 +847,7 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
            " kernel needs source channels a multiple of ", vector_of(tile.format), ", got ", a.c);
   NT_CHECK(staging != nullptr && aligned16(staging) && (source == nullptr || aligned16(source)), name,
            ": the channels-last operands need a 16-byte aligned workspace");
-  const Mma mma = instruction_of(tile);
+  const Mma mma = instruction_of(tile, has_warpgroup_kernel(tile));
   NT_CHECK(mma != Mma::warpgroup || (runs_warpgroup_mma() && has_warpgroup_kernel(tile)), name,
            ": no wgmma kernel for a ", tile.bm, "x", tile.bn, " tile on this device (wgmma needs sm_90a code)");
   a.split = 1;
@@ -869,7 +861,7 @@ void multiply(const Exec& exec, const char* name, const profile::OpCost& cost, C
         constexpr int BM = decltype(bm)::value, BN = decltype(bn)::value, WG = warpgroups_of(BN);
         const dim3 grid(static_cast<unsigned>((a.N + BN - 1) / BN), static_cast<unsigned>((a.M + BM - 1) / BM));
         constexpr auto kernel = conv_channels_last_wgmma_kernel<Ops, BM, BN, WG>;
-        constexpr size_t smem = size_t(kStages) * (wgmma::kRows + BN) * wgmma::kLineBytes + wgmma::kAlignment;
+        constexpr size_t smem = wgmma_shared_bytes(wgmma_stage_bytes(BN));
         allow_shared_bytes<kernel>(smem);
         launch(placed(exec, a.overlaps_previous), name, cost, kernel, grid, dim3(WG * 128), smem, a, filters, src_cl);
       });
@@ -917,7 +909,7 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
            " backward_weight needs input and output channels a multiple of ", vector, ", got ", f.c, " and ", f.M);
   NT_CHECK(aligned16(dy_cl) && aligned16(x_cl), name, ": the channels-last operands need 16-byte aligned memory");
   NT_CHECK(plan.split >= 1 && (plan.split == 1 || f.partial != nullptr), name, ": a split needs its partials");
-  const Mma mma = weight_instruction_of(plan.tile);
+  const Mma mma = instruction_of(plan.tile, has_warpgroup_weight_kernel(plan.tile));
   NT_CHECK(mma != Mma::warpgroup || (runs_warpgroup_mma() && has_warpgroup_weight_kernel(plan.tile)), name,
            ": no wgmma backward_weight for a ", format_name(format), " ", plan.tile.bm, "x", plan.tile.bn,
            " tile on this device (wgmma needs sm_90a code, BF16 operands and 64 rows)");
@@ -930,7 +922,7 @@ int weight_gradient(const Exec& exec, const char* name, const profile::OpCost& c
     with_warpgroup_weight_config(plan.tile, [&](auto bn) {
       constexpr int BN = decltype(bn)::value;
       constexpr auto kernel = conv_channels_last_weight_wgmma_kernel<BN>;
-      constexpr size_t smem = size_t(kStages) * (1 + warpgroups_of(BN)) * 32 * wgmma::kLineBytes + wgmma::kAlignment;
+      constexpr size_t smem = wgmma_shared_bytes(weight_wgmma_stage_bytes(BN));
       allow_shared_bytes<kernel>(smem);
       const dim3 grid(static_cast<unsigned>((f.K + BN - 1) / BN),
                       static_cast<unsigned>((f.M + wgmma::kMnValues - 1) / wgmma::kMnValues),

@@ -57,6 +57,13 @@ constexpr int kMnStepBytes = 2 * kGroupBytes;    // one instruction's k (16) in 
 // Byte offset of (row, chunk) in an operand's slab.
 __host__ __device__ constexpr int offset(int row, int chunk) { return row * kLineBytes + ((chunk ^ (row % 8)) * 16); }
 
+// The first kAlignment-aligned byte at or after `bytes` (a kernel's dynamic shared memory, launched with kAlignment
+// bytes more than its operands take): where the swizzle's period starts.
+__device__ __forceinline__ unsigned char* aligned_to_swizzle(unsigned char* bytes) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(bytes));
+  return bytes + (kAlignment - at % kAlignment) % kAlignment;
+}
+
 // The matrix descriptor of an operand (1024-byte aligned) at its k step's first byte `at`: start address (bits 0–13),
 // leading byte offset (bits 16–29), stride byte offset (bits 32–45), all in 16-byte units; base offset 0 (bits
 // 49–51); 128-byte swizzle (bits 62–63: 1). K-major (the defaults): the leading offset is unused where k fits one line
