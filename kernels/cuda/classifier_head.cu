@@ -16,19 +16,22 @@
 // load waited for the one before. Staged, with a lane per class, only 10 of 32 lanes were busy. Lanes along
 // k with float4 operands cut the instructions per warp several-fold. Nsight Compute's numbers: docs/design.md,
 // 'The classifier head's kernel'.)
-//   shared memory (floats), ldw = K rounded up to 4, pads zero:
+//   shared memory (floats), rows of ldw = 4·ld4: K rounded up to a float4 (pads zero), then padded so that the
+//   logits' reads of W rows do not conflict in the banks (padded_row4):
 //     sW (C, ldw); in training, once W is no longer needed, the block's partial dW (C, ldw) over it
 //     sx (R, ldw) the block's rows of x;   sdl (R, C) their dlogits and the partial db (C) (training)
 //
-// Phase 1, a warp per row (its block's rows b = r·R + warp, + 8, ...), lane l on the float4 columns
-// q = l, l+32, ... of the row:
-//   logits   per class c, lane l's partial Σ_q x[b][q]·W[c][q] (4 products in k order), then a xor
-//            butterfly per class gives every lane all C sums (a+b == b+a: the same bits in every lane);
-//            lane c keeps logit c and adds bias[c].
+// Phase 1, a warp per row (its block's rows b = r·R + warp, + 8, ...):
+//   logits   P = lanes_per_class(C) lanes per class (2 for 10 classes): lane c·P + p sums x[b]·W[c] over the
+//            float4 columns p, p+P, ... (4 products each, k order), the class's P lanes add their sums in a xor
+//            butterfly, and lane c takes logit c and adds bias[c]. (Version 3 had every lane sum all C classes
+//            over the columns l, l+32, ... and reduced each class over the whole warp: at the mlp's 10 classes
+//            of 160 inputs, 1,076 instructions a warp in this phase, most of them the class guards and the ten
+//            butterflies; docs/design.md, 'The classifier head's kernel'.)
 //   softmax cross-entropy on lanes 0..C-1 with the row arithmetic of kernels/cuda/softmax_xent.cu (one
 //            class per lane, the same butterflies): loss, argmax hit, dlogits row (to global and to sdl).
-//   dx       dx[b][q] = Σ_c dl[b][c]·W[c][q] (c ascending), selected by x[b][q] > 0 when the previous
-//            layer ended in a ReLU.
+//   dx       lane l on the float4 columns q = l, l+32, ...: dx[b][q] = Σ_c dl[b][c]·W[c][q] (c ascending),
+//            selected by x[b][q] > 0 when the previous layer ended in a ReLU.
 // __syncthreads: W is no longer needed, the block's dlogits are visible to all its threads.
 // Phase 2, the block's partial weight gradient, a thread per (c, q):
 //   part[c][q] = Σ_{b in the block's rows} dl[b][c]·x[b][q] and part_db[c] = Σ_b dl[b][c], b ascending.
@@ -74,25 +77,44 @@ struct RowTotals {
   long long hits = 0;
 };
 
-__host__ __device__ constexpr int round_up4(int n) { return (n + 3) / 4 * 4; }
+// Lanes per class in the logits' dot products: the largest power of two P with P·C <= 32 (2 for 10 classes).
+__host__ __device__ constexpr int lanes_per_class(int C) {
+  int lanes = kWarpSize;
+  while (lanes > 1 && lanes * C > kWarpSize) lanes /= 2;
+  return lanes;
+}
+
+// The row stride of the staged matrices in float4s: k4 (= ceil(K/4), the float4 columns that hold K) padded so
+// that the logits' reads of W do not conflict. A quarter-warp's eight 16-byte reads, lane = class·P + part reading
+// W[class][part + ...], fall in eight distinct 16-byte bank groups when the stride is P mod 8 (P < 8), or odd (P = 1);
+// eight lanes of one class (P >= 8) read consecutive float4s anyway.
+__host__ __device__ constexpr int padded_row4(int k4, int lanes) {
+  const int want = lanes % 8;
+  int ld4 = k4;
+  while (ld4 % 8 != want) ++ld4;
+  return ld4;
+}
 
 // Shared memory of one block (see the top of the file), in floats.
 struct HeadSmem {
-  int ldw;        // row stride of sW, sx and the partial dW: K rounded up to a float4
-  int w_floats;   // sW (C, ldw); in training later the partial dW over it
-  int x_floats;   // sx (R, ldw), right after sW
+  int k4;         // float4 columns holding a row of K values (the last one zero-padded)
+  int ld4;        // row stride of sW, sx and the partial dW, in float4s (padded_row4)
+  int w_floats;   // sW (C, 4·ld4); in training later the partial dW over it
+  int x_floats;   // sx (R, 4·ld4), right after sW
   int dl_floats;  // sdl (R, C) and the partial db (C), training only
   __host__ __device__ HeadSmem(int B, int K, int C, bool training)
-      : ldw(round_up4(K)),
-        w_floats(C * ldw),
-        x_floats((B + kClusterBlocks - 1) / kClusterBlocks * ldw),
+      : k4((K + 3) / 4),
+        ld4(padded_row4(k4, lanes_per_class(C))),
+        w_floats(C * 4 * ld4),
+        x_floats((B + kClusterBlocks - 1) / kClusterBlocks * 4 * ld4),
         dl_floats(training ? ((B + kClusterBlocks - 1) / kClusterBlocks + 1) * C : 0) {}
   __host__ __device__ size_t bytes() const { return size_t(w_floats + x_floats + dl_floats) * sizeof(float); }
 };
 
-// W (C, K) and the block's rows [r0, r0 + R) of x into sW and sx (row stride ldw, zero past K), which are
-// consecutive in shared memory: one flat loop over the C + R rows' float4 columns, up to kStageBatch loads
-// per thread in flight before the first store. Float4 loads where the rows are 16-byte aligned.
+// W (C, K) and the block's rows [r0, r0 + R) of x into sW and sx (row stride ld4 float4s, zero past K up to k4; the
+// pad columns after are never read), which are consecutive in shared memory: one flat loop over the C + R rows'
+// float4 columns, up to kStageBatch loads per thread in flight before the first store. Float4 loads where the rows
+// are 16-byte aligned.
 constexpr int kStageBatch = 4;
 
 __device__ __forceinline__ float4 load_row4(const float* row, int k, int n, bool vec) {
@@ -114,24 +136,29 @@ __device__ __forceinline__ float4 operand4(float4 v) {
 }
 
 template <bool RoundBf16>
-__device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, int ldw, float* sW) {
-  const int K = h.K, K4 = ldw / 4, total = (h.C + rows) * K4;
+__device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, const HeadSmem& layout, float* sW) {
+  const int K = h.K, K4 = layout.k4, all_rows = h.C + rows;
   const bool vec =
       K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 && reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
   auto row_of = [&](int r) { return r < h.C ? h.weight + int64_t(r) * K : h.x + int64_t(r0 + r - h.C) * K; };
-  float4* s4 = reinterpret_cast<float4*>(sW);  // s4: (C + rows, K4), sx right after sW
-  for (int base = threadIdx.x; base < total; base += kThreads * kStageBatch) {
+  float4* s4 = reinterpret_cast<float4*>(sW);  // s4: (C + rows, ld4), sx right after sW
+  // The thread's float4s are the flat indices threadIdx.x + i·kThreads of the (C + rows, K4) rows; their (row,
+  // column) advance by a fixed step, so one division serves them all.
+  const int step_row = kThreads / K4, step_col = kThreads % K4;
+  int row = threadIdx.x / K4, col = threadIdx.x % K4;
+  while (row < all_rows) {
     float4 v[kStageBatch];
+    int at[kStageBatch];  // the float4's place in s4, or -1 past the last row
 #pragma unroll
     for (int j = 0; j < kStageBatch; ++j) {
-      const int e = base + j * kThreads;
-      if (e < total) v[j] = load_row4(row_of(e / K4), 4 * (e % K4), K, vec);
+      at[j] = row < all_rows ? row * layout.ld4 + col : -1;
+      if (at[j] >= 0) v[j] = load_row4(row_of(row), 4 * col, K, vec);
+      col += step_col, row += step_row;
+      if (col >= K4) col -= K4, ++row;
     }
 #pragma unroll
-    for (int j = 0; j < kStageBatch; ++j) {
-      const int e = base + j * kThreads;
-      if (e < total) s4[e] = operand4<RoundBf16>(v[j]);
-    }
+    for (int j = 0; j < kStageBatch; ++j)
+      if (at[j] >= 0) s4[at[j]] = operand4<RoundBf16>(v[j]);
   }
 }
 
@@ -151,41 +178,36 @@ __device__ __forceinline__ void store_row4(float* row, int k, int n, float4 v, b
   if (k + 3 < n) row[k + 3] = v.w;
 }
 
-// Phase 1 for row b, by one warp (see the top of the file). xr: the row in shared memory (ldw floats);
+// Phase 1 for row b, by one warp (see the top of the file). xr: the row in shared memory (4·ld4 floats);
 // dl: its dlogits slot (C floats). vec_dx: dx rows are 16-byte aligned.
 template <int MaxC, bool RoundBf16>
-__device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const float* sW, int ldw, const float* xr,
-                         float* dl, bool vec_dx, RowTotals& totals) {
-  const int K = h.K, C = h.C, K4 = ldw / 4;
+__device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const float* sW, const HeadSmem& layout,
+                         const float* xr, float* dl, bool vec_dx, RowTotals& totals) {
+  const int K = h.K, C = h.C, K4 = layout.k4, ld4 = layout.ld4;
   const int32_t label = h.labels[b];
-  const float4* x4 = reinterpret_cast<const float4*>(xr);  // x4: (K4) the row as float4
-  const float4* w4 = reinterpret_cast<const float4*>(sW);  // w4: (C, K4)
-
-  float part[MaxC];
-#pragma unroll
-  for (int c = 0; c < MaxC; ++c) part[c] = 0.f;
-  for (int q = lane; q < K4; q += kWarpSize) {
-    const float4 xv = x4[q];
-#pragma unroll
-    for (int c = 0; c < MaxC; ++c)
-      if (c < C) {
-        const float4 wv = w4[c * K4 + q];
-        part[c] = fmaf(xv.x, wv.x, part[c]), part[c] = fmaf(xv.y, wv.y, part[c]);
-        part[c] = fmaf(xv.z, wv.z, part[c]), part[c] = fmaf(xv.w, wv.w, part[c]);
-      }
-  }
-  float z = -INFINITY;  // lane c's logit; lanes past C never win the argmax (-inf, index INT_MAX)
-#pragma unroll
-  for (int c = 0; c < MaxC; ++c) {
-    if (c >= C) break;
-    const float sum = warp_sum(part[c]);
-    if (c == lane) z = sum;
-  }
   const bool in_row = lane < C;
-  if (in_row) {
-    if (h.bias) z += __ldg(h.bias + lane);
-    h.logits[int64_t(b) * C + lane] = z;
+  const float bias = in_row && h.bias ? __ldg(h.bias + lane) : 0.f;  // in flight during the dot products
+  const float4* x4 = reinterpret_cast<const float4*>(xr);            // x4: (K4) the row as float4
+  const float4* w4 = reinterpret_cast<const float4*>(sW);            // w4: (C, ld4)
+
+  // Logits: lane = class·P + part (P = lanes_per_class(C)) sums its class's products over the float4 columns
+  // part, part + P, ... in k order, then the P lanes of a class add their sums in an xor butterfly (the same bits
+  // in each); lane c then takes logit c from lane c·P.
+  const int lanes = lanes_per_class(C), lanes_log2 = __ffs(lanes) - 1, my_class = lane >> lanes_log2;
+  float sum = 0.f;
+  if (my_class < C) {
+    const float4* wr = w4 + my_class * ld4;
+#pragma unroll 4
+    for (int q = lane & (lanes - 1); q < K4; q += lanes) {
+      const float4 xv = x4[q], wv = wr[q];
+      sum = fmaf(xv.x, wv.x, sum), sum = fmaf(xv.y, wv.y, sum), sum = fmaf(xv.z, wv.z, sum);
+      sum = fmaf(xv.w, wv.w, sum);
+    }
   }
+  for (int o = lanes / 2; o >= 1; o /= 2) sum += __shfl_xor_sync(kFullMask, sum, o);
+  float z = __shfl_sync(kFullMask, sum, lane * lanes % kWarpSize);
+  z = in_row ? z + bias : -INFINITY;  // lanes past C never win the argmax (-inf, index INT_MAX)
+  if (in_row) h.logits[int64_t(b) * C + lane] = z;
 
   float m = z;
   int k_max = in_row ? lane : INT_MAX;
@@ -212,7 +234,7 @@ __device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const flo
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int c = 0; c < MaxC; ++c)
-      if (c < C) fma4(dls[c], w4[c * K4 + q], acc);
+      if (c < C) fma4(dls[c], w4[c * ld4 + q], acc);
     if (h.mask_dx) {
       const float4 xv = x4[q];
       acc.x = xv.x > 0.f ? acc.x : 0.f, acc.y = xv.y > 0.f ? acc.y : 0.f;
@@ -224,15 +246,16 @@ __device__ void head_row(const ClassifierHeadArgs& h, int b, int lane, const flo
 
 // Phase 2, this block's partial weight gradient over its `rows` rows, a thread per (c, q):
 //   part[c][q] = Σ_b dl[b][c]·x[b][q],   part_db[c] = Σ_b dl[b][c]   (b ascending).
-__device__ void partial_weight_grads(int C, int ldw, int rows, const float* sx, const float* sdl, float* part,
-                                     float* part_db) {
-  const int K4 = ldw / 4;
-  const float4* x4 = reinterpret_cast<const float4*>(sx);  // x4: (rows, K4)
+__device__ void partial_weight_grads(int C, const HeadSmem& layout, int rows, const float* sx, const float* sdl,
+                                     float* part, float* part_db) {
+  const int K4 = layout.k4, ld4 = layout.ld4;
+  const float4* x4 = reinterpret_cast<const float4*>(sx);  // x4: (rows, ld4)
   for (int e = threadIdx.x; e < C * K4; e += kThreads) {
     const int c = e / K4, q = e % K4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int b = 0; b < rows; ++b) fma4(sdl[b * C + c], x4[b * K4 + q], acc);
-    reinterpret_cast<float4*>(part)[e] = acc;
+#pragma unroll 4
+    for (int b = 0; b < rows; ++b) fma4(sdl[b * C + c], x4[b * ld4 + q], acc);
+    reinterpret_cast<float4*>(part)[c * ld4 + q] = acc;  // part: (C, ld4)
   }
   for (int c = threadIdx.x; c < C; c += kThreads) {
     float acc = 0.f;
@@ -265,22 +288,22 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
 
   const bool training = h.dweight != nullptr;
   const HeadSmem layout(h.B, K, C, training);
-  const int ldw = layout.ldw;
+  const int ldw = 4 * layout.ld4;
   float* sW = smem;                    // (C, ldw); in training later the partial dW (C, ldw)
   float* sx = smem + layout.w_floats;  // (r1 - r0, ldw)
   float* sdl = sx + layout.x_floats;   // (r1 - r0, C), then the partial db (C); training only
-  stage_inputs<RoundBf16>(h, r0, r1 - r0, ldw, sW);
+  stage_inputs<RoundBf16>(h, r0, r1 - r0, layout, sW);
   __syncthreads();
 
   const bool vec_dx = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dx) % 16 == 0;
   RowTotals totals;
   for (int b = r0 + warp; b < r1; b += kWarps)
-    head_row<MaxC, RoundBf16>(h, b, lane, sW, ldw, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
+    head_row<MaxC, RoundBf16>(h, b, lane, sW, layout, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
   if (lane == 0) warp_loss[warp] = totals.loss, warp_hits[warp] = totals.hits;
   __syncthreads();  // sW is free; sdl and the warp totals are complete
 
   float *part = smem, *part_db = sdl + rows_per_block * C;  // the same offsets in every block of the cluster
-  if (training) partial_weight_grads(C, ldw, r1 - r0, sx, sdl, part, part_db);
+  if (training) partial_weight_grads(C, layout, r1 - r0, sx, sdl, part, part_db);
   if (threadIdx.x == 0) {
     BlockTotals t{0, 0};
     for (int w = 0; w < kWarps; ++w) t.loss += warp_loss[w], t.hits += warp_hits[w];  // fixed order
@@ -289,20 +312,21 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
   cluster.sync();  // every block's partials are in place
 
   if (training) {
-    const float4* parts[kClusterBlocks];  // parts[q]: (C, K4) block q's partial dW
+    const float4* parts[kClusterBlocks];  // parts[q]: (C, ld4) block q's partial dW
 #pragma unroll
     for (int q = 0; q < kClusterBlocks; ++q)
       parts[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
-    const int K4 = ldw / 4, n4 = C * K4, share = (n4 + kClusterBlocks - 1) / kClusterBlocks;
+    const int K4 = layout.k4, n4 = C * K4, share = (n4 + kClusterBlocks - 1) / kClusterBlocks;
     const bool vec_dw = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dweight) % 16 == 0;
     for (int e = rank * share + threadIdx.x; e < min(n4, (rank + 1) * share); e += kThreads) {
-      float4 v = parts[0][e];
+      const int c = e / K4, q4 = e % K4, at = c * layout.ld4 + q4;
+      float4 v = parts[0][at];
 #pragma unroll
       for (int q = 1; q < kClusterBlocks; ++q) {
-        const float4 w = parts[q][e];
+        const float4 w = parts[q][at];
         v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
       }
-      store_row4(h.dweight + int64_t(e / K4) * K, 4 * (e % K4), K, v, vec_dw);
+      store_row4(h.dweight + int64_t(c) * K, 4 * q4, K, v, vec_dw);
     }
     if (h.dbias && rank == 0)
       for (int c = threadIdx.x; c < C; c += kThreads) {
