@@ -3,8 +3,9 @@
 // Math and layouts: kernels/classifier_head.h. x (B,K), W (C,K), logits and dlogits (B,C), dW (C,K),
 // dx (B,K), all row-major; C <= kHeadMaxClasses.
 //
-// Shape of the launch: ONE thread-block cluster of 8 blocks (sm_90) of 256 threads. Block r of the cluster
-// owns the rows [r·R, (r+1)·R), R = ceil(B/8): at the mlp's batch 64, a row per warp. A single block of
+// Shape of the launch: ONE thread-block cluster of 8 blocks (sm_90), each a warp per row of its share (8 to 32
+// warps, head_threads). Block r of the cluster owns the rows [r·R, (r+1)·R), R = ceil(B/8): a row per warp up to
+// batch 256 (up to 128 with more than 16 classes), several rows a warp above. A single block of
 // 1024 threads (the first version) was slow, all rows' work on one SM (docs/design.md); eight SMs
 // share the row work here, and the cluster's distributed shared memory reduces the weight gradient in a
 // fixed order, with no atomics, no workspace and no second launch (the technique of the split-K GEMM,
@@ -35,10 +36,10 @@
 // __syncthreads: W is no longer needed, the block's dlogits are visible to all its threads.
 // Phase 2, the block's partial weight gradient, a thread per (c, q):
 //   part[c][q] = Σ_{b in the block's rows} dl[b][c]·x[b][q] and part_db[c] = Σ_b dl[b][c], b ascending.
-// Row losses and hits: per-warp slots, summed in warp order. cluster.sync, then block r writes its 1/8
-// share of dW (float4 columns) and rank 0 db, each as Σ over ranks 0..7 of the blocks' partials, and
-// rank 0 adds the 8 blocks' losses and hits, in rank order, to the device-resident counters. A last
-// cluster barrier, so that no block leaves while another still reads its shared memory.
+// Row losses and hits: per-warp slots, summed in a fixed xor tree over the warps. cluster.sync, then block r writes its
+// 1/8 share of dW (float4 columns) and rank 0 db, each as Σ over ranks 0..7 of the blocks' partials, and rank 0 adds
+// the 8 blocks' losses and hits, in rank order, to the device-resident counters. A last cluster barrier, so that no
+// block leaves while another still reads its shared memory.
 //
 // BF16 (Exec::math, kernels/operand.h): x and W are rounded as they are staged, and each dlogit where the products
 // (and db) read it, so every product multiplies the operands the CPU twin's GEMMs round; the dlogits written, the
@@ -47,6 +48,7 @@
 //
 // Limit: the shared memory grows with the rows per block (B/8); where it exceeds what a block can have,
 // the unfused ops run instead.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -69,8 +71,15 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kClusterBlocks = 8;  // the portable cluster size
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / kWarpSize;
+// Threads per block: a warp per row of the block's ceil(B/8) rows, at least 8 warps, and at most 32 (1024 threads,
+// so 64 registers a thread) where C <= 16, 16 where the kernel holds 32 classes' values a lane (at 64 registers those
+// spill). The rows' phase runs a row per warp at a time: a batch of 256 on 8 warps ran 4 rows one after another.
+__host__ __device__ constexpr int max_head_threads(int max_classes) { return max_classes <= 16 ? 1024 : 512; }
+constexpr int kMaxWarps = max_head_threads(16) / kWarpSize;
+int head_threads(int B, int C) {
+  const int rows = (B + kClusterBlocks - 1) / kClusterBlocks;
+  return std::clamp(rows, 8, max_head_threads(C <= 16 ? 16 : kHeadMaxClasses) / kWarpSize) * kWarpSize;
+}
 
 struct RowTotals {
   double loss = 0;  // this warp's row losses in row order (lane 0)
@@ -142,9 +151,9 @@ __device__ void stage_inputs(const ClassifierHeadArgs& h, int r0, int rows, cons
       K % 4 == 0 && reinterpret_cast<uintptr_t>(h.weight) % 16 == 0 && reinterpret_cast<uintptr_t>(h.x) % 16 == 0;
   auto row_of = [&](int r) { return r < h.C ? h.weight + int64_t(r) * K : h.x + int64_t(r0 + r - h.C) * K; };
   float4* s4 = reinterpret_cast<float4*>(sW);  // s4: (C + rows, ld4), sx right after sW
-  // The thread's float4s are the flat indices threadIdx.x + i·kThreads of the (C + rows, K4) rows; their (row,
+  // The thread's float4s are the flat indices threadIdx.x + i·blockDim.x of the (C + rows, K4) rows; their (row,
   // column) advance by a fixed step, so one division serves them all.
-  const int step_row = kThreads / K4, step_col = kThreads % K4;
+  const int threads = static_cast<int>(blockDim.x), step_row = threads / K4, step_col = threads % K4;
   int row = threadIdx.x / K4, col = threadIdx.x % K4;
   while (row < all_rows) {
     float4 v[kStageBatch];
@@ -250,14 +259,14 @@ __device__ void partial_weight_grads(int C, const HeadSmem& layout, int rows, co
                                      float* part, float* part_db) {
   const int K4 = layout.k4, ld4 = layout.ld4;
   const float4* x4 = reinterpret_cast<const float4*>(sx);  // x4: (rows, ld4)
-  for (int e = threadIdx.x; e < C * K4; e += kThreads) {
+  for (int e = threadIdx.x; e < C * K4; e += blockDim.x) {
     const int c = e / K4, q = e % K4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
     for (int b = 0; b < rows; ++b) fma4(sdl[b * C + c], x4[b * ld4 + q], acc);
     reinterpret_cast<float4*>(part)[c * ld4 + q] = acc;  // part: (C, ld4)
   }
-  for (int c = threadIdx.x; c < C; c += kThreads) {
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = 0.f;
     for (int b = 0; b < rows; ++b) acc += sdl[b * C + c];
     part_db[c] = acc;
@@ -271,13 +280,13 @@ struct BlockTotals {
 
 // RoundBf16: Exec::math BF16 (a template parameter, so that the fp32 kernel's code is what it was).
 template <int MaxC, bool RoundBf16>
-__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads)
+__global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(max_head_threads(MaxC))
     classifier_head_kernel(ClassifierHeadArgs h, StampRing stamps) {
   begin_dependent_kernel(stamps);
 #if NT_CLUSTERS
   extern __shared__ __align__(16) float smem[];
-  __shared__ double warp_loss[kWarps];
-  __shared__ long long warp_hits[kWarps];
+  __shared__ double warp_loss[kMaxWarps];
+  __shared__ long long warp_hits[kMaxWarps];
   __shared__ BlockTotals block_totals;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -297,17 +306,20 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
 
   const bool vec_dx = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dx) % 16 == 0;
   RowTotals totals;
-  for (int b = r0 + warp; b < r1; b += kWarps)
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  for (int b = r0 + warp; b < r1; b += warps)
     head_row<MaxC, RoundBf16>(h, b, lane, sW, layout, sx + (b - r0) * ldw, sdl + (b - r0) * C, vec_dx, totals);
   if (lane == 0) warp_loss[warp] = totals.loss, warp_hits[warp] = totals.hits;
   __syncthreads();  // sW is free; sdl and the warp totals are complete
 
   float *part = smem, *part_db = sdl + rows_per_block * C;  // the same offsets in every block of the cluster
   if (training) partial_weight_grads(C, layout, r1 - r0, sx, sdl, part, part_db);
-  if (threadIdx.x == 0) {
-    BlockTotals t{0, 0};
-    for (int w = 0; w < kWarps; ++w) t.loss += warp_loss[w], t.hits += warp_hits[w];  // fixed order
-    block_totals = t;
+  if (warp == 0) {  // the warps' totals in a fixed xor tree: 5 levels for up to 32 warps, not a chain of 32 adds
+    double loss = lane < warps ? warp_loss[lane] : 0.0;
+    long long hits = lane < warps ? warp_hits[lane] : 0;
+    for (int o = kWarpSize / 2; o >= 1; o /= 2)
+      loss += __shfl_xor_sync(kFullMask, loss, o), hits += __shfl_xor_sync(kFullMask, hits, o);
+    if (lane == 0) block_totals = BlockTotals{loss, hits};
   }
   cluster.sync();  // every block's partials are in place
 
@@ -318,7 +330,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
       parts[q] = reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q));
     const int K4 = layout.k4, n4 = C * K4, share = (n4 + kClusterBlocks - 1) / kClusterBlocks;
     const bool vec_dw = K % 4 == 0 && reinterpret_cast<uintptr_t>(h.dweight) % 16 == 0;
-    for (int e = rank * share + threadIdx.x; e < min(n4, (rank + 1) * share); e += kThreads) {
+    for (int e = rank * share + threadIdx.x; e < min(n4, (rank + 1) * share); e += blockDim.x) {
       const int c = e / K4, q4 = e % K4, at = c * layout.ld4 + q4;
       float4 v = parts[0][at];
 #pragma unroll
@@ -329,7 +341,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(kThreads
       store_row4(h.dweight + int64_t(c) * K, 4 * q4, K, v, vec_dw);
     }
     if (h.dbias && rank == 0)
-      for (int c = threadIdx.x; c < C; c += kThreads) {
+      for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v = cluster.map_shared_rank(part_db, 0)[c];
 #pragma unroll
         for (int q = 1; q < kClusterBlocks; ++q) v += cluster.map_shared_rank(part_db, q)[c];
@@ -381,7 +393,8 @@ void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   double bytes = 4.0 * (B * K + C * K + C + B + B * C);
   if (backward) bytes += 4.0 * (B * C + C * K + C + (h.dx ? B * K : 0));
   const double flops = 2.0 * B * K * C * (backward ? (h.dx ? 3 : 2) : 1) + 7.0 * B * C;
-  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks), dim3(kThreads), smem, h);
+  launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks),
+         dim3(head_threads(h.B, h.C)), smem, h);
 }
 
 }  // namespace nt::kernels::cuda
