@@ -71,14 +71,16 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kClusterBlocks = 8;  // the portable cluster size
-// Threads per block: a warp per row of the block's ceil(B/8) rows, at least 8 warps, and at most 32 (1024 threads,
-// so 64 registers a thread) where C <= 16, 16 where the kernel holds 32 classes' values a lane (at 64 registers those
-// spill). The rows' phase runs a row per warp at a time: a batch of 256 on 8 warps ran 4 rows one after another.
+// R: the rows of the batch each block of the cluster owns (the last block may own fewer).
+__host__ __device__ constexpr int block_rows(int B) { return (B + kClusterBlocks - 1) / kClusterBlocks; }
+// Threads per block: a warp per row of the block's R rows, at least 8 warps, and at most 32 (1024 threads, so 64
+// registers a thread) in the kernel for up to 16 classes, 16 in the one that holds 32 classes' values a lane (at 64
+// registers those spill). The rows' phase runs a row per warp at a time: a batch of 256 on 8 warps ran 4 rows one
+// after another. max_classes: the kernel's MaxC.
 __host__ __device__ constexpr int max_head_threads(int max_classes) { return max_classes <= 16 ? 1024 : 512; }
 constexpr int kMaxWarps = max_head_threads(16) / kWarpSize;
-int head_threads(int B, int C) {
-  const int rows = (B + kClusterBlocks - 1) / kClusterBlocks;
-  return std::clamp(rows, 8, max_head_threads(C <= 16 ? 16 : kHeadMaxClasses) / kWarpSize) * kWarpSize;
+int head_threads(int B, int max_classes) {
+  return std::clamp(block_rows(B), 8, max_head_threads(max_classes) / kWarpSize) * kWarpSize;
 }
 
 struct RowTotals {
@@ -115,8 +117,8 @@ struct HeadSmem {
       : k4((K + 3) / 4),
         ld4(padded_row4(k4, lanes_per_class(C))),
         w_floats(C * 4 * ld4),
-        x_floats((B + kClusterBlocks - 1) / kClusterBlocks * 4 * ld4),
-        dl_floats(training ? ((B + kClusterBlocks - 1) / kClusterBlocks + 1) * C : 0) {}
+        x_floats(block_rows(B) * 4 * ld4),
+        dl_floats(training ? (block_rows(B) + 1) * C : 0) {}
   __host__ __device__ size_t bytes() const { return size_t(w_floats + x_floats + dl_floats) * sizeof(float); }
 };
 
@@ -291,7 +293,7 @@ __global__ void NT_CLUSTER_DIMS(kClusterBlocks, 1, 1) __launch_bounds__(max_head
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int rows_per_block = (h.B + kClusterBlocks - 1) / kClusterBlocks;
+  const int rows_per_block = block_rows(h.B);
   const int r0 = min(rank * rows_per_block, h.B), r1 = min(r0 + rows_per_block, h.B);
   const int K = h.K, C = h.C;
 
@@ -375,8 +377,9 @@ void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
            " inputs; the CUDA kernel serves 1..", kHeadMaxClasses, " classes and (C*K + C)*4 <= ", kHeadMaxSharedBytes,
            " bytes");
   const bool bf16 = gemm_rounds_operands(exec.math);
+  const int max_classes = h.C <= 16 ? 16 : kHeadMaxClasses;  // the kernel's MaxC
   auto kernel =
-      h.C <= 16
+      max_classes == 16
           ? (bf16 ? classifier_head_kernel<16, true> : classifier_head_kernel<16, false>)
           : (bf16 ? classifier_head_kernel<kHeadMaxClasses, true> : classifier_head_kernel<kHeadMaxClasses, false>);
   static const bool runs = cluster_kernels_run(classifier_head_kernel<16, false>);
@@ -394,7 +397,7 @@ void classifier_head(const Exec& exec, const ClassifierHeadArgs& h) {
   if (backward) bytes += 4.0 * (B * C + C * K + C + (h.dx ? B * K : 0));
   const double flops = 2.0 * B * K * C * (backward ? (h.dx ? 3 : 2) : 1) + 7.0 * B * C;
   launch(exec, "classifier_head", profile::OpCost{bytes, flops}, kernel, dim3(kClusterBlocks),
-         dim3(head_threads(h.B, h.C)), smem, h);
+         dim3(head_threads(h.B, max_classes)), smem, h);
 }
 
 }  // namespace nt::kernels::cuda
