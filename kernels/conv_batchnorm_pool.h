@@ -9,10 +9,15 @@
 //                  of conv, argmax an index into conv's (P, Q) plane
 //   backward       dw = conv2d_backward_weight(x, dconv); dgamma, dbeta as batchnorm_pool_backward. No dx: a
 //                  stem is its model's first layer.
+//   moments        the part of forward_train that reads x alone (on the GPU x's patch moments, into the
+//                  workspace), which a trainer may run ahead as soon as the batch is gathered, beside the step
+//                  before; a forward_train with moments_ready then takes them from there. Nothing on the CPU, whose
+//                  forward computes the statistics from the convolution's output.
 // On the GPU the training forward's pooled pass and the backward's reduce read x and w before they wait for
 // the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
 // right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
-// training step x comes from the batch gather and w from the last update, both earlier). With
+// training step x comes from the batch gather and w from the last update, both earlier). With moments_ready the
+// training forward's pooled pass is its first kernel and waits first (the kernel before it may be the update). With
 // overlaps_previous the backward's reduce runs beside the kernel before it, which must then read and write none
 // of what the backward reads or writes (its own layer's workspace and gradients only).
 // The arguments travel in ConvBatchNormPoolArgs (its comment lists which fields each op reads and writes);
@@ -52,6 +57,8 @@ inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
 //   conv_batchnorm_pool_forward_eval   reads x, w, gamma, beta, running_*; writes y, argmax
 //   conv_batchnorm_pool_backward       reads x, w, y or y_staged (with hyper.relu), dy, argmax, gamma, save_* (and
 //                                      the forward's moments); writes dw, dgamma, dbeta
+//   conv_batchnorm_pool_moments        reads x; writes, on the GPU, the workspace's moments (which forward_train
+//                                      then reads, with moments_ready)
 // (the forwards write y_staged where it is set, and y where it is set)
 template <class T>
 struct ConvBatchNormPoolArgs {
@@ -83,6 +90,9 @@ struct ConvBatchNormPoolArgs {
   // workspace and gradients (Model::backward decides it, Layer::backward_overlaps_previous); the reduce then runs
   // beside it on the GPU. Ignored on the CPU.
   bool overlaps_previous = false;
+  // forward_train: conv_batchnorm_pool_moments has run on this x and workspace since x was last written, so the
+  // moments are not computed again. Ignored on the CPU.
+  bool moments_ready = false;
 };
 
 namespace cpu {
@@ -93,6 +103,8 @@ template <class T>
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<T>& a);
 template <class T>
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a);
+template <class T>
+void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<T>& a);  // nothing to do
 }  // namespace cpu
 
 namespace cuda {
@@ -100,6 +112,7 @@ size_t conv_batchnorm_pool_workspace_floats(const ConvBatchNormPoolShape& s);
 void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPoolArgs<float>& a);
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<float>& a);
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& a);
+void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<float>& a);
 }  // namespace cuda
 
 inline size_t conv_batchnorm_pool_workspace_floats(Backend backend, const ConvBatchNormPoolShape& s) {
@@ -116,6 +129,11 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolA
 template <class T>
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
   dispatch<cpu::conv_batchnorm_pool_backward<T>, cuda::conv_batchnorm_pool_backward>(exec, a);
+}
+
+template <class T>
+void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<T>& a) {
+  dispatch<cpu::conv_batchnorm_pool_moments<T>, cuda::conv_batchnorm_pool_moments>(exec, a);
 }
 
 }  // namespace nt::kernels

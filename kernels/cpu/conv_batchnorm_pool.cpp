@@ -97,11 +97,17 @@ void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<
   cpu::conv2d_backward_weight(exec, Conv2dArgs<T>{.shape = a.shape.conv, .x = a.x, .dy = ws.dconv, .dw = a.dw});
 }
 
+// The CPU's forward computes the statistics from the convolution's output itself: nothing to run ahead.
+template <class T>
+void conv_batchnorm_pool_moments(const Exec&, const ConvBatchNormPoolArgs<T>&) {}
+
 template void conv_batchnorm_pool_forward_train(const Exec&, const ConvBatchNormPoolArgs<float>&);
 template void conv_batchnorm_pool_forward_train(const Exec&, const ConvBatchNormPoolArgs<double>&);
 template void conv_batchnorm_pool_forward_eval(const Exec&, const ConvBatchNormPoolArgs<float>&);
 template void conv_batchnorm_pool_forward_eval(const Exec&, const ConvBatchNormPoolArgs<double>&);
 template void conv_batchnorm_pool_backward(const Exec&, const ConvBatchNormPoolArgs<float>&);
 template void conv_batchnorm_pool_backward(const Exec&, const ConvBatchNormPoolArgs<double>&);
+template void conv_batchnorm_pool_moments(const Exec&, const ConvBatchNormPoolArgs<float>&);
+template void conv_batchnorm_pool_moments(const Exec&, const ConvBatchNormPoolArgs<double>&);
 
 }  // namespace nt::kernels::cpu

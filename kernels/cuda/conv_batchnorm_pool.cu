@@ -31,6 +31,8 @@
 //                  [field][k][p] layout) → stem_pool (normalize each window, write its maximum and argmax;
 //                  with y_staged the maximum goes there instead, channels-last in BF16 or TF32, a thread's 4
 //                  channels in one 8- or 16-byte store: staged_activation.cuh); forward_eval: stem_pool alone.
+//                  moments launches stem_moments alone, ahead; a forward_train with moments_ready then
+//                  launches stem_pool alone.
 //   backward       stem_pool_backward_reduce (S1, S2 and P_t over the pooled outputs: one value at each argmax)
 //                  → stem_weight (a warp per channel: dgamma, dbeta and dw from the sums and the moments).
 // Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
@@ -180,18 +182,18 @@ struct StemBlock {
   __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
 };
 
-// Every thread of the block, first thing: stages the images and the filters. kEarly: x and w come from kernels
+// Every thread of the block, first thing: stages the images and the filters. early: x and w come from kernels
 // before this one's predecessor, which had completed when the predecessor passed its own wait and let this
 // kernel launch (kernels/cuda/launch.cuh), so the staging overlaps the predecessor's tail and the wait comes
 // after it (beside: no wait here at all, the kernel runs beside its predecessor and calls end_kernel(true)
 // before its stores); else (x written by the predecessor: the batch gather before the statistics and the
-// evaluation) the wait comes first.
-template <int Taps, bool kEarly>
+// evaluation; or w: the update before a training forward whose moments ran ahead) the wait comes first.
+template <int Taps>
 __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg,
-                                                            const StampRing& stamps, bool beside = false) {
+                                                            const StampRing& stamps, bool early, bool beside = false) {
   extern __shared__ float stem_staged[];
   __shared__ StemFilters<Taps> table;
-  if constexpr (!kEarly) begin_dependent_kernel(stamps);
+  if (!early) begin_dependent_kernel(stamps);
   StemBlock<Taps> b;
   b.staged = stem_staged;
   b.k0 = int64_t(blockIdx.x) * b.kChannels;
@@ -200,7 +202,7 @@ __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, 
   fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
   __syncthreads();
-  if constexpr (kEarly) begin_kernel(beside, stamps);
+  if (early) begin_kernel(beside, stamps);
   b.filters = table;
   b.table = &table;
   return b;
@@ -389,7 +391,7 @@ __device__ __forceinline__ double conv_mean(const double* s, const float (&w)[Ta
 template <int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_moments_kernel(const StemGeometry sg, const StemConv cv, double* __restrict__ moments, StampRing stamps) {
-  const StemBlock<Taps> b = enter_stem_block<Taps, false>(cv, sg, stamps);  // x: the gather just before
+  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, /*early=*/false);  // x: the gather just before
   constexpr int E = moment_entries(Taps), kTiles = (E + kMomentTile - 1) / kMomentTile;
   __shared__ double s[kTiles * kMomentTile];
   const float shift = moment_shift(cv);
@@ -444,13 +446,12 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 }
 
 // grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values (training: the statistics from the
-// moments, stem_forward_params).
+// moments, stem_forward_params). early: enter_stem_block's (training after its own moments pass).
 template <bool kTrain, bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax, Staged* y_staged, StampRing stamps) {
-  const StemBlock<Taps> b =
-      enter_stem_block<Taps, kTrain>(cv, sg, stamps);  // evaluation: x from the gather just before
+                             int32_t* argmax, Staged* y_staged, bool early, StampRing stamps) {
+  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, early);
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
   if constexpr (kTrain)
@@ -497,7 +498,7 @@ template <bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
                                      const int32_t* argmax, const Staged* y_staged, bool beside, StampRing stamps) {
-  const StemBlock<Taps> blk = enter_stem_block<Taps, true>(cv, sg, stamps, beside);
+  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg, stamps, /*early=*/true, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
 #pragma unroll
@@ -671,21 +672,21 @@ void with_relu_taps(bool relu, int taps, const F& f) {
     go(Any{});
 }
 
-// moments: the training forward's (nullptr in evaluation).
+// moments: the training forward's (nullptr in evaluation). early: the blocks stage x and w before their wait
+// (enter_stem_block), beside the predecessor's tail: in training after the forward's own moments pass.
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
-                      const double* moments, int32_t* argmax, void* y_staged) {
+                      const double* moments, int32_t* argmax, void* y_staged, bool early) {
   NT_CHECK(a.y != nullptr || y_staged != nullptr, name, ": no output (y or y_staged)");
-  // Training: the blocks stage x and w before their wait (enter_stem_block), beside the predecessor's tail.
   const double y_bytes = (a.y ? 4.0 : 0.0) + (y_staged ? double(staged_element_bytes(exec.math)) : 0.0);
   const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (4 + y_bytes),
                              .flops = st.values * (2.0 * st.cv.taps + 4),
-                             .overlaps_previous = kTrain};
+                             .overlaps_previous = early};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
     with_staged_element(exec.math, y_staged, [&](auto* staged) {
       using Staged = std::remove_pointer_t<decltype(staged)>;
       launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value, Staged>,
-             stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax, staged);
+             stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax, staged, early);
     });
   });
 }
@@ -703,6 +704,20 @@ StemWorkspace stem_workspace(const Stem& st, const ConvBatchNormPoolShape& shape
   NT_CHECK(reinterpret_cast<uintptr_t>(ws) % alignof(double) == 0,
            "conv_batchnorm_pool: the workspace is not 8-byte aligned");
   return {reinterpret_cast<double*>(ws), ws + stem_moment_floats(shape.conv, st.sg.parts.chunks)};
+}
+
+// The training forward's first pass: x's patch moments into ws.moments. Its wait comes first (x: the batch gather
+// just before).
+void launch_stem_moments(const Exec& exec, const Stem& st, const ConvBatchNormPoolShape& shape,
+                         const StemWorkspace& ws) {
+  const int entries = moment_entries(stem_compiled_taps(st.cv.taps));
+  const BatchNormShape bn = shape.batchnorm();
+  const double positions = double(bn.n * bn.hw);
+  const profile::OpCost cost{st.x_bytes + double(st.sg.parts.chunks) * entries * 8, positions * 2.0 * entries};
+  with_relu_taps(false, st.cv.taps, [&](auto, auto taps) {
+    launch(exec, "conv_batchnorm_moments", cost, stem_moments_kernel<decltype(taps)::value>,
+           dim3(1, static_cast<unsigned>(st.sg.parts.chunks)), dim3(kThreads), st.smem, st.sg, st.cv, ws.moments);
+  });
 }
 
 }  // namespace
@@ -740,14 +755,17 @@ void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPool
                       .momentum = static_cast<float>(h.momentum),
                       .count = static_cast<float>(count),
                       .count_m1 = static_cast<float>(count - 1)};
-  const int entries = moment_entries(stem_compiled_taps(st.cv.taps));
-  const double positions = double(bn.n * bn.hw);
-  const profile::OpCost moments_cost{st.x_bytes + double(st.sg.parts.chunks) * entries * 8, positions * 2.0 * entries};
-  with_relu_taps(false, st.cv.taps, [&](auto, auto taps) {
-    launch(exec, "conv_batchnorm_moments", moments_cost, stem_moments_kernel<decltype(taps)::value>,
-           dim3(1, static_cast<unsigned>(st.sg.parts.chunks)), dim3(kThreads), st.smem, st.sg, st.cv, ws.moments);
-  });
-  launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax, t.y_staged);
+  if (!t.moments_ready) launch_stem_moments(exec, st, shape, ws);
+  launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax, t.y_staged,
+                         /*early=*/!t.moments_ready);
+}
+
+void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
+  const BatchNormShape bn = t.shape.batchnorm();
+  if (bn.c == 0 || bn.n * bn.hw == 0) return;
+  const Stem st = make_stem(exec, t);
+  NT_CHECK(t.workspace != nullptr, "conv_batchnorm_pool_moments needs conv_batchnorm_pool_workspace_floats()");
+  launch_stem_moments(exec, st, t.shape, stem_workspace(st, t.shape, t.workspace));
 }
 
 void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
@@ -761,7 +779,8 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolA
                       .eval_mean = t.running_mean,
                       .eval_var = t.running_var,
                       .eps = static_cast<float>(h.eps)};
-  launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax, t.y_staged);
+  launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax, t.y_staged,
+                          /*early=*/false);
 }
 
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {

@@ -21,6 +21,7 @@
 #include "kernels/conv.h"
 #include "kernels/conv_batchnorm_pool.h"
 #include "kernels/operand.h"
+#include "kernels/optim.h"
 #include "support/batchnorm_checks.h"
 #include "support/test_support.h"
 
@@ -170,8 +171,8 @@ TEST_CASE("the fused conv + batchnorm + max-pool stem on CUDA matches the CPU op
 }
 
 TEST_CASE(
-    "the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel, and refuses a single value "
-    "per channel",
+    "the fused stem on CUDA is bit-reproducible, also beside a gradient-only kernel and with its moments run ahead, "
+    "and refuses a single value per channel",
     "[cuda][batchnorm]") {
   CudaExec cuda;
   const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{16, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
@@ -187,8 +188,18 @@ TEST_CASE(
   DeviceBuffer<float> next_w(cuda.exec, random_floats(next.w_size())), next_dw(cuda.exec, poisoned(next.w_size()));
   DeviceBuffer<float> next_dx(cuda.exec, poisoned(next.x_size()));
   DeviceBuffer<float> next_ws(cuda.exec, poisoned(kernels::conv2d_workspace_floats(Backend::cuda, next)));
-  auto run = [&](bool beside) {
-    DeviceBuffer<float> xd(cuda.exec, x), wd(cuda.exec, w), dyd(cuda.exec, dy), y(cuda.exec, poisoned(pooled));
+  // ahead: the moments first (conv_batchnorm_pool_moments), then an update that writes w (an SGD step of lr 1 from
+  // zeros onto w: 0 - 1·(-w) is w exactly), as a trainer's prepared batch meets the step's update; the training
+  // forward with moments_ready must wait for it before it reads w.
+  const std::vector<float> minus_w = [&] {
+    std::vector<float> m(w.size());
+    std::transform(w.begin(), w.end(), m.begin(), [](float v) { return -v; });
+    return m;
+  }();
+  DeviceBuffer<float> minus_wd(cuda.exec, minus_w);
+  auto run = [&](bool beside, bool ahead = false) {
+    DeviceBuffer<float> xd(cuda.exec, x), wd(cuda.exec, ahead ? std::vector<float>(w.size(), 0.f) : w),
+        dyd(cuda.exec, dy), y(cuda.exec, poisoned(pooled));
     DeviceBuffer<int32_t> argmax(cuda.exec, std::vector<int32_t>(pooled, -7));
     DeviceBuffer<float> mean(cuda.exec, poisoned(C)), invstd(cuda.exec, poisoned(C)), dw(cuda.exec, poisoned(288));
     DeviceBuffer<float> dgamma(cuda.exec, poisoned(C)), dbeta(cuda.exec, poisoned(C));
@@ -206,7 +217,15 @@ TEST_CASE(
                                                   .dgamma = dgamma.get(),
                                                   .dbeta = dbeta.get(),
                                                   .workspace = ws.get(),
-                                                  .overlaps_previous = beside};
+                                                  .overlaps_previous = beside,
+                                                  .moments_ready = ahead};
+    if (ahead) {
+      kernels::conv_batchnorm_pool_moments(cuda.exec, t);
+      kernels::sgd_update(
+          cuda.exec,
+          kernels::SgdArgs{
+              .n = w.size(), .params = wd.get(), .grads = minus_wd.get(), .hyper = kernels::SgdHyper{.lr = 1.f}});
+    }
     kernels::conv_batchnorm_pool_forward_train(cuda.exec, t);
     if (beside) {
       REQUIRE(kernels::conv2d_backward(cuda.exec, kernels::Conv2dArgs<float>{.shape = next,
@@ -226,6 +245,8 @@ TEST_CASE(
   const auto first = run(false);
   CHECK(same_bits(first, run(false)));
   CHECK(same_bits(first, run(true)));
+  CHECK(same_bits(first, run(false, /*ahead=*/true)));
+  CHECK(same_bits(first, run(true, /*ahead=*/true)));
 
   // As PyTorch: training needs more than one value per channel.
   const kernels::ConvBatchNormPoolShape single{kernels::Conv2dShape{1, 1, 2, 2, 3, 2, 2, 1, 0}, 1};

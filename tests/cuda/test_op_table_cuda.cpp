@@ -1041,14 +1041,16 @@ BnIn stem_batchnorm(const StemIn& in) {
   return b;
 }
 
-Row stem_row(BnOp op, const kernels::ConvBatchNormPoolShape& stem, const std::string& shape) {
+// ahead: conv_batchnorm_pool_moments first, then the training forward with moments_ready (a trainer's prepared
+// batch); the CPU's moments op does nothing, and its forward is the same.
+Row stem_row(BnOp op, const kernels::ConvBatchNormPoolShape& stem, const std::string& shape, bool ahead = false) {
   const char* names[] = {"conv_batchnorm_pool_forward_train", "conv_batchnorm_pool_forward_eval",
                          "conv_batchnorm_pool_backward"};
   return {
-      names[int(op)], shape, [op, stem] {
+      cat(names[int(op)], ahead ? " after conv_batchnorm_pool_moments" : ""), shape, [op, stem, ahead] {
         auto in = keep(make_stem(stem));
         return RowCase{
-            [in, op](const Exec& e) {
+            [in, op, ahead](const Exec& e) {
               const auto& st = in->stem;
               const size_t pooled = in->y.size(), C = size_t(st.conv.k);
               Buf<float> x(e, in->x), w(e, in->w), gamma(e, in->gamma), beta(e, in->beta), rm(e, in->rm), rv(e, in->rv);
@@ -1082,6 +1084,10 @@ Row stem_row(BnOp op, const kernels::ConvBatchNormPoolShape& stem, const std::st
                 o.add("y", y.download());
                 o.add_ints("argmax", argmax.download(), kIntPoison);
                 return o;
+              }
+              if (ahead) {
+                kernels::conv_batchnorm_pool_moments(e, t);
+                t.moments_ready = true;
               }
               kernels::conv_batchnorm_pool_forward_train(e, t);
               if (op == BnOp::forward_train) {
@@ -1169,6 +1175,8 @@ std::vector<Row> stem_rows() {
   std::vector<Row> rows;
   for (BnOp op : {BnOp::forward_train, BnOp::forward_eval, BnOp::backward})
     rows.push_back(stem_row(op, stem, "n=5 C=3 9x7 K=4 3x3 pad 1 (27 taps), window 2, relu affine"));
+  for (BnOp op : {BnOp::forward_train, BnOp::backward})
+    rows.push_back(stem_row(op, stem, "n=5 C=3 9x7 K=4 3x3 pad 1 (27 taps), window 2, relu affine", /*ahead=*/true));
   return rows;
 }
 
