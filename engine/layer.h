@@ -36,6 +36,9 @@ struct PlanInfo {
   kernels::ProcessGroup* batch_statistics = nullptr;
   // The math mode the model runs in (Context's): what only one mode uses is planned for that mode alone.
   kernels::Math math = kernels::Math::fp32;
+  // The model's input buffers (Model::compile): a first layer that prepares its input (Layer::prepare_input) keeps
+  // what it prepares once per slot.
+  int input_slots = 1;
 };
 
 struct ParamSpec {
@@ -116,6 +119,14 @@ class Layer {
 
   // x: (rows, input...), y: (rows, output...), rows <= the compiled batch.
   virtual void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) = 0;
+
+  // The part of a model's first layer's training forward that reads its input alone (the fused stem's patch
+  // moments): a trainer runs it as soon as a batch is gathered into input slot `slot`, beside the step before
+  // (Model::prepare_input). Model::use_input then tells the layer, before each pass, which slot its x is and whether
+  // that slot was prepared since it was gathered; the forward and backward keep per-slot state by it.
+  virtual bool prepares_input() const { return false; }
+  virtual void prepare_input(const kernels::Exec& exec, const Tensor& x, int slot) { (void)exec, (void)x, (void)slot; }
+  void use_input_slot(int slot, bool prepared) { input_slot_ = slot, input_prepared_ = prepared; }
   // dy: (rows, output...), the gradient of the loss w.r.t. y (see dy_is_preactivation below).
   // dx: nullptr for the first layer, whose input gradient nobody needs.
   virtual void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
@@ -150,6 +161,8 @@ class Layer {
   bool dy_is_preactivation_ = false;
   bool backward_overlaps_previous_ = false;
   const kernels::SideStream* weight_side_ = nullptr;
+  int input_slot_ = 0;           // the slot of the x the next pass reads (a first layer; Model::use_input)
+  bool input_prepared_ = false;  // prepare_input ran on it since it was gathered
 };
 
 }  // namespace nt

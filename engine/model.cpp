@@ -82,30 +82,69 @@ size_t Model::grads_offset(size_t layer) const {
          dtype_size(params_.dtype());
 }
 
-void Model::compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics) {
+void Model::compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics, int input_slots) {
   if (batch <= 0) throw Error(cat("--batch: must be positive, got ", batch));
+  NT_CHECK(input_slots == 1 || input_slots == 2, "a model has 1 or 2 input slots, not ", input_slots);
   batch_ = batch;
   batch_statistics_ = batch_statistics;
+  inputs_.assign(static_cast<size_t>(input_slots), Tensor{});
   activations_.assign(shapes_.size(), Tensor{});
   activation_grads_.assign(shapes_.size(), Tensor{});
   ArenaPlan plan;
-  auto is_view_output = [&](size_t i) { return i > 0 && layers_[i - 1]->is_view(); };
-  for (size_t i = 0; i < shapes_.size(); ++i) {
+  for (Tensor& input : inputs_) plan.request(&input, shapes_.front().prepend(batch), params_.dtype());
+  for (size_t i = 1; i < shapes_.size(); ++i) {
     if (is_view_output(i)) continue;  // aliases activation i-1, bound below
     Shape full = shapes_[i].prepend(batch);
     plan.request(&activations_[i], full, params_.dtype());
-    if (i > 0) plan.request(&activation_grads_[i], full, params_.dtype());
+    plan.request(&activation_grads_[i], full, params_.dtype());
   }
-  const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics, ctx.exec().math};
+  const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics, ctx.exec().math, input_slots};
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, info, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
+  activations_[0] = inputs_[0];
+  bind_views();
+}
+
+bool Model::is_view_output(size_t i) const { return i > 0 && layers_[i - 1]->is_view(); }
+
+void Model::bind_views() {
   for (size_t i = 1; i < shapes_.size(); ++i) {
     if (!is_view_output(i)) continue;
-    Shape full = shapes_[i].prepend(batch);
+    Shape full = shapes_[i].prepend(batch_);
     activations_[i] = activations_[i - 1].reshaped(full);
     // The input gradient of a first-layer view is never needed (and never planned).
     if (activation_grads_[i - 1].defined()) activation_grads_[i] = activation_grads_[i - 1].reshaped(full);
   }
+}
+
+void Model::use_input(int slot, bool prepared) {
+  NT_CHECK(slot >= 0 && slot < input_slots(), "input slot ", slot, " of a model compiled with ", input_slots());
+  if (activations_[0].raw() != inputs_[size_t(slot)].raw()) {
+    activations_[0] = inputs_[size_t(slot)];
+    bind_views();
+  }
+  if (const size_t first = first_computing_layer(); first < layers_.size())
+    layers_[first]->use_input_slot(slot, prepared && layers_[first]->prepares_input());
+}
+
+size_t Model::first_computing_layer() const {
+  size_t i = 0;
+  while (i < layers_.size() && layers_[i]->is_view()) ++i;
+  return i;
+}
+
+bool Model::prepares_input() const {
+  const size_t first = first_computing_layer();
+  return first < layers_.size() && layers_[first]->prepares_input();
+}
+
+void Model::prepare_input(const kernels::Exec& exec, int rows, int slot) {
+  NT_CHECK(rows > 0 && rows <= batch_, "prepare_input of ", rows, " rows on a model compiled for ", batch_);
+  NT_CHECK(slot >= 0 && slot < input_slots(), "input slot ", slot, " of a model compiled with ", input_slots());
+  if (!prepares_input()) return;
+  const size_t first = first_computing_layer();
+  profile::LayerScope scope(layer_labels_[first]);
+  layers_[first]->prepare_input(exec, inputs_[size_t(slot)].reshaped(shapes_[first].prepend(batch_)).rows(rows), slot);
 }
 
 void Model::forward(const kernels::Exec& exec, int rows, Mode mode, size_t layers) {

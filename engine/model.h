@@ -5,6 +5,9 @@
 //   m.compile(ctx, batch);        // once per batch size: every activation and gradient buffer
 //   gather into m.input(); m.forward(exec, rows, Mode::train); loss into m.output_grad(); m.backward(exec, rows);
 //
+// Compiled with two input slots, a trainer gathers the next batch into the other slot (and prepares it: see
+// prepare_input) while the current step runs, then switches with use_input.
+//
 // After compile(), forward and backward allocate nothing and never wait for the device, so a whole
 // step can be captured as a CUDA graph.
 #pragma once
@@ -43,10 +46,20 @@ class Model {
   size_t grads_offset(size_t layer) const;
 
   // batch_statistics: the ranks a synchronized BatchNorm takes its statistics over (PlanInfo); null: none.
-  void compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics = nullptr);
+  // input_slots: 1, or 2 for a batch gathered ahead (input(slot)).
+  void compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_statistics = nullptr, int input_slots = 1);
   int batch() const { return batch_; }
   kernels::ProcessGroup* batch_statistics() const { return batch_statistics_; }
-  const Tensor& input() const { return activations_.front(); }  // (batch, input...)
+  int input_slots() const { return static_cast<int>(inputs_.size()); }
+  const Tensor& input() const { return activations_.front(); }  // (batch, input...): the slot in use
+  const Tensor& input(int slot) const { return inputs_.at(static_cast<size_t>(slot)); }
+  // The passes from now on read input(slot). prepared: prepare_input ran on that slot since the batch in it was
+  // gathered (else the first layer's forward does that work itself).
+  void use_input(int slot, bool prepared);
+  // Whether the first layer has work that reads the input alone (Layer::prepare_input); then prepare_input enqueues
+  // it for the first `rows` samples of input(slot), e.g. beside the step before, on a side stream.
+  bool prepares_input() const;
+  void prepare_input(const kernels::Exec& exec, int rows, int slot);
   const Tensor& output() const { return activations_.back(); }  // (batch, output...)
   const Tensor& output_grad() const { return activation_grads_.back(); }
   const Tensor& activation(size_t i) const { return activations_.at(i); }  // 0 = input, i = output of layer i-1
@@ -69,6 +82,10 @@ class Model {
                 const kernels::SideStream* weight_side = nullptr);
 
  private:
+  bool is_view_output(size_t i) const;   // activation i aliases activation i-1 (layer i-1 is a view)
+  void bind_views();                     // the views' activations, after activation 0 was bound
+  size_t first_computing_layer() const;  // the first layer that is not a view (layers().size(): none)
+
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<std::string> layer_labels_;  // "0 linear 784->320 +relu": profiler scopes and NVTX ranges
@@ -79,6 +96,7 @@ class Model {
   int batch_ = 0;
   kernels::ProcessGroup* batch_statistics_ = nullptr;
   Arena arena_;
+  std::vector<Tensor> inputs_;            // the input slots; activations_[0] is the one in use
   std::vector<Tensor> activations_;       // i = 0..L
   std::vector<Tensor> activation_grads_;  // i = 1..L used; 0 stays undefined
 };

@@ -38,10 +38,14 @@ Trainer::Trainer(const Context& ctx, Model& model, Loss& loss, Optimizer& optimi
   try {  // all the memory of a model and batch size, planned once
     kernels::ProcessGroup* statistics =
         options.sync_batchnorm && options.group && options.group->world() > 1 ? options.group : nullptr;
-    if (model.batch() != options.batch || model.batch_statistics() != statistics)
-      model.compile(ctx, options.batch, statistics);
+    // Two input slots where the next batch is gathered ahead: a single GPU (the CPU has no side stream to hide it on),
+    // and a first layer with work on its input alone (the fused stem's moments), whose time the side stream hides.
+    const int input_slots = options.gather_ahead && ctx.on_cuda() && !options.group && model.prepares_input() ? 2 : 1;
+    if (model.batch() != options.batch || model.batch_statistics() != statistics || model.input_slots() != input_slots)
+      model.compile(ctx, options.batch, statistics, input_slots);
     ArenaPlan plan;
-    plan.request(&labels_, Shape{options.batch}, DType::i32);
+    for (int slot = 0; slot < input_slots; ++slot)
+      plan.request(&labels_[size_t(slot)], Shape{options.batch}, DType::i32);
     plan.request(&train_totals_.loss_sum, Shape{1}, DType::f64);
     plan.request(&train_totals_.correct, Shape{1}, DType::i64);
     plan.request(&eval_totals_.loss_sum, Shape{1}, DType::f64);
@@ -79,7 +83,7 @@ size_t Trainer::body_layers() const { return model_.layers().size() - (fused_hea
 
 void Trainer::enqueue_loss(int rows, bool train, const LossTotals& totals) {
   const auto& exec = ctx_.exec();
-  const Tensor labels = labels_.rows(rows);
+  const Tensor labels = labels_[size_t(slot_)].rows(rows);
   const Tensor dlogits = model_.output_grad().rows(rows);
   if (!fused_head_) return loss_.apply(exec, model_.output().rows(rows), labels, train ? &dlogits : nullptr, totals);
   const size_t last = model_.layers().size() - 1;
@@ -91,18 +95,50 @@ void Trainer::enqueue_loss(int rows, bool train, const LossTotals& totals) {
                     labels, train ? &dlogits : nullptr, wants_dx ? &dx : nullptr, totals);
 }
 
+void Trainer::gather_step(const kernels::Exec& exec, int64_t step, int slot, bool beside_previous) {
+  const int rows = options_.batch;
+  const int64_t first = (step * world() + rank()) * rows;  // this rank's slice of the global batch
+  train_.gather(exec, first, rows, model_.input(slot), labels_[size_t(slot)], beside_previous);
+}
+
+void Trainer::use_slot(int slot, bool prepared) {
+  slot_ = slot;
+  model_.use_input(slot, prepared);
+}
+
 void Trainer::enqueue_train_step(int64_t step) {
   const auto& exec = ctx_.exec();
   const int rows = options_.batch;
   profile::StepScope step_scope("train_step");  // the phases label the profiler's table and NVTX ranges
   profile::PhaseScope phase("data");
-  // After the first step the kernel just before is the previous step's optimizer update, which touches no
-  // batch or data: the gather runs beside it.
-  const int64_t first = (step * world() + rank()) * rows;  // this rank's slice of the global batch
-  train_.gather(exec, first, rows, model_.input(), labels_, step > 0);
+  const bool gathered = ahead_step_ == step;  // during the step before, into the slot it did not use
+  const int slot = gathered ? 1 - slot_ : 0;
+  ahead_step_ = -1;
+  // After the first step the kernel just before is the previous step's optimizer update, which touches no batch or
+  // data: the gather runs beside it.
+  if (!gathered) gather_step(exec, step, slot, step > 0);
+  use_slot(slot, gathered);
   phase.next("forward");
   model_.forward(exec, rows, Mode::train, body_layers());
   phase.next("loss");
+  // The next batch into the other slot, and the first layer's work on it, beside the rest of this step on the weight
+  // gradients' side stream, which Model::backward joins before the update (a join of its own, before the next step's
+  // first kernel, cost that kernel its early launch: the cnn gained nothing, the mlp lost 3.4 ms an epoch, which is
+  // why a model without input-only work keeps one slot). From here rather than the step's start: the
+  // classifier head next runs on a few blocks and leaves most SMs free, where at the start the moments' blocks took
+  // SMs from the stem's pooled pass (the cnn at batch 64 on an H200: 3.1 ms an epoch saved against 1.7;
+  // docs/batchnorm.md). In the step's stream under a profiler, as the weight gradients (weight_stream_).
+  const bool ahead = model_.input_slots() > 1 && step + 1 < steps_per_epoch();
+  if (ahead) {
+    const kernels::Exec side = exec.observer ? exec : weight_stream_.beside(exec);
+    if (!exec.observer) weight_stream_.fork();
+    phase.next("data");
+    gather_step(side, step + 1, 1 - slot, /*beside_previous=*/false);
+    phase.next("forward");
+    model_.prepare_input(side, rows, 1 - slot);
+    phase.next("loss");
+    ahead_step_ = step + 1;
+  }
   enqueue_loss(rows, true, train_totals_);
   phase.next("backward");
   if (options_.group)
@@ -138,6 +174,7 @@ void Trainer::enqueue_train_epoch(bool eager) {
   kernels::fill_zero(exec, train_totals_.loss_sum.raw(), train_totals_.loss_sum.bytes());
   kernels::fill_zero(exec, train_totals_.correct.raw(), train_totals_.correct.bytes());
   const int64_t steps = steps_per_epoch();
+  ahead_step_ = -1;  // an epoch's order is new: nothing gathered before it is its batch
   // Eagerly, the marks passed are told as the steps are enqueued; in a capture nothing runs until the launch.
   int recorded = 0, reported = 0;
   for (int64_t s = 0; s < steps; ++s) {
@@ -226,10 +263,12 @@ void Trainer::enqueue_eval(BatchSource& data, std::vector<float>* logits) {
   const int shards = logits ? 1 : world(), shard = logits ? 0 : rank();
   const int64_t begin = data.examples() * shard / shards, end = data.examples() * (shard + 1) / shards;
   profile::PhaseScope phase("eval");
+  ahead_step_ = -1;  // the evaluation gathers into slot 0, which may hold a batch gathered ahead
+  use_slot(0, false);
   for (int64_t first = begin; first < end; first += batch) {
     profile::StepScope step_scope("eval_batch");
     const int rows = static_cast<int>(std::min<int64_t>(batch, end - first));
-    data.gather(exec, first, rows, model_.input(), labels_, false);
+    data.gather(exec, first, rows, model_.input(), labels_[0], false);
     model_.forward(exec, rows, Mode::eval, body_layers());
     enqueue_loss(rows, false, eval_totals_);
     if (logits) {

@@ -2,6 +2,10 @@
 //
 // One training step, entirely enqueued on the execution stream:
 //   gather -> forward -> loss (+ dlogits, totals) -> backward -> optimizer update
+// On a single GPU (TrainOptions::gather_ahead), for a model whose first layer has work on its input alone
+// (Model::prepare_input: the fused stem's patch moments), the gather of step s + 1 runs during step s instead, after
+// its forward, on the weight gradients' side stream, into the other of the model's two input slots, followed by that
+// work; step s + 1 then starts from its forward. The same kernels compute the same bits either way.
 // When the loss absorbs the model's last layer (Loss::fuses: the classifier head), that layer's forward,
 // the loss and that layer's backward are one op between the other layers' forward and backward passes.
 // Loss and accuracy accumulate on the device and are read back once per epoch. On the GPU the
@@ -23,6 +27,7 @@
 // are summed over the ranks.
 #pragma once
 
+#include <array>
 #include <functional>
 
 #include "engine/batch_source.h"
@@ -57,6 +62,9 @@ struct TrainOptions {
   // collectives, which leave every value as it is.
   kernels::ProcessGroup* group = nullptr;
   size_t bucket_bytes = size_t{25} << 20;  // the smallest all-reduce that starts before the backward pass ends
+  // A single GPU gathers (and prepares) each next batch beside the step before it where the model's first layer has
+  // input-only work (above); off, every step gathers its own batch first. The same bits either way.
+  bool gather_ahead = true;
   // Synchronized BatchNorm: with a group of world > 1, every BatchNorm's training statistics span all ranks' batches
   // (kernels/batchnorm.h); build the model with layers::BuildOptions::sync_batchnorm (no fused stem). Else each
   // rank's own batch, as PyTorch's DDP does by default.
@@ -103,7 +111,9 @@ class Trainer {
   EvalResult evaluate(BatchSource& data, std::vector<float>& logits);
   EpochMetrics run_epoch(int epoch, BatchSource* test);  // train_epoch then evaluate(test)
 
-  // Enqueues step `step` of the current epoch: no allocation, no synchronization, no host copy.
+  // Enqueues step `step` of the current epoch: no allocation, no synchronization, no host copy. With gather_ahead it
+  // also gathers step + 1's batch beside it, which the next call uses if it is step + 1 (else it gathers its own): the
+  // work enqueued must run in the order it was enqueued (a step captured in a graph is launched before the next).
   void enqueue_train_step(int64_t step);
   // Reads the training totals accumulated so far this epoch (synchronizes): {mean loss, accuracy} over `steps` global
   // batches. In a data-parallel run they are every rank's once train_epoch has summed them, at the epoch's end.
@@ -129,6 +139,10 @@ class Trainer {
   size_t body_layers() const;  // the layers that run outside the loss
   // The loss over the model's output for `rows` samples, with `dlogits` and the input gradients in training.
   void enqueue_loss(int rows, bool train, const LossTotals& totals);
+  // Training step `step`'s batch into input slot `slot` (its images and labels_[slot]), on exec's stream.
+  void gather_step(const kernels::Exec& exec, int64_t step, int slot, bool beside_previous);
+  // The passes from now on read input slot `slot` (prepared: Model::use_input).
+  void use_slot(int slot, bool prepared);
 
   const Context& ctx_;
   Model& model_;
@@ -138,7 +152,9 @@ class Trainer {
   TrainOptions options_;
   bool fused_head_ = false;  // the loss runs the model's last layer (negotiated once, in the constructor)
   Arena arena_;
-  Tensor labels_;
+  std::array<Tensor, 2> labels_;  // per input slot (one with a single slot)
+  int slot_ = 0;                  // the input slot the passes read
+  int64_t ahead_step_ = -1;       // the training step whose batch the other slot holds, gathered ahead; -1: none
   LossTotals train_totals_, eval_totals_;
   kernels::StreamMarks progress_marks_;  // none without on_progress
   kernels::SideStream reduce_stream_;    // a data-parallel step's all-reduce, beside the backward pass

@@ -55,26 +55,29 @@ void ConvBatchNormPool::plan(ArenaPlan& plan, const PlanInfo& info, const Shape&
                     "the chip and cannot synchronize them; build the model with BuildOptions::sync_batchnorm"));
   bn_->plan_state(plan, info, conv_->output_shape(input));
   const size_t floats = kernels::conv_batchnorm_pool_workspace_floats(info.backend, shape_for(info.batch, input));
-  if (floats > 0) plan.request(&workspace_, Shape{static_cast<int64_t>(floats)}, info.dtype);
+  workspaces_.assign(static_cast<size_t>(info.input_slots), Tensor{});
+  if (floats > 0)
+    for (Tensor& workspace : workspaces_) plan.request(&workspace, Shape{static_cast<int64_t>(floats)}, info.dtype);
 }
 
 template <class T>
-kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const Tensor& y, bool relu) const {
+kernels::ConvBatchNormPoolArgs<T> ConvBatchNormPool::args(const Tensor& x, const Tensor& y, bool relu, int slot) const {
   const BatchNorm& bn = *bn_;
+  const Tensor& workspace = workspaces_.at(static_cast<size_t>(slot));
   return {.shape = shape_for(x.shape()[0], x.shape().drop_front()),
           .hyper = bn.hyper(relu),
           .x = x.data<T>(),
           .w = conv_->weight_->value.template data<T>(),
           .gamma = bn.affine_ ? bn.gamma_->value.template data<T>() : nullptr,
           .beta = bn.affine_ ? bn.beta_->value.template data<T>() : nullptr,
-          .y = y.data<T>(),
+          .y = y.defined() ? y.data<T>() : nullptr,
           .argmax = bn.argmax_.i32(),
           .save_mean = bn.save_mean_.data<T>(),
           .save_invstd = bn.save_invstd_.data<T>(),
           .running_mean = bn.running_mean_.data<T>(),
           .running_var = bn.running_var_.data<T>(),
           .num_batches_tracked = bn.num_batches_tracked_.data<int64_t>(),
-          .workspace = workspace_.defined() ? workspace_.data<T>() : nullptr};
+          .workspace = workspace.defined() ? workspace.data<T>() : nullptr};
 }
 
 void* ConvBatchNormPool::staged_output(const kernels::Exec& exec, int64_t rows) const {
@@ -94,9 +97,14 @@ void ConvBatchNormPool::backward(const kernels::Exec& exec, const Tensor& x, con
   backward_typed<float>(exec, x, y, dy);
 }
 
+void ConvBatchNormPool::prepare_input(const kernels::Exec& exec, const Tensor& x, int slot) {
+  if (x.dtype() != DType::f32) return;  // f64 runs on the CPU, where nothing is prepared
+  kernels::conv_batchnorm_pool_moments(exec, args<float>(x, Tensor{}, bn_->relu_, slot));
+}
+
 template <class T>
 void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) {
-  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_);
+  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, bn_->relu_, input_slot_);
   // The next convolution reads the staged output; y beside it only for the backward's ReLU (no backward follows an
   // evaluation).
   a.y_staged = staged_output(exec, x.shape()[0]);
@@ -104,6 +112,7 @@ void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x
   if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, a);
   const kernels::BatchNormShape bn = a.shape.batchnorm();
   bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));
+  a.moments_ready = input_prepared_;
   kernels::conv_batchnorm_pool_forward_train(exec, a);
 }
 
@@ -111,7 +120,7 @@ template <class T>
 void ConvBatchNormPool::backward_typed(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy) {
   // Through the fused ReLU here, unless the next layer's kernel already masked dy.
   const bool relu = bn_->relu_ && !dy_is_preactivation_;
-  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, relu);
+  kernels::ConvBatchNormPoolArgs<T> a = args<T>(x, y, relu, input_slot_);  // the forward's moments
   if (!relu) a.y = nullptr;
   a.y_staged = relu ? staged_output(exec, x.shape()[0]) : nullptr;  // the ReLU reads y, or this where y is not written
   if (a.y_staged && !keeps_fp32_output(exec)) a.y = nullptr;

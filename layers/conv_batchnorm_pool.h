@@ -33,6 +33,9 @@ class ConvBatchNormPool final : public Layer {
   void bind_buffers(std::span<Buffer*> buffers) override;
   void plan(ArenaPlan& plan, const PlanInfo& info, const Shape& input) override;
   void forward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, Mode mode) override;
+  // The GPU's patch moments of x (kernels::conv_batchnorm_pool_moments), into the slot's workspace.
+  bool prepares_input() const override { return true; }
+  void prepare_input(const kernels::Exec& exec, const Tensor& x, int slot) override;
   void backward(const kernels::Exec& exec, const Tensor& x, const Tensor& y, const Tensor& dy,
                 const Tensor* dx) override;
   bool ends_in_relu() const override { return bn_->ends_in_relu(); }
@@ -44,9 +47,9 @@ class ConvBatchNormPool final : public Layer {
   // The BatchNorm's module within this layer's run of nn.Sequential modules (ParamSpec::module).
   int bn_module() const { return bn_->sequential_index - conv_->sequential_index; }
   // The kernels' arguments for input x and output y: shape, hyper(relu), the parameters, the BatchNorm's state and
-  // the workspace; the backward adds its gradients.
+  // the input slot's workspace; the backward adds its gradients.
   template <class T>
-  kernels::ConvBatchNormPoolArgs<T> args(const Tensor& x, const Tensor& y, bool relu) const;
+  kernels::ConvBatchNormPoolArgs<T> args(const Tensor& x, const Tensor& y, bool relu, int slot) const;
   void* staged_output(const kernels::Exec& exec, int64_t rows) const;  // nullptr: y is fp32 NCHW
   // Whether y is written in fp32 beside a staged output, for the backward's ReLU to read: under TF32, whose
   // channels-last reads (4 bytes, K apart) cost the backward's reduce more than the extra store costs the forward;
@@ -59,7 +62,9 @@ class ConvBatchNormPool final : public Layer {
 
   std::unique_ptr<Conv2d> conv_;
   std::unique_ptr<BatchNorm> bn_;
-  Tensor workspace_;
+  // One per input slot (PlanInfo::input_slots): the moments a training forward leaves for its backward belong to
+  // the slot's batch, and the next batch's may be prepared meanwhile.
+  std::vector<Tensor> workspaces_;
   const StagedOperands* staged_output_ = nullptr;
 };
 

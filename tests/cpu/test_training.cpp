@@ -89,3 +89,36 @@ TEST_CASE("softmax cross-entropy absorbs the last layer only where the fused hea
 TEST_CASE("progress is told at every mark of an epoch, and changes no bit", "[cpu][training][progress]") {
   test::check_progress_is_told("cpu", /*use_graphs=*/false);
 }
+
+TEST_CASE("a model's two input slots: the passes read the slot in use, views follow it, and a CPU trainer keeps one",
+          "[cpu][training]") {
+  // Model::compile with 2 slots (a GPU trainer's gather_ahead): each slot its own buffer; use_input switches what
+  // input() and a first-layer view (flatten) alias, and a forward from either slot of the same batch gives the same
+  // output. A CPU trainer never gathers ahead (no side stream to hide it on), so it compiles one slot.
+  Context ctx(ContextOptions{"cpu"});
+  auto model = layers::build_model("flatten,linear:16,relu,linear:10", Shape{1, 28, 28}, 10);
+  model->init_params(ctx, 3);
+  REQUIRE_THROWS(model->compile(ctx, 4, nullptr, 3));  // a caller's bug: an internal error
+  model->compile(ctx, 4, nullptr, 2);
+  REQUIRE(model->input_slots() == 2);
+  CHECK_FALSE(model->prepares_input());  // a Linear has no input-only work
+  CHECK(model->input(0).raw() != model->input(1).raw());
+  CHECK(model->input().raw() == model->input(0).raw());
+  const auto x = test::random_floats(4 * 784);
+  std::vector<std::vector<float>> outputs;
+  for (int slot : {0, 1}) {
+    model->input(slot).copy_from_host(ctx.exec(), x.data(), x.size() * sizeof(float));
+    model->use_input(slot, false);
+    CHECK(model->input().raw() == model->input(slot).raw());
+    CHECK(model->activation(1).raw() == model->input(slot).raw());  // the flatten's output aliases the slot
+    model->forward(ctx.exec(), 4, Mode::eval);
+    outputs.push_back(model->output().to_host<float>(ctx.exec()));
+  }
+  CHECK(outputs[0] == outputs[1]);
+  REQUIRE_THROWS(model->use_input(2, false));
+
+  auto train = data::subset(test::mnist().train, 0, 256);
+  test::RigOptions o;  // gather_ahead on, as by default
+  test::Rig rig(train, o);
+  CHECK(rig.model->input_slots() == 1);
+}

@@ -22,6 +22,17 @@ struct Backends {
   test::Rig cpu, gpu;
 };
 
+// Appends what training leaves in the rig: the running statistics (the f32 buffers), then the weights.
+void append_trained_state(const test::Rig& rig, std::vector<float>& out) {
+  for (const auto& b : rig.model->params().buffers())
+    if (b.value.dtype() == DType::f32) {
+      const auto v = b.value.to_host<float>(rig.ctx.exec());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  const auto w = rig.weights();
+  out.insert(out.end(), w.begin(), w.end());
+}
+
 // Runs `steps` steps on both backends from the same weights and data order; returns the worst relative
 // loss difference and requires each step within `bound`.
 double compare_backends(test::RigOptions o, int steps, double bound) {
@@ -363,13 +374,7 @@ TEST_CASE(
     const EvalResult eval = rig.trainer.evaluate(eval_data, logits);
     std::vector<float> out = logits;
     out.push_back(static_cast<float>(eval.loss));
-    for (const auto& b : rig.model->params().buffers())
-      if (b.value.dtype() == DType::f32) {
-        const auto v = b.value.to_host<float>(rig.ctx.exec());
-        out.insert(out.end(), v.begin(), v.end());
-      }
-    const auto w = rig.weights();
-    out.insert(out.end(), w.begin(), w.end());
+    append_trained_state(rig, out);
     out.push_back(static_cast<float>(m.train_loss));
     out.push_back(static_cast<float>(m.train_acc));
     return out;
@@ -377,6 +382,47 @@ TEST_CASE(
   const auto staged = run(true), fp32 = run(false);
   REQUIRE(staged.size() == fp32.size());
   CHECK(std::memcmp(staged.data(), fp32.data(), staged.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE(
+    "a single GPU that gathers each next batch beside the step before (and the stem's moments with it) trains and "
+    "evaluates to the bits of gathering every batch first",
+    "[cuda][cnn][ahead]") {
+  // Trainer's gather_ahead: step s + 1's batch goes into the model's other input slot on a side stream during step s,
+  // followed by the fused stem's patch moments of it (Model::prepare_input); the stem's pooled pass then waits for the
+  // optimizer's update before it reads the filters. Two epochs with an evaluation between them (which gathers into
+  // slot 0), replayed and eager, in every math mode: weights, running statistics, the training totals and the
+  // evaluation, bit for bit against gathering first. The mlp (no input-only work to hide) keeps one slot.
+  const kernels::Math math = GENERATE(kernels::Math::fp32, kernels::Math::tf32, kernels::Math::bf16);
+  const std::string model = GENERATE(std::string("cnn"), std::string("mlp"));
+  const bool graphs = GENERATE(true, false);
+  INFO(math_name(math) << " " << model << (graphs ? " graphs" : " eager"));
+  if (math != kernels::Math::fp32 && !test::cuda_device().has_tf32()) return test::check_context_refuses(math);
+  auto train = data::subset(test::mnist().train, 0, 640);
+  auto run = [&](bool ahead) {
+    test::RigOptions o;
+    o.device = "cuda";
+    o.model = model;
+    o.math = math;
+    o.optimizer = OptimizerConfig{"adam", 1e-3};
+    o.use_graphs = graphs;
+    o.gather_ahead = ahead;
+    test::Rig rig(train, o);
+    REQUIRE(rig.model->input_slots() == (ahead && model == "cnn" ? 2 : 1));
+    CHECK(rig.model->prepares_input() == (model == "cnn"));
+    data::DeviceBatcher eval_data(rig.ctx, data::subset(test::mnist().test, 0, 300), false, 1);
+    std::vector<float> out;
+    for (int epoch = 1; epoch <= 2; ++epoch) {
+      const EpochMetrics m = rig.trainer.train_epoch(epoch);
+      const EvalResult eval = rig.trainer.evaluate(eval_data);
+      for (double v : {m.train_loss, m.train_acc, eval.loss, eval.accuracy}) out.push_back(static_cast<float>(v));
+    }
+    append_trained_state(rig, out);
+    return out;
+  };
+  const auto ahead = run(true), first = run(false);
+  REQUIRE(ahead.size() == first.size());
+  CHECK(std::memcmp(ahead.data(), first.data(), ahead.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("a cnn training step allocates nothing and never synchronizes", "[cuda][cnn][capture]") {

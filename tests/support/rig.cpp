@@ -27,6 +27,7 @@ TrainOptions train_options(const RigOptions& o) {
   t.batch = o.batch;
   t.use_graphs = o.use_graphs;
   t.fuse_head = o.fuse_head;
+  t.gather_ahead = o.gather_ahead;
   t.on_progress = o.on_progress;
   return t;
 }

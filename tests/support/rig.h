@@ -26,6 +26,7 @@ struct RigOptions {
   bool use_graphs = true;
   bool fuse_head = true;                     // TrainOptions::fuse_head
   bool staged_operands = true;               // layers::BuildOptions::staged_operands
+  bool gather_ahead = true;                  // TrainOptions::gather_ahead
   kernels::Math math = kernels::Math::fp32;  // ContextOptions::math: TF32 or BF16 operands (kernels/operand.h)
   std::function<void(const EpochProgress&)> on_progress;  // TrainOptions::on_progress
 };
