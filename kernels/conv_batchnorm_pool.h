@@ -17,7 +17,8 @@
 // the kernel launched just before them (programmatic dependent launch, kernels/cuda/launch.cuh): the kernel
 // right before a backward call, or the training forward's own statistics pass, must not write x or w (in a
 // training step x comes from the batch gather and w from the last update, both earlier). With moments_ready the
-// training forward's pooled pass is its first kernel and waits first (the kernel before it may be the update). With
+// training forward's pooled pass is its first kernel: it reads x before its wait, as above (the moments pass that read
+// x came before), and w after it (the kernel before may be the update). With
 // overlaps_previous the backward's reduce runs beside the kernel before it, which must then read and write none
 // of what the backward reads or writes (its own layer's workspace and gradients only).
 // The arguments travel in ConvBatchNormPoolArgs (its comment lists which fields each op reads and writes);

@@ -182,27 +182,33 @@ struct StemBlock {
   __device__ bool has(int j, int64_t K) const { return k0 + j < K; }
 };
 
-// Every thread of the block, first thing: stages the images and the filters. early: x and w come from kernels
-// before this one's predecessor, which had completed when the predecessor passed its own wait and let this
-// kernel launch (kernels/cuda/launch.cuh), so the staging overlaps the predecessor's tail and the wait comes
-// after it (beside: no wait here at all, the kernel runs beside its predecessor and calls end_kernel(true)
-// before its stores); else (x written by the predecessor: the batch gather before the statistics and the
-// evaluation; or w: the update before a training forward whose moments ran ahead) the wait comes first.
+// What a stem kernel stages before its wait for the kernel launched just before it (kernels/cuda/launch.cuh): what
+// comes from kernels before that one, which had completed when it passed its own wait and let this kernel launch,
+// so that the staging overlaps its tail.
+enum class Early {
+  nothing,  // x written by the kernel before: the batch gather before the moments and the evaluation
+  x,        // w written by it: the optimizer's update before a training forward whose moments ran ahead
+  x_and_w,  // the training forward after its own moments pass, the backward's reduce
+};
+
+// Every thread of the block, first thing: stages the images and the filters, `early` of them before its wait (beside:
+// no wait here at all, the kernel runs beside its predecessor and calls end_kernel(true) before its stores).
 template <int Taps>
 __device__ __forceinline__ StemBlock<Taps> enter_stem_block(const StemConv& cv, const StemGeometry& sg,
-                                                            const StampRing& stamps, bool early, bool beside = false) {
+                                                            const StampRing& stamps, Early early, bool beside = false) {
   extern __shared__ float stem_staged[];
   __shared__ StemFilters<Taps> table;
-  if (!early) begin_dependent_kernel(stamps);
+  if (early == Early::nothing) begin_dependent_kernel(stamps);
   StemBlock<Taps> b;
   b.staged = stem_staged;
   b.k0 = int64_t(blockIdx.x) * b.kChannels;
   b.chunk = static_cast<int>(blockIdx.y);
   b.images = sg.block_images(b.chunk);
-  fill_filters(cv, b.k0, sg.parts.C, table);
   stage_images(cv, b.chunk * sg.per_block, b.images, b.staged);
+  if (early == Early::x) begin_dependent_kernel(stamps);
+  fill_filters(cv, b.k0, sg.parts.C, table);
   __syncthreads();
-  if (early) begin_kernel(beside, stamps);
+  if (early == Early::x_and_w) begin_kernel(beside, stamps);
   b.filters = table;
   b.table = &table;
   return b;
@@ -391,7 +397,7 @@ __device__ __forceinline__ double conv_mean(const double* s, const float (&w)[Ta
 template <int Taps>
 __global__ void __launch_bounds__(kThreads)
     stem_moments_kernel(const StemGeometry sg, const StemConv cv, double* __restrict__ moments, StampRing stamps) {
-  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, /*early=*/false);  // x: the gather just before
+  const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, Early::nothing);  // x: the gather just before
   constexpr int E = moment_entries(Taps), kTiles = (E + kMomentTile - 1) / kMomentTile;
   __shared__ double s[kTiles * kMomentTile];
   const float shift = moment_shift(cv);
@@ -446,11 +452,11 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
 }
 
 // grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values (training: the statistics from the
-// moments, stem_forward_params). early: enter_stem_block's (training after its own moments pass).
+// moments, stem_forward_params). early: enter_stem_block's.
 template <bool kTrain, bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax, Staged* y_staged, bool early, StampRing stamps) {
+                             int32_t* argmax, Staged* y_staged, Early early, StampRing stamps) {
   const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, early);
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
@@ -498,7 +504,7 @@ template <bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_backward_reduce_kernel(const StemGeometry sg, const BackwardArgs b, const StemConv cv,
                                      const int32_t* argmax, const Staged* y_staged, bool beside, StampRing stamps) {
-  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg, stamps, /*early=*/true, beside);
+  const StemBlock<Taps> blk = enter_stem_block<Taps>(cv, sg, stamps, Early::x_and_w, beside);
   constexpr int Kb = StemBlock<Taps>::kChannels, kFields = 2 + Taps;
   float acc[Kb * kFields];
 #pragma unroll
@@ -672,16 +678,16 @@ void with_relu_taps(bool relu, int taps, const F& f) {
     go(Any{});
 }
 
-// moments: the training forward's (nullptr in evaluation). early: the blocks stage x and w before their wait
-// (enter_stem_block), beside the predecessor's tail: in training after the forward's own moments pass.
+// moments: the training forward's (nullptr in evaluation). early: what the blocks stage before their wait
+// (enter_stem_block), beside the predecessor's tail.
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
-                      const double* moments, int32_t* argmax, void* y_staged, bool early) {
+                      const double* moments, int32_t* argmax, void* y_staged, Early early) {
   NT_CHECK(a.y != nullptr || y_staged != nullptr, name, ": no output (y or y_staged)");
   const double y_bytes = (a.y ? 4.0 : 0.0) + (y_staged ? double(staged_element_bytes(exec.math)) : 0.0);
   const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (4 + y_bytes),
                              .flops = st.values * (2.0 * st.cv.taps + 4),
-                             .overlaps_previous = early};
+                             .overlaps_previous = early != Early::nothing};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
     with_staged_element(exec.math, y_staged, [&](auto* staged) {
       using Staged = std::remove_pointer_t<decltype(staged)>;
@@ -757,7 +763,7 @@ void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPool
                       .count_m1 = static_cast<float>(count - 1)};
   if (!t.moments_ready) launch_stem_moments(exec, st, shape, ws);
   launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax, t.y_staged,
-                         /*early=*/!t.moments_ready);
+                         t.moments_ready ? Early::x : Early::x_and_w);
 }
 
 void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
@@ -780,7 +786,7 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolA
                       .eval_var = t.running_var,
                       .eps = static_cast<float>(h.eps)};
   launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax, t.y_staged,
-                          /*early=*/false);
+                          Early::nothing);
 }
 
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
