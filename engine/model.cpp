@@ -101,6 +101,7 @@ void Model::compile(const Context& ctx, int batch, kernels::ProcessGroup* batch_
   const PlanInfo info{batch, ctx.exec().backend, params_.dtype(), batch_statistics, ctx.exec().math, input_slots};
   for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->plan(plan, info, shapes_[i]);
   arena_ = plan.commit(ctx.exec());
+  input_slot_ = 0;
   activations_[0] = inputs_[0];
   bind_views();
 }
@@ -117,9 +118,14 @@ void Model::bind_views() {
   }
 }
 
-void Model::use_input(int slot, bool prepared) {
+void Model::require_slot(int slot) const {
   NT_CHECK(slot >= 0 && slot < input_slots(), "input slot ", slot, " of a model compiled with ", input_slots());
-  if (activations_[0].raw() != inputs_[size_t(slot)].raw()) {
+}
+
+void Model::use_input(int slot, bool prepared) {
+  require_slot(slot);
+  if (slot != input_slot_) {
+    input_slot_ = slot;
     activations_[0] = inputs_[size_t(slot)];
     bind_views();
   }
@@ -140,7 +146,7 @@ bool Model::prepares_input() const {
 
 void Model::prepare_input(const kernels::Exec& exec, int rows, int slot) {
   NT_CHECK(rows > 0 && rows <= batch_, "prepare_input of ", rows, " rows on a model compiled for ", batch_);
-  NT_CHECK(slot >= 0 && slot < input_slots(), "input slot ", slot, " of a model compiled with ", input_slots());
+  require_slot(slot);
   if (!prepares_input()) return;
   const size_t first = first_computing_layer();
   profile::LayerScope scope(layer_labels_[first]);

@@ -51,6 +51,7 @@ class Model {
   int batch() const { return batch_; }
   kernels::ProcessGroup* batch_statistics() const { return batch_statistics_; }
   int input_slots() const { return static_cast<int>(inputs_.size()); }
+  int input_slot() const { return input_slot_; }                // the slot in use (use_input)
   const Tensor& input() const { return activations_.front(); }  // (batch, input...): the slot in use
   const Tensor& input(int slot) const { return inputs_.at(static_cast<size_t>(slot)); }
   // The passes from now on read input(slot). prepared: prepare_input ran on that slot since the batch in it was
@@ -85,6 +86,7 @@ class Model {
   bool is_view_output(size_t i) const;   // activation i aliases activation i-1 (layer i-1 is a view)
   void bind_views();                     // the views' activations, after activation 0 was bound
   size_t first_computing_layer() const;  // the first layer that is not a view (layers().size(): none)
+  void require_slot(int slot) const;     // an input slot of the compiled model
 
   std::string name_;
   std::vector<std::unique_ptr<Layer>> layers_;
@@ -96,7 +98,8 @@ class Model {
   int batch_ = 0;
   kernels::ProcessGroup* batch_statistics_ = nullptr;
   Arena arena_;
-  std::vector<Tensor> inputs_;            // the input slots; activations_[0] is the one in use
+  std::vector<Tensor> inputs_;  // the input slots; activations_[0] is inputs_[input_slot_]
+  int input_slot_ = 0;
   std::vector<Tensor> activations_;       // i = 0..L
   std::vector<Tensor> activation_grads_;  // i = 1..L used; 0 stays undefined
 };

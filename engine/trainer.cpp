@@ -83,7 +83,7 @@ size_t Trainer::body_layers() const { return model_.layers().size() - (fused_hea
 
 void Trainer::enqueue_loss(int rows, bool train, const LossTotals& totals) {
   const auto& exec = ctx_.exec();
-  const Tensor labels = labels_[size_t(slot_)].rows(rows);
+  const Tensor labels = labels_[size_t(model_.input_slot())].rows(rows);
   const Tensor dlogits = model_.output_grad().rows(rows);
   if (!fused_head_) return loss_.apply(exec, model_.output().rows(rows), labels, train ? &dlogits : nullptr, totals);
   const size_t last = model_.layers().size() - 1;
@@ -101,23 +101,18 @@ void Trainer::gather_step(const kernels::Exec& exec, int64_t step, int slot, boo
   train_.gather(exec, first, rows, model_.input(slot), labels_[size_t(slot)], beside_previous);
 }
 
-void Trainer::use_slot(int slot, bool prepared) {
-  slot_ = slot;
-  model_.use_input(slot, prepared);
-}
-
 void Trainer::enqueue_train_step(int64_t step) {
   const auto& exec = ctx_.exec();
   const int rows = options_.batch;
   profile::StepScope step_scope("train_step");  // the phases label the profiler's table and NVTX ranges
   profile::PhaseScope phase("data");
   const bool gathered = ahead_step_ == step;  // during the step before, into the slot it did not use
-  const int slot = gathered ? 1 - slot_ : 0;
+  const int slot = gathered ? 1 - model_.input_slot() : 0;
   ahead_step_ = -1;
   // After the first step the kernel just before is the previous step's optimizer update, which touches no batch or
   // data: the gather runs beside it.
   if (!gathered) gather_step(exec, step, slot, step > 0);
-  use_slot(slot, gathered);
+  model_.use_input(slot, gathered);
   phase.next("forward");
   model_.forward(exec, rows, Mode::train, body_layers());
   phase.next("loss");
@@ -264,7 +259,7 @@ void Trainer::enqueue_eval(BatchSource& data, std::vector<float>* logits) {
   const int64_t begin = data.examples() * shard / shards, end = data.examples() * (shard + 1) / shards;
   profile::PhaseScope phase("eval");
   ahead_step_ = -1;  // the evaluation gathers into slot 0, which may hold a batch gathered ahead
-  use_slot(0, false);
+  model_.use_input(0, false);
   for (int64_t first = begin; first < end; first += batch) {
     profile::StepScope step_scope("eval_batch");
     const int rows = static_cast<int>(std::min<int64_t>(batch, end - first));

@@ -141,8 +141,6 @@ class Trainer {
   void enqueue_loss(int rows, bool train, const LossTotals& totals);
   // Training step `step`'s batch into input slot `slot` (its images and labels_[slot]), on exec's stream.
   void gather_step(const kernels::Exec& exec, int64_t step, int slot, bool beside_previous);
-  // The passes from now on read input slot `slot` (prepared: Model::use_input).
-  void use_slot(int slot, bool prepared);
 
   const Context& ctx_;
   Model& model_;
@@ -152,8 +150,7 @@ class Trainer {
   TrainOptions options_;
   bool fused_head_ = false;  // the loss runs the model's last layer (negotiated once, in the constructor)
   Arena arena_;
-  std::array<Tensor, 2> labels_;  // per input slot (one with a single slot)
-  int slot_ = 0;                  // the input slot the passes read
+  std::array<Tensor, 2> labels_;  // per input slot of the model (one with a single slot)
   int64_t ahead_step_ = -1;       // the training step whose batch the other slot holds, gathered ahead; -1: none
   LossTotals train_totals_, eval_totals_;
   kernels::StreamMarks progress_marks_;  // none without on_progress

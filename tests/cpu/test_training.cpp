@@ -109,6 +109,7 @@ TEST_CASE("a model's two input slots: the passes read the slot in use, views fol
   for (int slot : {0, 1}) {
     model->input(slot).copy_from_host(ctx.exec(), x.data(), x.size() * sizeof(float));
     model->use_input(slot, false);
+    CHECK(model->input_slot() == slot);
     CHECK(model->input().raw() == model->input(slot).raw());
     CHECK(model->activation(1).raw() == model->input(slot).raw());  // the flatten's output aliases the slot
     model->forward(ctx.exec(), 4, Mode::eval);
