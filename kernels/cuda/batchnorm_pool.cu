@@ -50,6 +50,10 @@ struct PoolGeometry {
   int64_t extent = 0;  // pooled outputs per channel: n·P·Q
   int64_t chunk = 0;
   int chunks = 0;
+  // The forward's chunks of the same outputs: it writes no partials, so its launcher plans its grid alone
+  // (one_wave_chunks); the same as the backward's until then.
+  int64_t forward_chunk = 0;
+  int forward_chunks = 0;
   // The backward apply's cells: the windows' grid extended to cover the plane, ceil(h / window) x
   // ceil(w / window) per plane (cells past P or Q hold elements no window chose).
   int64_t cell_extent = 0;  // n·CH·CW
@@ -85,10 +89,15 @@ __device__ __forceinline__ void store_pair(float* p, float2 v) {
     __stcs(p, v.x), __stcs(p + 1, v.y);
 }
 
-// grid (C, P'): block (c, p) writes the maxima and argmax of channel c's pooled outputs [p·L, (p+1)·L).
-// kTrain: warp 0 finalizes the channel from the statistics' partials (blocks p == 0 store save_*/running_*),
-// else the parameters come from the running statistics. kWindow: the window (0: pg.window at run time);
-// 2 reads each window row as a pair (kPairs: 8-byte loads, w even and x 8-byte aligned).
+// Pooled outputs a forward thread fetches before it normalizes them: the first round is in flight while warp 0
+// finalizes the channel, and the loads of a round overlap one another.
+constexpr int kForwardAhead = 4;
+
+// grid (C, forward chunks): block (c, p) writes the maxima and argmax of channel c's pooled outputs
+// [p·L, (p+1)·L), L = pg.forward_chunk. kTrain: warp 0 finalizes the channel from the statistics' partials (blocks
+// p == 0 store save_*/running_*), else the parameters come from the running statistics. kWindow: the window (0:
+// pg.window at run time); 2 reads each window row as a pair (kPairs: 8-byte loads, w even and x 8-byte aligned).
+// A thread takes outputs j, j + kThreads, ... in rounds of kForwardAhead, each round's windows fetched together.
 // The window is scanned row-major and an element replaces the best when larger or NaN (maxpool2d's rule).
 template <bool kTrain, bool kRelu, int kWindow, bool kPairs>
 __global__ void __launch_bounds__(kThreads)
@@ -98,42 +107,58 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c = blockIdx.x;
   const int p = blockIdx.y;
   const int win = kWindow > 0 ? kWindow : pg.window;
-  const int64_t begin = int64_t(p) * pg.chunk, end = std::min(pg.extent, begin + pg.chunk);
+  const int64_t begin = int64_t(p) * pg.forward_chunk, end = std::min(pg.extent, begin + pg.forward_chunk);
 
-  // A pooled output's place, and (window 2) its window's two rows, fetched one output ahead: the first
-  // fetch is in flight while warp 0 finalizes the channel.
-  int64_t out = 0, plane = 0;
-  int first = 0;  // the window's top-left element in the plane
-  float2 top = make_float2(0.f, 0.f), bottom = top;
-  auto fetch = [&](int64_t j) {
-    int i, jq;
-    pooled_at(pg, g.C, c, static_cast<int>(j), out, plane, i, jq);
-    first = i * win * pg.w + jq * win;
-    if constexpr (kWindow == 2)
-      top = load_pair<kPairs>(a.x + plane + first), bottom = load_pair<kPairs>(a.x + plane + first + pg.w);
+  // A pooled output's place and (window 2) its window's two rows.
+  struct Window {
+    int64_t out = 0, plane = 0;
+    int first = 0;  // the window's top-left element in the plane
+    float2 top = make_float2(0.f, 0.f), bottom = make_float2(0.f, 0.f);
   };
-  int64_t j = begin + threadIdx.x;
-  if (j < end) fetch(j);
+  Window ahead[kForwardAhead];
+  auto fetch_round = [&](int64_t j0) {
+#pragma unroll
+    for (int k = 0; k < kForwardAhead; ++k) {
+      const int64_t j = j0 + int64_t(k) * kThreads;
+      if (j >= end) break;
+      Window& at = ahead[k];
+      int i, jq;
+      pooled_at(pg, g.C, c, static_cast<int>(j), at.out, at.plane, i, jq);
+      at.first = i * win * pg.w + jq * win;
+      if constexpr (kWindow == 2) {
+        at.top = load_pair<kPairs>(a.x + at.plane + at.first);
+        at.bottom = load_pair<kPairs>(a.x + at.plane + at.first + pg.w);
+      }
+    }
+  };
+  int64_t j0 = begin + threadIdx.x;
+  fetch_round(j0);
 
   const FwdParams f = channel_forward_params<kTrain>(g, a, c, p);
 
-  for (; j < end; j += kThreads) {
-    float best = -INFINITY;
-    int best_at = first;
-    auto consider = [&](float x, int at) {
-      const float v = normalize<kRelu>(x, f);
-      if (v > best || isnan(v)) best = v, best_at = at;
-    };
-    if constexpr (kWindow == 2) {
-      consider(top.x, first), consider(top.y, first + 1);
-      consider(bottom.x, first + pg.w), consider(bottom.y, first + pg.w + 1);
-    } else {
-      for (int r = 0; r < win; ++r)
-        for (int s = 0; s < win; ++s) consider(__ldcs(a.x + plane + first + r * pg.w + s), first + r * pg.w + s);
+  for (; j0 < end; j0 += int64_t(kForwardAhead) * kThreads) {
+#pragma unroll
+    for (int k = 0; k < kForwardAhead; ++k) {
+      if (j0 + int64_t(k) * kThreads >= end) break;
+      const Window& at = ahead[k];
+      float best = -INFINITY;
+      int best_at = at.first;
+      auto consider = [&](float x, int e) {
+        const float v = normalize<kRelu>(x, f);
+        if (v > best || isnan(v)) best = v, best_at = e;
+      };
+      if constexpr (kWindow == 2) {
+        consider(at.top.x, at.first), consider(at.top.y, at.first + 1);
+        consider(at.bottom.x, at.first + pg.w), consider(at.bottom.y, at.first + pg.w + 1);
+      } else {
+        for (int r = 0; r < win; ++r)
+          for (int s = 0; s < win; ++s)
+            consider(__ldcs(a.x + at.plane + at.first + r * pg.w + s), at.first + r * pg.w + s);
+      }
+      __stcs(a.y + at.out, best);
+      __stcs(argmax + at.out, best_at);
     }
-    __stcs(a.y + out, best);
-    __stcs(argmax + out, best_at);
-    if (j + kThreads < end) fetch(j + kThreads);
+    fetch_round(j0 + int64_t(kForwardAhead) * kThreads);
   }
 }
 
@@ -316,6 +341,12 @@ StagedGeometry make_staged_geometry(const BatchNormShape& s, const PoolGeometry&
 
 // ---- launchers ---------------------------------------------------------------------------------------
 
+// `extent` items in at most `chunks` chunks of equal length: the length, and how many chunks that makes.
+void cut(int64_t extent, int64_t chunks, int64_t& chunk, int& count) {
+  chunk = div_up<int64_t>(extent, std::max<int64_t>(1, chunks));
+  count = static_cast<int>(div_up<int64_t>(extent, chunk));
+}
+
 // The pooled outputs and the cells are chunked as the full-resolution statistics pass (plan_chunks(s,
 // kMinElemsPerBlockPooled) chunks per channel, or fewer), so every block reads about the same share of x and the
 // backward's partials fit the workspace.
@@ -329,10 +360,9 @@ PoolGeometry make_pool_geometry(const BatchNormShape& s, const BatchNormPool& po
   NT_CHECK(s.n * s.hw < (int64_t(1) << 31) && s.c < (int64_t(1) << 31), "batchnorm_pool: n·h·w = ", s.n * s.hw,
            " exceeds the kernels' 32-bit index range");
   const int64_t planned = plan_chunks(s, kMinElemsPerBlockPooled);
-  pg.chunk = div_up<int64_t>(pg.extent, planned);
-  pg.chunks = static_cast<int>(div_up<int64_t>(pg.extent, pg.chunk));
-  pg.cell_chunk = div_up<int64_t>(pg.cell_extent, planned);
-  pg.cell_chunks = static_cast<int>(div_up<int64_t>(pg.cell_extent, pg.cell_chunk));
+  cut(pg.extent, planned, pg.chunk, pg.chunks);
+  cut(pg.extent, planned, pg.forward_chunk, pg.forward_chunks);
+  cut(pg.cell_extent, planned, pg.cell_chunk, pg.cell_chunks);
   pg.parts.C = s.c, pg.parts.chunks = pg.chunks;
   pg.by_pq = FastDivmod(pg.p * pg.q), pg.by_q = FastDivmod(pg.q);
   pg.by_cells = FastDivmod(pg.ch * pg.cw), pg.by_cw = FastDivmod(pg.cw);
@@ -341,6 +371,9 @@ PoolGeometry make_pool_geometry(const BatchNormShape& s, const BatchNormPool& po
 
 dim3 pool_grid(const PoolGeometry& pg) {
   return dim3(static_cast<unsigned>(pg.parts.C), static_cast<unsigned>(pg.chunks));
+}
+dim3 forward_grid(const PoolGeometry& pg) {
+  return dim3(static_cast<unsigned>(pg.parts.C), static_cast<unsigned>(pg.forward_chunks));
 }
 dim3 cell_grid(const PoolGeometry& pg) {
   return dim3(static_cast<unsigned>(pg.parts.C), static_cast<unsigned>(pg.cell_chunks));
@@ -363,14 +396,28 @@ void with_relu_window(bool relu, int window, bool pairs, const F& f) {
 
 bool aligned8(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
+// The forward's chunks of a channel's `extent` pooled outputs (it writes no partials, so any grid serves): one wave of
+// its blocks over the C channels, since each block first finalizes its channel, a fixed cost that a second wave
+// would pay again; and no block with fewer outputs than threads. H200, the cnn's second BatchNorm at batch 64: the
+// partials' grid, 768 blocks of one output a thread (1.45 waves), took 6.2 µs; one wave of 256 blocks, 3.8. The
+// backward apply on the same plan (its 768 blocks to 640) moved nothing, 4.43 µs either way, and keeps its grid.
+int one_wave_chunks(int64_t extent, int64_t channels, int resident) {
+  const int64_t wave = std::max<int64_t>(1, resident / std::max<int64_t>(1, channels));
+  return static_cast<int>(std::max<int64_t>(1, std::min(wave, extent / kThreads)));
+}
+
 // The pooled forward (kTrain) or evaluation launch, window rows as 8-byte pairs where w is even and x aligned.
 template <bool kTrain>
 void launch_pool_forward(const Exec& exec, const char* name, const profile::OpCost& cost, const Geometry& g,
                          const PoolGeometry& pg, const ForwardArgs& a, bool relu, int32_t* argmax) {
   with_relu_window(relu, pg.window, pg.w % 2 == 0 && aligned8(a.x), [&](auto r, auto window, auto pairs) {
-    launch(exec, name, cost,
-           nchw_pool_forward_kernel<kTrain, decltype(r)::value, decltype(window)::value, decltype(pairs)::value>,
-           pool_grid(pg), dim3(kThreads), 0, g, pg, a, argmax);
+    const auto kernel =
+        nchw_pool_forward_kernel<kTrain, decltype(r)::value, decltype(window)::value, decltype(pairs)::value>;
+    PoolGeometry planned = pg;
+    const int chunks =
+        one_wave_chunks(pg.extent, pg.parts.C, resident_blocks(reinterpret_cast<const void*>(kernel), kThreads));
+    cut(pg.extent, chunks, planned.forward_chunk, planned.forward_chunks);
+    launch(exec, name, cost, kernel, forward_grid(planned), dim3(kThreads), 0, g, planned, a, argmax);
   });
 }
 

@@ -1,4 +1,6 @@
 #include "kernels/cuda/launch.cuh"
+
+#include <vector>
 #include "kernels/runtime.h"
 
 namespace nt::kernels::cuda {
@@ -57,6 +59,25 @@ void require_tf32_code(const char* kernel) {
 }
 
 int multiprocessor_count() { return current_device_attribute<cudaDevAttrMultiProcessorCount>(); }
+
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  struct Asked {
+    int device;
+    const void* kernel;
+    int threads;
+    size_t smem;
+    int blocks;
+  };
+  thread_local std::vector<Asked> asked;
+  int device = 0;
+  NT_CUDA_CHECK(cudaGetDevice(&device));
+  for (const Asked& a : asked)
+    if (a.device == device && a.kernel == kernel && a.threads == threads && a.smem == smem) return a.blocks;
+  int per_sm = 0;
+  NT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  asked.push_back({device, kernel, threads, smem, per_sm * multiprocessor_count()});
+  return asked.back().blocks;
+}
 
 size_t max_shared_bytes_per_block() {
   return static_cast<size_t>(current_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>());

@@ -197,6 +197,9 @@ bool runs_tensor_core_code();         // the current device runs sm_80 code or n
 bool runs_warpgroup_mma();            // the current device runs sm_90a code: wgmma (kernels/cuda/wgmma.cuh)
 size_t max_shared_bytes_per_block();  // the current device's limit for a kernel that opts in (dynamic smem)
 int multiprocessor_count();           // the current device's SMs
+// Blocks of `kernel` (`threads` each, `smem` bytes of dynamic shared memory) that the current device holds at once:
+// one wave. Asked once per thread, device and kernel.
+int resident_blocks(const void* kernel, int threads, size_t smem = 0);
 
 // Thread-block clusters exist from sm_90 on. Device passes for older GPUs compile cluster kernels as stubs
 // (NT_CLUSTERS is 0 there: guard their bodies with it) and launchers ask cluster_kernels_run first.
