@@ -16,6 +16,7 @@
 #include "engine/arena.h"
 #include "engine/rng.h"
 #include "engine/tensor.h"
+#include "kernels/conv.h"
 
 namespace nt {
 
@@ -86,6 +87,9 @@ struct StagedOperands {
                        // undefined where none is written
   Tensor output_grad;  // (batch, P, Q, K)
   std::function<bool(const kernels::Exec&, int64_t rows)> used;
+  // The convolution's filters in their staged form for a batch of `rows` (kernels::Conv2dFilterStage): the writer of
+  // `input` stages them beside it wherever it writes input, so that the convolution's forward stages nothing.
+  std::function<kernels::Conv2dFilterStage(const kernels::Exec&, int64_t rows)> filters;
   // t's (input's or output_grad's) elements for a batch of `rows` where t is planned and used, else nullptr (the
   // tensor is fp32 NCHW): what every side of the link asks.
   void* for_batch(const Tensor& t, const kernels::Exec& exec, int64_t rows) const {

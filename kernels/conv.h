@@ -23,6 +23,9 @@
 // (kernels/operand.h, stage_channels_last: BF16 bits under BF16, fp32 rounded to TF32 under TF32):
 //   x_staged[n][h][w][c]  = round_operand(x[n][c][h][w], math)     (N·H·W·C elements)
 //   dy_staged[n][p][q][k] = round_operand(dy[n][k][p][q], math)    (N·P·Q·K)
+//   filters[k][r][s][c]   = round_operand(w[k][c][r][s], math)     (K·R·S·C: the forward's, in its workspace)
+// The layer that writes x_staged also stages the forward's filters (conv2d_filter_stage says where and how), so that
+// the forward, given filters_staged, launches no stage kernel of its own.
 // The kernels round x and dy the same way as they stage them, so the results are the same bits as from x and dy
 // (dbias under BF16 sums the rounded dy either way; under TF32 it sums dy itself, so a convolution with a bias takes
 // no staged operands there). The passes no longer transpose them, and BF16 halves their bytes (docs/bf16.md,
@@ -86,11 +89,24 @@ struct Conv2dArgs {
   // The caller's promise that the kernel launched just before reads and writes neither w nor the workspace: the
   // layer's neighbour that wrote x_staged (forward) or dy_staged (backward). The filters' stage then runs beside it.
   bool overlaps_previous = false;
+  // conv2d_forward with x_staged: the writer of x_staged staged the filters too (conv2d_filter_stage), after w last
+  // changed and with nothing written to the workspace since, so the forward stages nothing.
+  bool filters_staged = false;
   // conv2d_backward on the GPU (nullable): a side stream of exec's (kernels/runtime.h) on which the weight gradient
   // runs beside the input gradient and whatever the caller enqueues after it. The op forks it (after staging what both
   // passes read); the caller joins it before anything reads dw or dbias. Ignored where backward_data does not run as a
   // GEMM of its own (no dx, or the direct kernels of few taps).
   const SideStream* weight_side = nullptr;
+};
+
+// Where and how the forward's filters go in the staged form (the 'Staged operands' above), for the layer that writes
+// x_staged and stages them beside it: element e = ((k·R + r)·S + s)·C + c of `filters`, in the math's element, is
+// round_operand(w[k][c][r][s], math). filters is nullptr where the forward stages nothing (the CPU, fp32, a plan that
+// does not take staged operands): then nobody stages them, and the forward is not given filters_staged.
+struct Conv2dFilterStage {
+  const float* w = nullptr;  // (K, C, R, S)
+  void* filters = nullptr;   // in the convolution's workspace
+  int k = 0, c = 0, r = 0, s = 0;
 };
 
 namespace cpu {
@@ -108,6 +124,7 @@ namespace cuda {
 bool conv2d_takes_staged(const Conv2dShape& s, Math math, bool bias);
 size_t conv2d_workspace_floats(const Conv2dShape& s);
 size_t conv2d_statistics_floats(const Conv2dShape& s);
+Conv2dFilterStage conv2d_filter_stage(const Conv2dShape& s, Math math, const float* w, float* workspace);
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& a);
 void conv2d_backward_data(const Exec& exec, const Conv2dArgs<float>& a);
 void conv2d_backward_weight(const Exec& exec, const Conv2dArgs<float>& a);
@@ -123,6 +140,15 @@ inline bool conv2d_takes_staged(Backend backend, const Conv2dShape& s, Math math
     return backend == Backend::cuda && cuda::conv2d_takes_staged(s, math, bias);
   else
     return false;
+}
+
+// The forward's staged filters for a batch of this shape (see Conv2dFilterStage): their place in `workspace` (the
+// layer's conv2d_workspace_floats), or none.
+inline Conv2dFilterStage conv2d_filter_stage(Backend backend, const Conv2dShape& s, Math math, const float* w,
+                                             float* workspace) {
+  if constexpr (kCudaBuilt)
+    if (backend == Backend::cuda) return cuda::conv2d_filter_stage(s, math, w, workspace);
+  return {};
 }
 
 // The CPU needs neither (0).

@@ -60,7 +60,8 @@ inline bool conv_batchnorm_pool_fits(const Conv2dShape& conv) {
 //                                      the forward's moments); writes dw, dgamma, dbeta
 //   conv_batchnorm_pool_moments        reads x; writes, on the GPU, the workspace's moments (which forward_train
 //                                      then reads, with moments_ready)
-// (the forwards write y_staged where it is set, and y where it is set)
+// (the forwards write y_staged where it is set, and y where it is set; with y_staged, next_filters.filters from
+// next_filters.w where that is set)
 template <class T>
 struct ConvBatchNormPoolArgs {
   ConvBatchNormPoolShape shape = {};
@@ -87,6 +88,10 @@ struct ConvBatchNormPoolArgs {
   // both); the backward's ReLU reads y where it is set, else y_staged (its sign is y's, but below the format's
   // smallest subnormal, where y rounds to 0: 2^-133 in BF16, 2^-136 in TF32).
   void* y_staged = nullptr;
+  // With y_staged (nullable filters: none): the next convolution's filters, which the forwards stage beside its input
+  // (kernels/conv.h, Conv2dFilterStage), so that its forward stages nothing (Conv2dArgs::filters_staged). Read after
+  // the forwards' wait, as w: a training step's update writes both.
+  Conv2dFilterStage next_filters = {};
   // backward: the caller's promise that the kernel launched just before reads and writes only its own layer's
   // workspace and gradients (Model::backward decides it, Layer::backward_overlaps_previous); the reduce then runs
   // beside it on the GPU. Ignored on the CPU.

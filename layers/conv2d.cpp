@@ -70,6 +70,11 @@ StagedOperands& Conv2d::offer_staged() {
 }
 StagedOperands& Conv2d::offer_staged_input() {
   offers_staged_input_ = true;
+  staged_.filters = [this](const kernels::Exec& exec, int64_t rows) {
+    return kernels::conv2d_filter_stage(exec.backend, shape_for(rows, planned_input_), exec.math,
+                                        weight_->value.data<float>(),
+                                        workspace_.defined() ? workspace_.data<float>() : nullptr);
+  };
   return offer_staged();
 }
 StagedOperands& Conv2d::offer_staged_output_grad() {
@@ -123,6 +128,8 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   // so the filters' stage may run beside it.
   args.x_staged = staged_.for_batch(staged_.input, exec, x.shape()[0]);
   args.overlaps_previous = args.x_staged != nullptr;
+  // Its writer staged the filters beside it, wherever they have a staged form (StagedOperands::filters).
+  args.filters_staged = args.x_staged != nullptr && staged_.filters(exec, x.shape()[0]).filters != nullptr;
   statistics_.chunks = kernels::conv2d_forward(exec, args);
 }
 

@@ -109,6 +109,8 @@ void ConvBatchNormPool::forward_typed(const kernels::Exec& exec, const Tensor& x
   // evaluation).
   a.y_staged = staged_output(exec, x.shape()[0]);
   if (a.y_staged && (mode == Mode::eval || !keeps_fp32_output(exec))) a.y = nullptr;
+  // The next convolution's filters beside its input (its forward then stages nothing).
+  if (a.y_staged && staged_output_->filters) a.next_filters = staged_output_->filters(exec, x.shape()[0]);
   if (mode == Mode::eval) return kernels::conv_batchnorm_pool_forward_eval(exec, a);
   const kernels::BatchNormShape bn = a.shape.batchnorm();
   bn_->require_trainable(bn.n * bn.hw, conv_->output_shape(x.shape().drop_front()).prepend(bn.n));

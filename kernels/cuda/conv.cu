@@ -936,12 +936,14 @@ profile::OpCost tensor_core_cost(const Conv2dShape& s, channels_last::Format for
 // One forward (or, flipped, backward_data) on the channels-last kernel: its operands staged into `workspace`, then
 // the multiply (conv2d_backward, which runs backward_weight between the two, calls them itself).
 // staged (nullable): the source as the layer's neighbour wrote it (conv2d's staged operands), so that only the filters
-// are staged, beside the kernel before where the caller promises it (Conv2dArgs::overlaps_previous).
+// are staged, beside the kernel before where the caller promises it (Conv2dArgs::overlaps_previous), or not at all
+// where that neighbour staged them too (filters_staged).
 void run_channels_last(const Exec& exec, const profile::OpCost& cost, const ConvArgs& f, const float* src,
                        const float* w, bool flipped, float* workspace, const channels_last::Tile& tile,
-                       const void* staged = nullptr, bool overlaps_previous = false) {
-  channels_last::stage(exec, f, tile.format, staged ? nullptr : src, w, flipped, workspace, nullptr, nullptr,
-                       staged && overlaps_previous);
+                       const void* staged = nullptr, bool overlaps_previous = false, bool filters_staged = false) {
+  if (!filters_staged)
+    channels_last::stage(exec, f, tile.format, staged ? nullptr : src, w, flipped, workspace, nullptr, nullptr,
+                         staged && overlaps_previous);
   channels_last::multiply(exec, flipped ? "conv2d_backward_data" : "conv2d_forward", cost, f, workspace, tile, staged);
 }
 
@@ -1000,10 +1002,28 @@ size_t conv2d_statistics_floats(const Conv2dShape& s) {
 
 size_t conv2d_workspace_floats(const Conv2dShape& s) { return most_over_batches(s, workspace_for); }
 
+Conv2dFilterStage conv2d_filter_stage(const Conv2dShape& s, Math math, const float* w, float* workspace) {
+  check_shape(s);
+  const PassGemm g = forward_gemm(s);
+  if (!stages_activations(math) || g.M == 0 || g.N == 0 || direct_taps(s)) return {};
+  const auto tile = channels_last_plan(s, false, math);
+  if (!tile) return {};
+  Exec exec;  // the geometry alone
+  exec.math = math;
+  return Conv2dFilterStage{.w = w,
+                           .filters = channels_last::staged_filters(make_args(exec, s, g), tile->format, workspace),
+                           .k = s.k,
+                           .c = s.c,
+                           .r = s.r,
+                           .s = s.s};
+}
+
 int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   const Conv2dShape& s = args.shape;
   check_shape(s);
   check_staged(exec, args, "conv2d_forward", /*bias=*/false);
+  NT_CHECK(!args.filters_staged || args.x_staged != nullptr,
+           "conv2d_forward: filters_staged without x_staged (only the writer of a staged input stages the filters)");
   const PassGemm g = forward_gemm(s);
   if (g.M == 0 || g.N == 0) return 0;  // y is empty
   ConvArgs a = make_args(exec, s, g);
@@ -1016,7 +1036,7 @@ int conv2d_forward(const Exec& exec, const Conv2dArgs<float>& args) {
   a.stats = chunks > 0 ? args.statistics : nullptr;
   if (const auto tile = channels_last_plan(s, false, exec.math)) {
     run_channels_last(exec, tensor_core_cost(s, tile->format), a, args.x, args.w, /*flipped=*/false, args.workspace,
-                      *tile, args.x_staged, args.overlaps_previous);
+                      *tile, args.x_staged, args.overlaps_previous, args.filters_staged);
     return chunks;
   }
   run_pass<ForwardPass>(exec, "conv2d_forward", "conv2d_forward_reduce", a, 0, conv_flops(s), conv_bytes(s),

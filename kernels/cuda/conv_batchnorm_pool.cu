@@ -32,7 +32,8 @@
 //                  with y_staged the maximum goes there instead, channels-last in BF16 or TF32, a thread's 4
 //                  channels in one 8- or 16-byte store: staged_activation.cuh); forward_eval: stem_pool alone.
 //                  moments launches stem_moments alone, ahead; a forward_train with moments_ready then
-//                  launches stem_pool alone.
+//                  launches stem_pool alone. With y_staged, stem_pool also stages the next convolution's filters
+//                  (next_filters), so that its forward launches no stage kernel.
 //   backward       stem_pool_backward_reduce (S1, S2 and P_t over the pooled outputs: one value at each argmax)
 //                  → stem_weight (a warp per channel: dgamma, dbeta and dw from the sums and the moments).
 // Unfused, the conv's output (4·n·K·P·Q bytes) is written once and read three times; here only x (n·C·H·W
@@ -451,13 +452,29 @@ __device__ void stem_forward_params(const StemGeometry& sg, const ForwardArgs& a
   for (int c = 0; c < Kb; ++c) out[c] = shared[c];
 }
 
+// The next convolution's filters in their staged form (kernels/conv.h, Conv2dFilterStage), a value a thread over the
+// whole grid: the stem's blocks, past their wait, are that convolution's predecessor, so its forward then launches
+// no stage kernel of its own. Rounded as the channels-last stage rounds them (store_staged): the same bits. (Loading
+// a thread's value as the kernel starts and storing it as the kernel ends, behind the pooled work, measured 0.2 ms an
+// epoch slower in the cnn at batch 64.)
+template <class Staged>
+__device__ __forceinline__ void stage_next_filters(const Conv2dFilterStage& next, Staged* filters) {
+  const int threads = gridDim.x * gridDim.y * blockDim.x;
+  const int elements = next.k * next.c * next.r * next.s;
+  for (int e = (blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; e < elements; e += threads) {
+    const float v[1] = {__ldg(next.w + staged_filter_source(e, next.k, next.c, next.r, next.s, false))};
+    store_staged<1>(filters + e, v);
+  }
+}
+
 // grid (K / Kb, chunks): nchw_pool_forward_kernel's work on recomputed values (training: the statistics from the
-// moments, stem_forward_params). early: enter_stem_block's.
+// moments, stem_forward_params). early: enter_stem_block's. next: the next convolution's filters to stage, if any.
 template <bool kTrain, bool kRelu, int Taps, class Staged>
 __global__ void __launch_bounds__(kThreads)
     stem_pool_forward_kernel(const StemGeometry sg, const ForwardArgs a, const StemConv cv, const double* moments,
-                             int32_t* argmax, Staged* y_staged, Early early, StampRing stamps) {
+                             int32_t* argmax, Staged* y_staged, Conv2dFilterStage next, Early early, StampRing stamps) {
   const StemBlock<Taps> b = enter_stem_block<Taps>(cv, sg, stamps, early);
+  if (next.filters) stage_next_filters(next, static_cast<Staged*>(next.filters));
   constexpr int Kb = StemBlock<Taps>::kChannels;
   FwdParams params[Kb];
   if constexpr (kTrain)
@@ -682,17 +699,23 @@ void with_relu_taps(bool relu, int taps, const F& f) {
 // (enter_stem_block), beside the predecessor's tail.
 template <bool kTrain>
 void launch_stem_pool(const Exec& exec, const char* name, const Stem& st, const ForwardArgs& a, bool relu,
-                      const double* moments, int32_t* argmax, void* y_staged, Early early) {
+                      const double* moments, int32_t* argmax, void* y_staged, const Conv2dFilterStage& next,
+                      Early early) {
+  NT_CHECK(next.filters == nullptr || (y_staged != nullptr && next.w != nullptr), name,
+           ": the next convolution's filters are staged beside its staged input only");
   NT_CHECK(a.y != nullptr || y_staged != nullptr, name, ": no output (y or y_staged)");
-  const double y_bytes = (a.y ? 4.0 : 0.0) + (y_staged ? double(staged_element_bytes(exec.math)) : 0.0);
-  const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (4 + y_bytes),
+  const double staged_bytes = y_staged ? double(staged_element_bytes(exec.math)) : 0.0;
+  const double y_bytes = (a.y ? 4.0 : 0.0) + staged_bytes;
+  const double filter_bytes = next.filters ? double(next.k) * next.c * next.r * next.s * (4 + staged_bytes) : 0.0;
+  const profile::OpCost cost{.bytes = st.x_bytes + st.pooled * (4 + y_bytes) + filter_bytes,
                              .flops = st.values * (2.0 * st.cv.taps + 4),
                              .overlaps_previous = early != Early::nothing};
   with_relu_taps(relu, st.cv.taps, [&](auto r, auto taps) {
     with_staged_element(exec.math, y_staged, [&](auto* staged) {
       using Staged = std::remove_pointer_t<decltype(staged)>;
       launch(exec, name, cost, stem_pool_forward_kernel<kTrain, decltype(r)::value, decltype(taps)::value, Staged>,
-             stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax, staged, early);
+             stem_grid(st.sg, st.cv.taps), dim3(kThreads), st.smem, st.sg, a, st.cv, moments, argmax, staged, next,
+             early);
     });
   });
 }
@@ -763,7 +786,7 @@ void conv_batchnorm_pool_forward_train(const Exec& exec, const ConvBatchNormPool
                       .count_m1 = static_cast<float>(count - 1)};
   if (!t.moments_ready) launch_stem_moments(exec, st, shape, ws);
   launch_stem_pool<true>(exec, "conv_batchnorm_pool_forward", st, a, h.relu, ws.moments, t.argmax, t.y_staged,
-                         t.moments_ready ? Early::x : Early::x_and_w);
+                         t.next_filters, t.moments_ready ? Early::x : Early::x_and_w);
 }
 
 void conv_batchnorm_pool_moments(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {
@@ -786,7 +809,7 @@ void conv_batchnorm_pool_forward_eval(const Exec& exec, const ConvBatchNormPoolA
                       .eval_var = t.running_var,
                       .eps = static_cast<float>(h.eps)};
   launch_stem_pool<false>(exec, "conv_batchnorm_pool_eval", st, a, h.relu, nullptr, t.argmax, t.y_staged,
-                          Early::nothing);
+                          t.next_filters, Early::nothing);
 }
 
 void conv_batchnorm_pool_backward(const Exec& exec, const ConvBatchNormPoolArgs<float>& t) {

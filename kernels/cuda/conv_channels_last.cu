@@ -55,6 +55,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/mma_tf32.cuh"
+#include "kernels/cuda/staged_activation.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace nt::kernels::cuda::channels_last {
@@ -195,15 +196,9 @@ __global__ void __launch_bounds__(kStageThreads)
   b -= a.source.blocks;
   if (b < a.input.blocks) return transpose_tile<Ops>(a.input, b, tile);
   b -= a.input.blocks;
-  const int row_len = a.r * a.s * a.cin;
   const int stride = (gridDim.x - a.source.blocks - a.input.blocks) * blockDim.x;
-  for (int e = b * blockDim.x + threadIdx.x; e < a.filter_elements; e += stride) {
-    const int m = e / row_len, rest = e % row_len, tap = rest / a.cin, ci = rest % a.cin;
-    const int r = tap / a.s, s = tap % a.s;
-    const size_t from = a.flipped ? ((size_t(ci) * a.rows + m) * a.r + (a.r - 1 - r)) * a.s + (a.s - 1 - s)
-                                  : ((size_t(m) * a.cin + ci) * a.r + r) * a.s + s;
-    a.filters[e] = Ops::from(a.w[from]);
-  }
+  for (int e = b * blockDim.x + threadIdx.x; e < a.filter_elements; e += stride)
+    a.filters[e] = Ops::from(a.w[staged_filter_source(e, a.rows, a.cin, a.r, a.s, a.flipped)]);
   end_kernel(a.beside, stamps);  // beside: the filters alone, so every thread comes here
 }
 
@@ -804,6 +799,10 @@ size_t staging_floats(const ConvArgs& a, Format format) {
 }
 
 size_t input_elements(const ConvArgs& flipped) { return size_t(flipped.n) * flipped.pq * flipped.M; }
+
+void* staged_filters(const ConvArgs& a, Format format, float* staging) {
+  return reinterpret_cast<char*>(staging) + source_elements(a) * element_bytes(format);
+}
 
 size_t input_floats(const ConvArgs& flipped, Format format) {
   return (input_elements(flipped) * element_bytes(format) + sizeof(float) - 1) / sizeof(float);

@@ -73,6 +73,9 @@ void stage(const Exec& exec, const ConvArgs& a, Format format, const float* src,
            float* staging, const float* x = nullptr, float* x_cl = nullptr, bool overlaps_previous = false);
 // The floats of x channels-last in the format, for a flipped stage's args.
 size_t input_floats(const ConvArgs& flipped, Format format);
+// Where stage() puts the (unflipped) filters in `staging`, after the source: a writer of the staged input that stages
+// them itself puts them there (kernels/conv.h, conv2d_filter_stage).
+void* staged_filters(const ConvArgs& a, Format format, float* staging);
 
 // ---- backward_weight ------------------------------------------------------------------------------------------
 // The GEMM dw(m, (r, s, c)) = Σ_pixel dy(pixel, m) · x(pixel's tap (r, s), c) on k-major tiles: M = K, columns

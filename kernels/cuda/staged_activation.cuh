@@ -54,6 +54,18 @@ __device__ __forceinline__ void store_staged(float* to, const float (&v)[V]) {
   }
 }
 
+// Staged filters (kernels/conv.h, Conv2dFilterStage): element e of rows × (r, s, cin), row m's tap (r, s) of input
+// channel ci, comes from w[m][ci][r][s] of w (rows, cin, R, S); flipped (a backward_data's filters, w (cin, rows, R,
+// S)), from w[ci][m][R−1−r][S−1−s]. The channels-last stage (conv_channels_last.cu) and the fused stem, which stages
+// the next convolution's filters beside its staged output, both index them so.
+__device__ __forceinline__ size_t staged_filter_source(int e, int rows, int cin, int r, int s, bool flipped) {
+  const int row_len = r * s * cin;
+  const int m = e / row_len, rest = e % row_len, tap = rest / cin, ci = rest % cin;
+  const int tr = tap / s, ts = tap % s;
+  return flipped ? ((size_t(ci) * rows + m) * r + (r - 1 - tr)) * s + (s - 1 - ts)
+                 : ((size_t(m) * cin + ci) * r + tr) * s + ts;
+}
+
 __device__ __forceinline__ float staged_value(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float staged_value(float v) { return v; }
 

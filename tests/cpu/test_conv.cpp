@@ -226,5 +226,17 @@ TEST_CASE("conv2d with empty sums writes zeros (or the bias) and empty outputs t
   CHECK(kernels::conv2d_workspace_floats(kernels::Backend::cpu, Conv2dShape{64, 32, 14, 14, 64, 3, 3, 1, 1}) == 0);
 }
 
+TEST_CASE("conv2d on the CPU has no staged filters: its forward reads w itself", "[cpu][conv]") {
+  // kernels/conv.h, Conv2dFilterStage: the writer of a staged input stages the convolution's filters only where the
+  // GPU's channels-last forward reads them so; on the CPU there is no such place, in any math mode.
+  const Conv2dShape s{64, 32, 14, 14, 64, 3, 3, 1, 1};
+  std::vector<float> w = random_floats(s.w_size());
+  for (const kernels::Math math : {kernels::Math::fp32, kernels::Math::tf32, kernels::Math::bf16}) {
+    const kernels::Conv2dFilterStage stage =
+        kernels::conv2d_filter_stage(kernels::Backend::cpu, s, math, w.data(), nullptr);
+    CHECK(stage.filters == nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace nt::test

@@ -368,5 +368,86 @@ TEST_CASE("the fused stem on CUDA writes its output staged in TF32 or BF16 for t
     }
 }
 
+TEST_CASE(
+    "the fused stem on CUDA stages the next convolution's filters beside its staged output, with the bits of the "
+    "convolution's own stage",
+    "[cuda][batchnorm][bf16]") {
+  // ConvBatchNormPoolArgs::next_filters (kernels/conv.h, Conv2dFilterStage): the stem's forwards write conv2's filters
+  // in their staged form into conv2's workspace, and conv2d_forward given filters_staged then launches no stage kernel.
+  // Against conv2d_forward staging them itself into a second workspace: the staged filters' bytes and y, bit for bit,
+  // after the training forward and after the evaluation forward; both workspaces poisoned first. The cnn's stem and
+  // conv2, in TF32 and BF16. Nothing to stage in fp32, on the CPU, or for a shape the channels-last plan does not take.
+  const kernels::Math math = GENERATE(kernels::Math::tf32, kernels::Math::bf16);
+  INFO(math_name(math));
+  if (!cuda_device().has_tf32()) {
+    WARN("filters staged by the stem not checked: " << cuda_device().name << " runs " << cuda_device().code_path());
+    return;
+  }
+  CudaExec cuda;
+  Exec gpu = cuda.exec;
+  gpu.math = math;
+  const kernels::ConvBatchNormPoolShape stem{kernels::Conv2dShape{64, 1, 28, 28, 32, 3, 3, 1, 1}, 2};
+  const kernels::Conv2dShape conv2{64, 32, 14, 14, 64, 3, 3, 1, 1};
+  const size_t pooled = size_t(64) * 32 * 14 * 14, C = 32;
+  DeviceBuffer<float> x(gpu, random_floats(stem.conv.x_size())), w(gpu, random_floats(stem.conv.w_size(), -0.3f, 0.3f));
+  DeviceBuffer<float> w2(gpu, random_floats(conv2.w_size(), -0.2f, 0.2f));
+  DeviceBuffer<float> gamma(gpu, random_floats(C, 0.5f, 1.5f)), beta(gpu, random_floats(C));
+  DeviceBuffer<float> mean(gpu, poisoned(C)), invstd(gpu, poisoned(C)), rm(gpu, std::vector<float>(C, 0.f)),
+      rv(gpu, std::vector<float>(C, 1.f));
+  DeviceBuffer<int32_t> argmax(gpu, std::vector<int32_t>(pooled, -7));
+  DeviceBuffer<uint32_t> y_staged(gpu, std::vector<uint32_t>(staged_words(math, pooled), kStagedPoison));
+  DeviceBuffer<float> stem_ws(gpu, poisoned(kernels::conv_batchnorm_pool_workspace_floats(Backend::cuda, stem)));
+  const size_t ws_floats = kernels::conv2d_workspace_floats(Backend::cuda, conv2);
+  DeviceBuffer<float> ws(gpu, poisoned(ws_floats)), own_ws(gpu, poisoned(ws_floats));
+  const kernels::Conv2dFilterStage next = kernels::conv2d_filter_stage(Backend::cuda, conv2, math, w2.get(), ws.get());
+  REQUIRE(next.filters != nullptr);
+  REQUIRE(next.w == w2.get());
+  const size_t first = size_t(static_cast<const char*>(next.filters) - reinterpret_cast<const char*>(ws.get())) / 4;
+  const size_t filter_floats = conv2.w_size() * (math == kernels::Math::bf16 ? 2 : 4) / 4;
+  REQUIRE(first + filter_floats <= ws_floats);
+  kernels::ConvBatchNormPoolArgs<float> t{.shape = stem,
+                                          .x = x.get(),
+                                          .w = w.get(),
+                                          .gamma = gamma.get(),
+                                          .beta = beta.get(),
+                                          .argmax = argmax.get(),
+                                          .save_mean = mean.get(),
+                                          .save_invstd = invstd.get(),
+                                          .running_mean = rm.get(),
+                                          .running_var = rv.get(),
+                                          .workspace = stem_ws.get(),
+                                          .y_staged = y_staged.get(),
+                                          .next_filters = next};
+  t.hyper.relu = true;
+  for (const bool train : {true, false}) {
+    INFO((train ? "training forward" : "evaluation forward"));
+    if (train)
+      kernels::conv_batchnorm_pool_forward_train(gpu, t);
+    else
+      kernels::conv_batchnorm_pool_forward_eval(gpu, t);
+    DeviceBuffer<float> y(gpu, poisoned(conv2.y_size())), own_y(gpu, poisoned(conv2.y_size()));
+    kernels::Conv2dArgs<float> a{
+        .shape = conv2, .w = w2.get(), .y = y.get(), .workspace = ws.get(), .x_staged = y_staged.get()};
+    a.filters_staged = true;
+    kernels::conv2d_forward(gpu, a);
+    a.y = own_y.get(), a.workspace = own_ws.get(), a.filters_staged = false;
+    kernels::conv2d_forward(gpu, a);
+    const auto staged = ws.download(), own = own_ws.download();
+    CHECK(same_bits(std::vector<float>(staged.begin() + long(first), staged.begin() + long(first + filter_floats)),
+                    std::vector<float>(own.begin() + long(first), own.begin() + long(first + filter_floats))));
+    CHECK(same_bits(y.download(), own_y.download()));
+  }
+  // Staged filters go beside a staged output only.
+  auto no_output = t;
+  no_output.y_staged = nullptr;
+  DeviceBuffer<float> y(gpu, poisoned(pooled));
+  no_output.y = y.get();
+  CHECK_THROWS_WITH(kernels::conv_batchnorm_pool_forward_eval(gpu, no_output), Contains("staged"));
+  CHECK(kernels::conv2d_filter_stage(Backend::cuda, conv2, kernels::Math::fp32, w2.get(), ws.get()).filters == nullptr);
+  CHECK(kernels::conv2d_filter_stage(Backend::cpu, conv2, math, w2.get(), ws.get()).filters == nullptr);
+  const kernels::Conv2dShape small{2, 32, 14, 14, 64, 3, 3, 1, 1};  // too few pixels for the channels-last tiles
+  CHECK(kernels::conv2d_filter_stage(Backend::cuda, small, math, w2.get(), ws.get()).filters == nullptr);
+}
+
 }  // namespace
 }  // namespace nt::test
