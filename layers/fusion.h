@@ -10,8 +10,9 @@
 //               (Layer::mask_input_grad)
 //   staged input  a convolution right after a fused stem takes its input as its GPU kernels multiply it under
 //               --tf32 or --bf16 (channels-last, rounded: kernels/conv.h, 'Staged operands'), which the stem writes
-//               instead of its fp32 output: no transpose in the convolution's passes, and half the bytes in BF16
-//               (Conv2d::offer_staged_input; the same bits)
+//               instead of its fp32 output, with the convolution's filters beside it: no transpose in the
+//               convolution's passes, no stage kernel in its forward, and half the bytes in BF16
+//               (Conv2d::offer_staged_input, StagedOperands::filters; the same bits)
 //   staged gradient  likewise its output gradient, from a BatchNorm with a fused max-pool right after it, under
 //               --bf16 only (Conv2d::plan says why; Conv2d::offer_staged_output_grad,
 //               BatchNorm::write_staged_input_grad)
