@@ -124,12 +124,12 @@ void Conv2d::forward_typed(const kernels::Exec& exec, const Tensor& x, const Ten
   // The statistics are fp32 only (ChannelPartials), asked for in training alone.
   if (std::is_same_v<T, float> && mode == Mode::train && statistics_.partials.defined())
     args.statistics = statistics_.partials.data<float>();
-  // The layer before wrote x staged (it runs the same test): its kernel reads and writes neither w nor the workspace,
-  // so the filters' stage may run beside it.
+  // The layer before wrote x staged (it runs the same test), and the filters beside it wherever they have a staged
+  // form (StagedOperands::filters): the forward then stages nothing. Where it did not write them, its kernel read and
+  // wrote neither w nor the workspace, so the filters' stage may run beside it.
   args.x_staged = staged_.for_batch(staged_.input, exec, x.shape()[0]);
-  args.overlaps_previous = args.x_staged != nullptr;
-  // Its writer staged the filters beside it, wherever they have a staged form (StagedOperands::filters).
   args.filters_staged = args.x_staged != nullptr && staged_.filters(exec, x.shape()[0]).filters != nullptr;
+  args.overlaps_previous = args.x_staged != nullptr && !args.filters_staged;
   statistics_.chunks = kernels::conv2d_forward(exec, args);
 }
 
